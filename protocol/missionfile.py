@@ -1,0 +1,186 @@
+"""Mission files (TOML) → MissionSpec, with errors that name the file, the field path and the line.
+
+Checks beyond types: unit ids unique and well-formed, dependencies that exist, no cycles (the cycle is
+named), a non-empty agent command, at least one unit unless the agent plans them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from keel.protocol.errors import MissionFileError
+from keel.protocol.spec import MissionSpec, UnitSpec
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PATH_PART = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+def load_mission_file(path: str | Path) -> MissionSpec:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MissionFileError(f"{path}: cannot read mission file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise MissionFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_mission(text, str(path))
+
+
+def parse_mission(text: str, filename: str = "<mission>") -> MissionSpec:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MissionFileError(f"{filename}: TOML syntax error: {exc}") from None
+    raw = _flatten(doc, filename, text)
+    try:
+        spec = msgspec.convert(raw, MissionSpec)
+    except msgspec.ValidationError as exc:
+        raise _field_error(str(exc), filename, text) from None
+    _check_graph(spec, filename, text)
+    return spec
+
+
+def _flatten(doc: dict[str, Any], filename: str, text: str) -> dict[str, Any]:
+    """The file keeps `[mission]` for identity and top-level tables for the rest; the spec is flat."""
+    mission = doc.get("mission")
+    if not isinstance(mission, dict):
+        raise MissionFileError(f"{filename}: missing [mission] table (it needs at least name and agent)")
+    unknown = set(doc) - {"mission", "units", "models", "checkpoint", "permissions", "env"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise MissionFileError(f"{filename}:{_line_of(text, key, 0)}: unknown top-level key {key!r}")
+    flat = dict(mission)
+    for key in ("units", "models", "checkpoint", "permissions", "env"):
+        if key in doc:
+            if key in flat:
+                raise MissionFileError(f"{filename}: {key!r} given both in [mission] and at top level")
+            flat[key] = doc[key]
+    if isinstance(flat.get("agent"), str):
+        flat["agent"] = flat["agent"].split()
+    return flat
+
+
+def _field_error(detail: str, filename: str, text: str) -> MissionFileError:
+    # msgspec says e.g. "Expected `int`, got `str` - at `$.units[1].timeout_s`"
+    message, _, where = detail.partition(" - at ")
+    path = where.strip("`").removeprefix("$").lstrip(".")
+    unknown = re.match(r"Object contains unknown field `(\w+)`", message)
+    if unknown:
+        path = f"{path}.{unknown.group(1)}" if path else unknown.group(1)
+        message = "unknown key"
+    missing = re.match(r"Object missing required field `(\w+)`", message)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        message = "required key is missing"
+    path = _file_path(path)
+    line = _locate(text, path)
+    loc = f"{filename}:{line}" if line else filename
+    return MissionFileError(f"{loc}: {path or 'mission'}: {message}")
+
+
+def _file_path(path: str) -> str:
+    """Spec field path → the path as written in the file (identity fields live under [mission])."""
+    if not path:
+        return path
+    head = re.split(r"[.\[]", path, maxsplit=1)[0]
+    if head in ("units", "models", "checkpoint", "permissions", "env"):
+        return path
+    return f"mission.{path}"
+
+
+def _locate(text: str, path: str) -> int | None:
+    """Best-effort line number of a field path such as `units[2].after` in the TOML text."""
+    parts = [m.group(1) or int(m.group(2)) for m in _PATH_PART.finditer("." + path)]
+    if not parts:
+        return None
+    table, index = str(parts[0]), 0
+    if len(parts) > 1 and isinstance(parts[1], int):
+        index, rest = parts[1], parts[2:]
+    else:
+        rest = parts[1:]
+    key = next((p for p in rest if isinstance(p, str)), None)
+    if key is None:
+        return _line_of(text, table, index)
+    start = _line_of(text, table, index) or 1
+    lines = text.splitlines()
+    for number in range(start, len(lines) + 1):
+        if re.match(rf"\s*{re.escape(key)}\s*=", lines[number - 1]):
+            return number
+        if number > start and re.match(r"\s*\[", lines[number - 1]):
+            break
+    return start
+
+
+def _line_of(text: str, table: str, index: int) -> int | None:
+    seen = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped in (f"[[{table}]]", f"[{table}]") or re.match(rf"{re.escape(table)}\s*=", stripped):
+            if seen == index:
+                return number
+            seen += 1
+    return None
+
+
+def _check_graph(spec: MissionSpec, filename: str, text: str) -> None:
+    def fail(index: int, field: str, message: str) -> MissionFileError:
+        path = f"units[{index}].{field}"
+        line = _locate(text, path)
+        return MissionFileError(f"{filename}:{line}: {path}: {message}" if line else f"{filename}: {path}: {message}")
+
+    if not spec.agent or not spec.agent[0]:
+        raise MissionFileError(f"{filename}:{_locate(text, 'mission.agent') or '?'}: mission.agent: "
+                               "the agent command is empty")
+    if spec.max_parallel < 1:
+        raise MissionFileError(f"{filename}: mission.max_parallel: must be at least 1, got {spec.max_parallel}")
+    if not spec.units and not spec.plan:
+        raise MissionFileError(f"{filename}: units: no [[units]] given and plan = false; nothing to do")
+    seen: dict[str, int] = {}
+    for index, unit in enumerate(spec.units):
+        if not _ID.match(unit.id):
+            raise fail(index, "id", f"{unit.id!r} is not a valid unit id (letters, digits, _ . -; max 64)")
+        if unit.id in seen:
+            raise fail(index, "id", f"duplicate unit id {unit.id!r} (first used by units[{seen[unit.id]}])")
+        seen[unit.id] = index
+    for index, unit in enumerate(spec.units):
+        for dep in unit.after:
+            if dep not in seen:
+                raise fail(index, "after", f"unknown dependency {dep!r} of unit {unit.id!r}")
+            if dep == unit.id:
+                raise fail(index, "after", f"unit {unit.id!r} depends on itself")
+    cycle = find_cycle(spec.units)
+    if cycle:
+        first = seen[cycle[0]]
+        raise fail(first, "after", "dependency cycle: " + " -> ".join([*cycle, cycle[0]]))
+
+
+def find_cycle(units: tuple[UnitSpec, ...] | list[UnitSpec]) -> list[str] | None:
+    """A dependency cycle as a list of unit ids, or None; iterative DFS (graphs can be large)."""
+    deps = {u.id: u.after for u in units}
+    color: dict[str, int] = {}
+    for root in deps:
+        if color.get(root):
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        path: list[str] = []
+        while stack:
+            node, i = stack.pop()
+            if i == 0:
+                color[node] = 1
+                path.append(node)
+            after = deps.get(node, ())
+            if i < len(after):
+                stack.append((node, i + 1))
+                nxt = after[i]
+                if color.get(nxt) == 1:
+                    return path[path.index(nxt):]
+                if not color.get(nxt) and nxt in deps:
+                    stack.append((nxt, 0))
+            else:
+                color[node] = 2
+                path.pop()
+    return None

@@ -1,0 +1,143 @@
+"""Stored record types: mission records, journal entries, checkpoints, restore points, control, events.
+
+Every type here is written to the store inside a sealed record (storage/record.py). Schema evolution:
+new fields get defaults; a field never changes its type.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+from keel.protocol.spec import MissionSpec
+from keel.protocol.states import MissionState, PauseReason, UnitState
+
+JournalKind = Literal["model/complete", "tool/run", "human/ask", "now", "random", "state/save", "plan/add",
+                      "evidence/add"]
+ToolClass = Literal["read_only", "idempotent", "effectful"]
+
+
+class HostInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The process that runs a mission right now."""
+
+    host_id: str
+    pid: int
+    started_at: float
+    hostname: str = ""
+
+
+class Question(msgspec.Struct, frozen=True, omit_defaults=True):
+    unit: str
+    seq: int
+    text: str
+    choices: tuple[str, ...] = ()
+
+
+class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The live row of a mission: identity, spec and lifecycle state."""
+
+    id: str
+    spec: MissionSpec
+    state: MissionState
+    created_at: float
+    updated_at: float
+    workspace: str
+    sandbox: str = ""
+    pause_reason: PauseReason | None = None
+    question: Question | None = None
+    error: str = ""
+    host: HostInfo | None = None
+    forked_from: str = ""
+    mission_file: str = ""
+
+
+class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):
+    wall_ms: float = 0.0
+    tokens: int = 0
+
+
+class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One recorded agent request of a unit, keyed by (mission, unit, seq).
+
+    `phase` is "intent" for an effectful call that started but whose result is not yet recorded, and
+    "done" once the result (or error) is; replay only ever returns "done" entries.
+    """
+
+    seq: int
+    kind: str
+    fingerprint: str
+    phase: Literal["intent", "done"] = "done"
+    result: Any = None
+    error: str = ""
+    tool_class: ToolClass | None = None
+    served_model: str = ""
+    at: float = 0.0
+    cost: StepCost = StepCost()
+    summary: str = ""
+
+
+class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A unit's state inside a checkpoint."""
+
+    state: UnitState
+    journal_hwm: int = 0
+    attempts: int = 0
+    result: Any = None
+    error: str = ""
+    agent_state: str = ""  # blob digest of the latest state/save
+    epoch: int = 0
+
+
+class CheckpointManifest(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A content-addressed snapshot of a mission; stored as a blob, named by its digest."""
+
+    mission_id: str
+    number: int
+    reason: str
+    created_at: float
+    graph: str  # blob digest of the unit list (grows with plan/add)
+    units: dict[str, UnitMark]
+    config: str  # blob digest of permissions, policies and the active model
+    parent: str = ""
+    sandbox_tree: str = ""
+    context: str = ""
+    evidence_hwm: int = 0
+    state: MissionState = MissionState.RUNNING
+
+
+class RestorePoint(msgspec.Struct, frozen=True, omit_defaults=True):
+    id: str
+    mission_id: str
+    checkpoint: str
+    reason: str
+    created_at: float
+    label: str = ""
+
+
+class Control(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A durable operator request (pause, resume, cancel, answer), consumed by the mission host."""
+
+    action: Literal["pause", "resume", "cancel", "answer"]
+    at: float
+    text: str = ""
+    source: str = ""
+
+
+class Evidence(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What happened, for a person to check: tool calls, file diffs, verifications, failovers."""
+
+    kind: str
+    at: float
+    unit: str = ""
+    summary: str = ""
+    data: Any = None
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A mission event log line (state changes, unit starts and ends), for progress and the editor."""
+
+    kind: str
+    at: float
+    unit: str = ""
+    state: str = ""
+    message: str = ""

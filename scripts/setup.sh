@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's environment: .venv with keel installed editable plus dev tools.
+# Usage: scripts/setup.sh [--system]   (--system also installs the Debian packages the tests use)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if [[ "${1:-}" == "--system" ]]; then
+  need=()
+  for pkg in neovim dbus gnome-keyring libsecret-tools chromium libkrb5-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if ((${#need[@]})); then
+    echo "setup: installing Debian packages: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.keel-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || constraints.txt -nt $stamp ]]; then
+  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -c "import keel.server.cli" && touch "$stamp"
+fi
+echo "setup: environment ready at $ROOT/.venv"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set everything up and run every check: ruff, mypy, pytest (unit, engine, chaos, editors).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --system
+source .venv/bin/activate
+echo "== ruff"; ruff check .
+echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
+echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,59 @@
+"""The `keel` command line: argument parsing and dispatch to the verbs in server/commands/.
+
+Errors are one clear line on stderr (a traceback only with --debug); exit codes come from server/exits.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from keel.protocol import __version__
+from keel.protocol.errors import KeelError
+from keel.server.commands import VERBS
+from keel.server.exits import Exit, exit_for
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"keel: error: {message}", file=sys.stderr)
+        raise SystemExit(Exit.USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="keel", description="keel — a durable runtime for long-running coding-agent missions.")
+    parser.add_argument("--version", action="version", version=f"keel {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="DIR", help="store folder (default: $KEEL_STORE or ./.keel/store)")
+    common.add_argument("--json", action="store_true", help="print data as JSON")
+    common.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb in VERBS:
+        verb.add_parser(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "verb", None):
+        parser.print_help()
+        return Exit.USAGE
+    try:
+        return int(args.run(args))
+    except KeelError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"keel: {exc.message}", file=sys.stderr)
+        return exit_for(exc)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return Exit.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""CLI verbs, one module each; every module exposes `add_parser(sub, common)` and the handler it binds."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from keel.server.commands import inspect, verify
+
+VERBS: list[ModuleType] = [inspect, verify]

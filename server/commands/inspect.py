@@ -1,0 +1,69 @@
+"""`keel missions` and `keel status [ID]`: read-only views of the store."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from keel.server.commands.common import open_store, print_json
+from keel.server.exits import Exit
+from keel.storage import missions as m
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("missions", parents=[common], help="list missions")
+    p.set_defaults(run=run_missions)
+    p = sub.add_parser("status", parents=[common], help="show one mission, or all")
+    p.add_argument("id", nargs="?", help="mission id (or a unique prefix)")
+    p.set_defaults(run=run_status)
+
+
+def run_missions(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        records = store.read(m.list_missions)
+    if args.json:
+        print_json(records)
+        return Exit.OK
+    if not records:
+        print("no missions")
+    for r in records:
+        reason = f" ({r.pause_reason.value})" if r.pause_reason else ""
+        print(f"{r.id}  {r.state.value}{reason}  {r.spec.name}  {_ago(r.updated_at)}")
+    return Exit.OK
+
+
+def run_status(args: argparse.Namespace) -> int:
+    if not args.id:
+        return run_missions(args)
+    with open_store(args) as store:
+        def read(txn: Any) -> dict[str, Any]:
+            mid = m.resolve_mission_id(txn, args.id)
+            record = m.get_mission(txn, mid)
+            manifest = m.head_checkpoint(txn, mid)
+            return {"mission": record, "units": manifest.units if manifest else {},
+                    "points": len(m.restore_points(txn, mid))}
+        data = store.read(read)
+    if args.json:
+        print_json(data)
+        return Exit.OK
+    r = data["mission"]
+    print(f"mission {r.id}: {r.spec.name}")
+    print(f"  state    {r.state.value}" + (f" ({r.pause_reason.value})" if r.pause_reason else ""))
+    if r.question:
+        print(f"  question {r.question.text}  (unit {r.question.unit}; answer with `keel answer {r.id} TEXT`)")
+    if r.error:
+        print(f"  error    {r.error}")
+    print(f"  restore points {data['points']}")
+    for unit_id, mark in data["units"].items():
+        print(f"  {mark.state.value:<10} {unit_id}" + (f"  {mark.error}" if mark.error else ""))
+    return Exit.OK
+
+
+def _ago(at: float) -> str:
+    seconds = max(0, int(time.time() - at))
+    if seconds < 90:
+        return f"{seconds}s ago"
+    if seconds < 5400:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"

@@ -1,0 +1,166 @@
+"""Mission-level records: the live mission row, control requests, journals, checkpoints, restore points.
+
+Each public function takes a `Txn` so that callers compose several into one transaction (DBOS style:
+the caller opens the transaction, these do the work). Checkpoints are content-addressed manifests; the
+mission's HEAD and its restore point are written in the same transaction as the manifest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from keel.protocol.errors import NotFoundError
+from keel.protocol.records import (
+    CheckpointManifest,
+    Control,
+    Event,
+    Evidence,
+    JournalEntry,
+    MissionRecord,
+    RestorePoint,
+)
+from keel.protocol.states import MissionState, check_mission_transition
+from keel.storage.errors import CorruptRecordError
+from keel.storage.keys import DB, log_key, mission_prefix, unit_prefix
+from keel.storage.txn import Txn
+
+
+def get_mission(txn: Txn, mission_id: str) -> MissionRecord:
+    record = txn.get(DB.MISSIONS, mission_id.encode(), MissionRecord)
+    if record is None:
+        raise NotFoundError(f"no mission {mission_id!r}")
+    return record
+
+
+def find_mission(txn: Txn, mission_id: str) -> MissionRecord | None:
+    return txn.get(DB.MISSIONS, mission_id.encode(), MissionRecord)
+
+
+def list_missions(txn: Txn) -> list[MissionRecord]:
+    return [record for _, record in txn.scan(DB.MISSIONS, b"", MissionRecord)]
+
+
+def resolve_mission_id(txn: Txn, text: str) -> str:
+    """A full id, or a unique prefix of one (as `git` takes short hashes)."""
+    if txn.exists(DB.MISSIONS, text.encode()):
+        return text
+    matches = [key.decode() for key, _ in txn.scan_raw(DB.MISSIONS, text.encode())]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotFoundError(f"no mission {text!r}")
+    raise NotFoundError(f"mission id {text!r} is ambiguous: {', '.join(matches[:5])}")
+
+
+def put_mission(txn: Txn, record: MissionRecord) -> None:
+    txn.put(DB.MISSIONS, record.id.encode(), record)
+
+
+def set_mission_state(txn: Txn, mission_id: str, state: MissionState, **changes: object) -> MissionRecord:
+    """Move a mission through its transition table, log the event, return the new record."""
+    import msgspec
+
+    old = get_mission(txn, mission_id)
+    if old.state != state:
+        check_mission_transition(old.state, state)
+    new = msgspec.structs.replace(old, state=state, updated_at=time.time(), **changes)
+    put_mission(txn, new)
+    if old.state != state:
+        txn.append(DB.EVENTS, mission_prefix(mission_id),
+                   Event(kind="state", at=new.updated_at, state=state.value,
+                         message=f"{old.state.value} -> {state.value}"))
+    return new
+
+
+# -- control requests (pause, resume, cancel, answer) --------------------------------------------
+def add_control(txn: Txn, mission_id: str, control: Control) -> int:
+    get_mission(txn, mission_id)
+    return txn.append(DB.CONTROL, mission_prefix(mission_id), control)
+
+
+def controls_after(txn: Txn, mission_id: str, after: int) -> list[tuple[int, Control]]:
+    return list(txn.read_log(DB.CONTROL, mission_prefix(mission_id), Control, after=after))
+
+
+# -- events and evidence --------------------------------------------------------------------------
+def add_event(txn: Txn, mission_id: str, event: Event) -> int:
+    return txn.append(DB.EVENTS, mission_prefix(mission_id), event)
+
+
+def events_after(txn: Txn, mission_id: str, after: int = 0) -> list[tuple[int, Event]]:
+    return list(txn.read_log(DB.EVENTS, mission_prefix(mission_id), Event, after=after))
+
+
+def add_evidence(txn: Txn, mission_id: str, evidence: Evidence) -> int:
+    return txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
+
+
+def evidence_after(txn: Txn, mission_id: str, after: int = 0,
+                   upto: int | None = None) -> Iterator[tuple[int, Evidence]]:
+    return txn.read_log(DB.EVIDENCE, mission_prefix(mission_id), Evidence, after=after, upto=upto)
+
+
+# -- journal ----------------------------------------------------------------------------------------
+def journal_get(txn: Txn, mission_id: str, unit_id: str, seq: int) -> JournalEntry | None:
+    return txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
+
+
+def journal_put(txn: Txn, mission_id: str, unit_id: str, entry: JournalEntry) -> None:
+    txn.put(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), entry.seq), entry)
+
+
+def journal_entries(txn: Txn, mission_id: str, unit_id: str, upto: int | None = None) -> list[JournalEntry]:
+    return [e for _, e in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, upto=upto)]
+
+
+def journal_truncate(txn: Txn, mission_id: str, unit_id: str, after: int) -> int:
+    """Drop a unit's entries past `after` (used when a restore rewinds a unit); returns how many."""
+    prefix = unit_prefix(mission_id, unit_id)
+    keys = [k for k, _ in txn.scan_raw(DB.JOURNAL, prefix, start=log_key(prefix, after + 1))]
+    for key in keys:
+        txn.delete(DB.JOURNAL, key)
+    return len(keys)
+
+
+# -- checkpoints and restore points -----------------------------------------------------------------
+def head(txn: Txn, mission_id: str) -> str | None:
+    digest = txn.get(DB.HEADS, mission_id.encode(), str)
+    return digest or None
+
+
+def get_checkpoint(txn: Txn, digest: str) -> CheckpointManifest:
+    manifest = txn.get_object(digest, CheckpointManifest)
+    if manifest is None:
+        raise CorruptRecordError(DB.BLOBS.value, digest.encode(), "checkpoint manifest is missing")
+    return manifest
+
+
+def head_checkpoint(txn: Txn, mission_id: str) -> CheckpointManifest | None:
+    digest = head(txn, mission_id)
+    return None if digest is None else get_checkpoint(txn, digest)
+
+
+def commit_checkpoint(txn: Txn, manifest: CheckpointManifest, *, label: str = "") -> RestorePoint:
+    """Store the manifest, move HEAD to it and record a restore point — one transaction."""
+    digest = txn.put_object(manifest)
+    txn.put(DB.HEADS, manifest.mission_id.encode(), digest)
+    prefix = mission_prefix(manifest.mission_id)
+    number = txn.last_seq(DB.POINTS, prefix) + 1
+    point = RestorePoint(id=f"p{number}", mission_id=manifest.mission_id, checkpoint=digest,
+                         reason=manifest.reason, created_at=manifest.created_at, label=label)
+    txn.put(DB.POINTS, log_key(prefix, number), point, overwrite=False)
+    return point
+
+
+def restore_points(txn: Txn, mission_id: str) -> list[RestorePoint]:
+    return [p for _, p in txn.read_log(DB.POINTS, mission_prefix(mission_id), RestorePoint)]
+
+
+def get_point(txn: Txn, mission_id: str, point_id: str) -> RestorePoint:
+    number = point_id.removeprefix("p")
+    if number.isdigit():
+        point = txn.get(DB.POINTS, log_key(mission_prefix(mission_id), int(number)), RestorePoint)
+        if point is not None:
+            return point
+    raise NotFoundError(f"mission {mission_id} has no restore point {point_id!r}")

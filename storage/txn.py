@@ -1,0 +1,154 @@
+"""Typed operations inside one LMDB transaction.
+
+A `Txn` never outlives the function that `Store.read`/`Store.write` hands it to. Values are msgspec
+objects encoded as msgpack inside sealed records; blobs are raw bytes named by their digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import lmdb
+import msgspec
+from keel.storage.errors import CorruptRecordError, StoreError
+from keel.storage.keys import DB, SEQ_BYTES, log_key
+from keel.storage.record import Codec, content_digest, open_record, seal
+
+T = TypeVar("T")
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _decoder(type_: type[T]) -> msgspec.msgpack.Decoder[T]:
+    dec = _decoders.get(type_)
+    if dec is None:
+        dec = _decoders[type_] = msgspec.msgpack.Decoder(type_)
+    return dec
+
+
+def decode_value(db: str, key: bytes, data: bytes, type_: type[T]) -> T:
+    codec, payload = open_record(db, key, data)
+    if codec is not Codec.MSGPACK:
+        raise CorruptRecordError(db, key, f"expected a msgpack record, found codec {codec.name}")
+    try:
+        return _decoder(type_).decode(payload)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(db, key, f"does not decode as {getattr(type_, '__name__', type_)}: {exc}") from None
+
+
+class Txn:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[DB, Any], write: bool) -> None:
+        self._txn = txn
+        self._dbs = dbs
+        self.write = write
+
+    # -- single records -------------------------------------------------------------------------
+    def get(self, db: DB, key: bytes, type_: type[T]) -> T | None:
+        data = self._txn.get(key, db=self._dbs[db])
+        return None if data is None else decode_value(db.value, key, bytes(data), type_)
+
+    def put(self, db: DB, key: bytes, value: Any, *, overwrite: bool = True) -> bool:
+        """Store `value`; with overwrite=False an existing key is left alone and False returned."""
+        sealed = seal(db.value, key, _encoder.encode(value), Codec.MSGPACK)
+        return bool(self._txn.put(key, sealed, db=self._dbs[db], overwrite=overwrite))
+
+    def delete(self, db: DB, key: bytes) -> bool:
+        return bool(self._txn.delete(key, db=self._dbs[db]))
+
+    def exists(self, db: DB, key: bytes) -> bool:
+        return self._txn.get(key, db=self._dbs[db]) is not None
+
+    def scan(self, db: DB, prefix: bytes, type_: type[T], *, reverse: bool = False,
+             start: bytes | None = None) -> Iterator[tuple[bytes, T]]:
+        """Records whose key starts with `prefix`, in key order (or reversed), from `start` on."""
+        for key, raw in self.scan_raw(db, prefix, reverse=reverse, start=start):
+            yield key, decode_value(db.value, key, raw, type_)
+
+    def scan_raw(self, db: DB, prefix: bytes, *, reverse: bool = False,
+                 start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        with self._txn.cursor(db=self._dbs[db]) as cur:
+            if reverse:
+                upper = _prefix_end(prefix)
+                if upper is not None and cur.set_range(upper):
+                    positioned = cur.prev()
+                else:
+                    positioned = cur.last()
+                while positioned:
+                    key = bytes(cur.key())
+                    if not key.startswith(prefix):
+                        break
+                    yield key, bytes(cur.value())
+                    positioned = cur.prev()
+                return
+            positioned = cur.set_range(start if start is not None and start > prefix else prefix)
+            while positioned:
+                key = bytes(cur.key())
+                if not key.startswith(prefix):
+                    break
+                yield key, bytes(cur.value())
+                positioned = cur.next()
+
+    # -- append-only logs -----------------------------------------------------------------------
+    def last_seq(self, db: DB, prefix: bytes) -> int:
+        for key, _ in self.scan_raw(db, prefix, reverse=True):
+            tail = key[len(prefix):]
+            if len(tail) == SEQ_BYTES:
+                return int.from_bytes(tail, "big")
+        return 0
+
+    def append(self, db: DB, prefix: bytes, value: Any) -> int:
+        """Append to the log under `prefix`; returns the new sequence number (1-based)."""
+        seq = self.last_seq(db, prefix) + 1
+        if not self.put(db, log_key(prefix, seq), value, overwrite=False):
+            raise StoreError(f"log {db.value}/{prefix!r} already has entry {seq}")
+        return seq
+
+    def read_log(self, db: DB, prefix: bytes, type_: type[T], after: int = 0,
+                 upto: int | None = None) -> Iterator[tuple[int, T]]:
+        start = log_key(prefix, after + 1)
+        for key, value in self.scan(db, prefix, type_, start=start):
+            seq = int.from_bytes(key[len(prefix):], "big")
+            if upto is not None and seq > upto:
+                break
+            yield seq, value
+
+    # -- content-addressed blobs ------------------------------------------------------------------
+    def put_blob(self, data: bytes) -> str:
+        """Store bytes once under their digest; an existing blob is shared, not rewritten."""
+        digest = content_digest(data)
+        key = digest.encode()
+        if self._txn.get(key, db=self._dbs[DB.BLOBS]) is None:
+            self._txn.put(key, seal(DB.BLOBS.value, key, data, Codec.RAW), db=self._dbs[DB.BLOBS])
+        return digest
+
+    def get_blob(self, digest: str) -> bytes | None:
+        key = digest.encode()
+        data = self._txn.get(key, db=self._dbs[DB.BLOBS])
+        if data is None:
+            return None
+        _, payload = open_record(DB.BLOBS.value, key, bytes(data))
+        if content_digest(payload) != digest:
+            raise CorruptRecordError(DB.BLOBS.value, key, "blob content does not match its name")
+        return payload
+
+    def put_object(self, value: Any) -> str:
+        return self.put_blob(_encoder.encode(value))
+
+    def get_object(self, digest: str, type_: type[T]) -> T | None:
+        data = self.get_blob(digest)
+        if data is None:
+            return None
+        try:
+            return _decoder(type_).decode(data)
+        except msgspec.DecodeError as exc:
+            raise CorruptRecordError(DB.BLOBS.value, digest.encode(), f"does not decode: {exc}") from None
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key with this prefix (None: no such key)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])

@@ -1,0 +1,132 @@
+"""Whole-store verification: every record's seal and every reference between records.
+
+References checked: HEAD -> checkpoint manifest -> graph/config/context/agent-state blobs and parent
+manifest; restore point -> manifest; journal, event and evidence logs decode as their types. Each
+problem is reported; verification never stops at the first one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import lmdb
+import msgspec
+from keel.protocol.records import (
+    CheckpointManifest,
+    Control,
+    Event,
+    Evidence,
+    JournalEntry,
+    MissionRecord,
+    RestorePoint,
+)
+from keel.storage.errors import CorruptRecordError, StoreError, render_key
+from keel.storage.keys import DB
+from keel.storage.migrations import SchemaInfo
+from keel.storage.record import Codec, content_digest, open_record
+from keel.storage.store import Store
+from keel.storage.txn import Txn, decode_value
+
+
+class Problem(msgspec.Struct, frozen=True):
+    db: str
+    key: str
+    message: str
+
+
+class Report(msgspec.Struct):
+    records: int = 0
+    problems: list[Problem] = []
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+_TYPES: dict[DB, Any] = {
+    DB.MISSIONS: MissionRecord,
+    DB.HEADS: str,
+    DB.JOURNAL: JournalEntry,
+    DB.EVENTS: Event,
+    DB.EVIDENCE: Evidence,
+    DB.CONTROL: Control,
+    DB.POINTS: RestorePoint,
+    DB.META: Any,
+}
+
+
+def verify_all(store: Store) -> Report:
+    try:
+        return store.read(_verify)
+    except lmdb.Error as exc:  # a damaged B-tree surfaces while walking it
+        return Report(problems=[Problem(db="*", key="", message=f"LMDB structure is damaged: {exc}")])
+    except StoreError as exc:
+        return Report(problems=[Problem(db="*", key="", message=exc.message)])
+
+
+def _verify(txn: Txn) -> Report:
+    report = Report()
+
+    def check(db: DB, key: bytes, fn: Callable[[], object]) -> object | None:
+        try:
+            return fn()
+        except CorruptRecordError as exc:
+            report.problems.append(Problem(db=exc.db, key=render_key(exc.key), message=exc.reason))
+        except (lmdb.Error, ValueError) as exc:
+            report.problems.append(Problem(db=db.value, key=render_key(key), message=str(exc)))
+        return None
+
+    for db in DB:
+        for key, raw in txn.scan_raw(db, b""):
+            report.records += 1
+            if db is DB.BLOBS:
+                check(db, key, partial(_check_blob, key, raw))
+            elif db is DB.META and key == b"schema":
+                check(db, key, partial(decode_value, db.value, key, raw, SchemaInfo))
+            elif db in _TYPES and _TYPES[db] is not Any:
+                check(db, key, partial(decode_value, db.value, key, raw, _TYPES[db]))
+            else:
+                check(db, key, partial(open_record, db.value, key, raw))
+
+    def missing(db: DB, key: bytes, what: str) -> None:
+        report.problems.append(Problem(db=db.value, key=render_key(key), message=what))
+
+    for key, raw in txn.scan_raw(DB.HEADS, b""):
+        digest = check(DB.HEADS, key, partial(decode_value, DB.HEADS.value, key, raw, str))
+        if isinstance(digest, str):
+            _check_chain(txn, digest, key, missing, check)
+    for key, raw in txn.scan_raw(DB.POINTS, b""):
+        point = check(DB.POINTS, key, partial(decode_value, DB.POINTS.value, key, raw, RestorePoint))
+        if isinstance(point, RestorePoint) and not txn.exists(DB.BLOBS, point.checkpoint.encode()):
+            missing(DB.POINTS, key, f"restore point {point.id} refers to missing checkpoint "
+                                    f"{point.checkpoint[:16]}")
+    return report
+
+
+def _check_blob(key: bytes, raw: bytes) -> None:
+    codec, payload = open_record(DB.BLOBS.value, key, raw)
+    if codec is not Codec.RAW or content_digest(payload) != key.decode(errors="replace"):
+        raise CorruptRecordError(DB.BLOBS.value, key, "blob content does not match its name")
+
+
+def _check_chain(txn: Txn, digest: str, head_key: bytes, missing: Callable[[DB, bytes, str], None],
+                 check: Callable[[DB, bytes, Callable[[], object]], object | None]) -> None:
+    """Walk HEAD's manifest chain through its parents; each manifest's blobs must exist."""
+    seen: set[str] = set()
+    while digest and digest not in seen:
+        seen.add(digest)
+        if not txn.exists(DB.BLOBS, digest.encode()):
+            missing(DB.HEADS, head_key, f"checkpoint {digest[:16]} is missing")
+            return
+        manifest = check(DB.BLOBS, digest.encode(), partial(txn.get_object, digest, CheckpointManifest))
+        if not isinstance(manifest, CheckpointManifest):
+            return
+        refs = [manifest.graph, manifest.config, manifest.context,
+                *(mark.agent_state for mark in manifest.units.values())]
+        for ref in refs:
+            if ref and not txn.exists(DB.BLOBS, ref.encode()):
+                missing(DB.BLOBS, digest.encode(),
+                        f"checkpoint {manifest.number} refers to missing blob {ref[:16]}")
+        digest = manifest.parent
