@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from keel.protocol.errors import MissionFileError
 from keel.protocol.spec import MissionSpec, UnitSpec
 

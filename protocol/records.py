@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+
 from keel.protocol.spec import MissionSpec
 from keel.protocol.states import MissionState, PauseReason, UnitState
 

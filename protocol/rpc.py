@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
 from keel.protocol.errors import ProtocolError
 
 JSONRPC = "2.0"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+
 from keel.protocol import __version__
 from keel.storage.errors import StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB

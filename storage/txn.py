@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import lmdb
 import msgspec
+
 from keel.storage.errors import CorruptRecordError, StoreError
 from keel.storage.keys import DB, SEQ_BYTES, log_key
 from keel.storage.record import Codec, content_digest, open_record, seal

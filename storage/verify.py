@@ -13,6 +13,7 @@ from typing import Any
 
 import lmdb
 import msgspec
+
 from keel.protocol.records import (
     CheckpointManifest,
     Control,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from keel.storage import Store
 from keel.storage.errors import StoreError
 from keel.storage.location import default_store_path, prepare_keel_dir

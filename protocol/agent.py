@@ -1,0 +1,147 @@
+"""The agent protocol's payloads: what host and agent say to each other over JSON-RPC 2.0.
+
+    host -> agent   initialize, unit/run, shutdown                              (requests)
+    agent -> host   model/complete, tool/run, human/ask, evidence/add,
+                    state/save, plan/add, now, random                            (requests)
+
+Frames use Content-Length (protocol/framing.py). One agent process runs one unit at a time. Every
+agent -> host request is answered only after the host has made its journal entry durable; on replay the
+host answers from the journal without running anything. docs/agent-protocol.md is the prose version.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from keel.protocol.spec import UnitSpec
+
+PROTOCOL_VERSION = 1
+
+# -- host -> agent ---------------------------------------------------------------------------------
+
+
+class InitializeParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    protocol_version: int
+    mission_id: str
+    goal: str = ""
+    sandbox: str = ""  # the folder tools run in (informational; agents act through tool/run)
+
+
+class InitializeResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str
+    kinds: tuple[str, ...] = ()  # unit kinds it handles; empty = any
+    version: str = ""
+
+
+class UnitRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    unit: UnitSpec
+    attempt: int = 1
+    state: Any = None  # the last value the agent saved with state/save for this unit, if any
+    replaying: bool = False  # informational: the host holds journal entries for this unit
+
+
+class UnitRunResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    result: Any = None
+    summary: str = ""
+
+
+# -- agent -> host ---------------------------------------------------------------------------------
+
+
+class ToolCallSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A function the model may call (OpenAI function-calling shape)."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class ModelCompleteParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    messages: list[dict[str, Any]]  # OpenAI chat messages
+    tools: list[ToolCallSpec] = []
+    max_tokens: int | None = None
+    temperature: float | None = None
+    purpose: str = ""  # free text for evidence and the editor
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ModelCompleteResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    message: dict[str, Any]  # {"role": "assistant", "content": ..., "tool_calls": [...]}
+    model: str  # the model that actually served the call
+    provider: str = ""
+    finish_reason: str = ""
+    usage: Usage = Usage()
+
+
+class ToolRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    tool: str
+    args: dict[str, Any] = {}
+
+
+class ToolRunResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    output: Any = None
+    error: str = ""
+
+
+class HumanAskParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    question: str
+    choices: tuple[str, ...] = ()
+
+
+class HumanAskResult(msgspec.Struct, frozen=True):
+    answer: str
+
+
+class EvidenceAddParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    kind: str
+    summary: str = ""
+    data: Any = None
+
+
+class StateSaveParams(msgspec.Struct, frozen=True):
+    state: Any
+
+
+class PlanAddParams(msgspec.Struct, frozen=True):
+    units: tuple[UnitSpec, ...]
+
+
+class PlanAddResult(msgspec.Struct, frozen=True):
+    added: tuple[str, ...]
+
+
+class NowResult(msgspec.Struct, frozen=True):
+    time: float
+
+
+class RandomResult(msgspec.Struct, frozen=True):
+    value: float
+
+
+AgentMethod = Literal["model/complete", "tool/run", "human/ask", "evidence/add", "state/save", "plan/add",
+                      "now", "random"]
+
+#: Params type of each agent -> host method (the host decodes with these; None = no params).
+AGENT_METHODS: dict[str, type[Any] | None] = {
+    "model/complete": ModelCompleteParams,
+    "tool/run": ToolRunParams,
+    "human/ask": HumanAskParams,
+    "evidence/add": EvidenceAddParams,
+    "state/save": StateSaveParams,
+    "plan/add": PlanAddParams,
+    "now": None,
+    "random": None,
+}
+
+# Error codes an agent may see in JSON-RPC error responses from the host.
+ERR_NONDETERMINISM = -32010  # the request does not match the journal entry at this position
+ERR_TOOL_DENIED = -32011  # the mission's permissions do not allow this tool
+ERR_PAUSING = -32012  # the mission is pausing; the agent should stop (it will be re-run on resume)
+ERR_MODEL_UNAVAILABLE = -32013  # no provider may serve this call under the mission's policy
