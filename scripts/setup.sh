@@ -13,8 +13,8 @@ if [[ "${1:-}" == "--system" ]]; then
   if ((${#need[@]})); then
     echo "setup: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 fi
 
