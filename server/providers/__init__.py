@@ -29,11 +29,12 @@ from keel.server.providers.errors import (
     ProviderError,
 )
 from keel.server.providers.health import EndpointHealth, HealthState, ProviderEvent
-from keel.server.providers.retry import Action, FailureKind
+from keel.server.providers.retry import CLASSIFICATION, Action, FailureKind
 from keel.server.providers.router import ProviderRouter
 from keel.server.providers.secrets import KeyringSecrets, Secrets
 
 __all__ = [
+    "CLASSIFICATION",
     "Action",
     "Capabilities",
     "Cost",
