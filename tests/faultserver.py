@@ -115,8 +115,7 @@ class FaultServer:
 
     def start(self) -> FaultServer:
         self._stopping.clear()
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), _handler_for(self))
-        httpd.daemon_threads = True
+        httpd = _QuietServer(("127.0.0.1", self.port), _handler_for(self))
         if self.tls is not None:
             httpd.socket = self.tls.wrap_socket(httpd.socket, server_side=True)
         self.port = httpd.server_address[1]
@@ -148,6 +147,13 @@ class FaultServer:
     def _next(self) -> Behaviour:
         with self._lock:
             return self._queue.popleft() if self._queue else self.default
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # resets and dropped connections are what this server is for
 
 
 def _abort(conn: socket.socket) -> None:

@@ -153,6 +153,8 @@ def _field_error(detail: str, filename: str, text: str) -> ProviderConfigError:
         found = re.match(pattern, message)
         if found:
             path, message = (f"{path}.{found.group(1)}" if path else found.group(1)), meaning
+    if path.endswith(".kind") and message.startswith("Invalid enum value"):
+        message += " (use 'openai-compatible' or 'anthropic')"
     return _error(filename, text, path, message)
 
 
