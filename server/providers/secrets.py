@@ -11,6 +11,8 @@ import os
 from typing import Protocol
 
 import keyring
+import keyring.backends.fail
+import keyring.backends.null
 import keyring.errors
 
 from keel.server.providers.config import ProviderConfig
@@ -31,12 +33,24 @@ class Secrets(Protocol):
     def get(self, provider: str) -> str | None: ...
 
 
+def _backend() -> keyring.backend.KeyringBackend:
+    """The keyring in use; the null and fail backends (which would drop keys silently) count as none."""
+    try:
+        backend = keyring.get_keyring()
+    except keyring.errors.KeyringError as exc:
+        raise KeyringError(NO_KEYRING_FIX.format(detail=exc)) from None
+    if isinstance(backend, keyring.backends.null.Keyring | keyring.backends.fail.Keyring):
+        name = f"{type(backend).__module__}.{type(backend).__name__}"
+        raise KeyringError(NO_KEYRING_FIX.format(detail=f"the keyring backend is {name}"))
+    return backend
+
+
 class KeyringSecrets:
     """Keys in the OS keyring, service "keel", username = provider name."""
 
     def get(self, provider: str) -> str | None:
         try:
-            value = keyring.get_password(SERVICE, provider)
+            value = _backend().get_password(SERVICE, provider)
         except keyring.errors.NoKeyringError as exc:
             raise KeyringError(NO_KEYRING_FIX.format(detail=exc)) from None
         except keyring.errors.KeyringError as exc:
@@ -48,7 +62,7 @@ class KeyringSecrets:
     def set(self, provider: str, value: str) -> None:
         remember_secret(value)
         try:
-            keyring.set_password(SERVICE, provider, value)
+            _backend().set_password(SERVICE, provider, value)
         except keyring.errors.NoKeyringError as exc:
             raise KeyringError(NO_KEYRING_FIX.format(detail=exc)) from None
         except keyring.errors.KeyringError as exc:
@@ -57,7 +71,7 @@ class KeyringSecrets:
     def delete(self, provider: str) -> bool:
         """Remove the key; False when there was none."""
         try:
-            keyring.delete_password(SERVICE, provider)
+            _backend().delete_password(SERVICE, provider)
         except keyring.errors.PasswordDeleteError:
             return False
         except keyring.errors.NoKeyringError as exc:

@@ -72,7 +72,7 @@ async def test_each_requirement_filters(fault: FaultServer, events: list[Provide
 
 async def test_no_candidate_meets_the_requirements(fault: FaultServer, events: list[ProviderEvent]) -> None:
     r = router(settings(provider("remote", fault.url)), events, ModelPolicy(require=Requirements(local_only=True)))
-    with pytest.raises(PolicyPauseError, match="remote.*not local"):
+    with pytest.raises(PolicyPauseError, match=r"remote.*not local"):
         await r.complete(PARAMS)
     await r.aclose()
     assert fault.posts == []
@@ -123,7 +123,7 @@ async def test_retry_after_is_honoured(fault: FaultServer, events: list[Provider
     retry = next(e for e in events if e.kind == "retry")
     # HTTP-dates have whole seconds: "now + 2 s" rounds down to between 1 and 2 seconds from now.
     assert 0.9 <= gap <= 2.5, gap
-    assert retry.reason == "rate_limited" and 0.9 <= retry.delay_s + 0.1 and retry.delay_s <= 2.1
+    assert retry.reason == "rate_limited" and 0.8 <= retry.delay_s <= 2.1
 
 
 async def test_retry_after_beyond_the_cap_cools_down_and_fails_over(fault_factory: Callable[..., FaultServer],
