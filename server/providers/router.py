@@ -49,7 +49,7 @@ class ProviderRouter:
         n = config.network
         self._backoff = Backoff(n.base_delay_s, n.max_delay_s, n.max_attempts)
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(n.read_timeout_s, connect=n.connect_timeout_s),
-                                         follow_redirects=False, trust_env=False)
+                                         follow_redirects=False)
         self._trackers: dict[str, list[EndpointTracker]] = {
             p.name: [EndpointTracker(EndpointHealth(provider=p.name, endpoint=p.endpoint_id(i), url=e.url,
                                                     model=p.model, updated_at=time.time()),
