@@ -21,6 +21,12 @@ class CorruptRecordError(StoreError):
         self.reason = reason
 
 
+class StoreDamagedError(StoreError):
+    """The LMDB file's own structure is damaged (LMDB keeps no checksums; keel's records do)."""
+
+    code = ErrorCode.CORRUPT_RECORD
+
+
 class StoreFullError(StoreError):
     """The disk is full or the map reached its ceiling; everything committed before is intact."""
 

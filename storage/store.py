@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 import lmdb
 
 from keel.protocol import __version__
-from keel.storage.errors import StoreError, StoreFullError, StoreTooNewError
+from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB
+from keel.storage.location import prepare_keel_dir
 from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn
 
@@ -43,7 +44,8 @@ class Store:
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
              max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True) -> Store:
         path = Path(path)
-        if not create and not (path / "data.mdb").exists():
+        creating = not (path / "data.mdb").exists()
+        if creating and not create:
             raise StoreError(f"no keel store at {path}")
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -53,9 +55,18 @@ class Store:
             raise _translate(exc, f"cannot open store at {path}") from None
         except OSError as exc:
             raise _translate(exc, f"cannot open store at {path}") from None
-        env.reader_check()  # clear reader slots left by killed processes
-        store = cls(env, path, max(max_map_size, map_size))
-        store._ensure_schema()
+        try:
+            env.reader_check()  # clear reader slots left by killed processes
+            store = cls(env, path, max(max_map_size, map_size))
+            store._ensure_schema()
+        except lmdb.Error as exc:
+            env.close()
+            raise _translate(exc, f"cannot open store at {path}") from None
+        except BaseException:
+            env.close()
+            raise
+        if creating:
+            prepare_keel_dir(path)
         return store
 
     def close(self) -> None:
@@ -72,6 +83,8 @@ class Store:
         txn = self._begin(write=False)
         try:
             return fn(Txn(txn, self._dbs, write=False))
+        except lmdb.Error as exc:
+            raise _translate(exc, "read failed") from None
         finally:
             txn.abort()
 
@@ -148,13 +161,16 @@ class Store:
             self.write(run)
 
 
+# LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).
+_DAMAGE = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError, lmdb.BadValsizeError,
+           lmdb.BadTxnError, lmdb.PanicError, lmdb.IncompatibleError, lmdb.VersionMismatchError)
+
+
 def _translate(exc: BaseException, context: str) -> StoreError:
     code = getattr(exc, "errno", None)
     text = str(exc)
     if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "Disk quota" in text:
         return StoreFullError(f"{context}: disk full ({text}); nothing committed was lost")
-    if isinstance(exc, lmdb.CorruptedError | lmdb.InvalidError | lmdb.PageNotFoundError | lmdb.BadValsizeError):
-        err = StoreError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
-        err.code = err.code.CORRUPT_RECORD
-        return err
+    if isinstance(exc, _DAMAGE):
+        return StoreDamagedError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
     return StoreError(f"{context}: {text}")
