@@ -28,6 +28,7 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _SCHEMA_KEY = b"schema"
+_RESIZE_RETRIES = 10
 
 
 class Store:
@@ -37,7 +38,7 @@ class Store:
         self._env = env
         self.path = path
         self.max_map_size = max_map_size
-        self._dbs = {db: env.open_db(db.value.encode()) for db in DB}
+        self._dbs = _open_dbs(env)
         self._resize = threading.Lock()
 
     @classmethod
@@ -107,7 +108,7 @@ class Store:
                 raise
 
     def _begin(self, write: bool) -> lmdb.Transaction:
-        for _ in range(3):
+        for _ in range(_RESIZE_RETRIES):
             try:
                 return self._env.begin(write=write, buffers=False)
             except lmdb.MapResizedError:
@@ -132,6 +133,11 @@ class Store:
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
+
+    def reader_pids(self) -> set[int]:
+        """Processes holding LMDB reader slots (diagnostics; slots of dead processes are cleared on open)."""
+        rows = str(self._env.readers()).splitlines()[1:]  # "pid thread txnid" rows after a header
+        return {int(row.split()[0]) for row in rows if row.strip()}
 
     def stat(self) -> dict[str, Any]:
         return {"path": str(self.path), **self._env.info(), **self._env.stat()}
@@ -159,6 +165,16 @@ class Store:
         current = self.read(lambda t: t.get(DB.META, _SCHEMA_KEY, SchemaInfo))
         if current is None or current.version != SCHEMA_VERSION:
             self.write(run)
+
+
+def _open_dbs(env: lmdb.Environment) -> dict[DB, Any]:
+    """Open the named databases; adopt a map another process grew meanwhile (MDB_MAP_RESIZED)."""
+    for _ in range(_RESIZE_RETRIES):
+        try:
+            return {db: env.open_db(db.value.encode()) for db in DB}
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)
+    raise StoreError("store map keeps being resized by another process")
 
 
 # LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).
