@@ -16,7 +16,6 @@ from pathlib import Path
 from keel.protocol.records import Event
 from keel.storage import DB, Store
 from keel.storage.keys import mission_prefix
-
 from tests.storage.rawlmdb import raw_env
 
 WRITER = """
@@ -67,9 +66,12 @@ def test_two_writers_and_a_reader_lose_nothing(tmp_path: Path) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     go.touch()
     procs = [*writers, _spawn(READER, path, 200)]
+    outputs = []
     for proc in procs:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
+        outputs.append(out)
+    assert int(outputs[-1]) > 0  # the reader saw the log grow while the writers ran
     with Store.open(path) as store:
         log = store.read(lambda t: list(t.read_log(DB.EVENTS, mission_prefix("shared"), Event)))
         evidence = store.read(lambda t: dict(t.scan(DB.EVIDENCE, b"", Event)))
