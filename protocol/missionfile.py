@@ -52,7 +52,7 @@ _TABLES = ("units", "models", "checkpoint", "permissions", "env")
 
 def _error(filename: str, text: str, path: str, message: str) -> MissionFileError:
     """The one message shape: `file:line: field.path: what is wrong` (no line when none fits)."""
-    line = _locate(text, path)
+    line = locate_field(text, path)
     return MissionFileError(f"{filename}:{line}: {path}: {message}" if line else f"{filename}: {path}: {message}")
 
 
@@ -111,13 +111,13 @@ def _file_path(path: str) -> str:
 _HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 
 
-def _locate(text: str, path: str) -> int | None:
+def locate_field(text: str, path: str) -> int | None:
     """Best-effort line number of a field path such as `units[2].after` or `models.require.tools`.
 
     Walks the path down the file's table headers (`[[units]]`, `[models.require]`); the first part
     that has no header of its own is looked up as `key =` inside the table found so far.
     """
-    parts = [m.group(1) or int(m.group(2)) for m in _PATH_PART.finditer("." + path)]
+    parts: list[str | int] = [m.group(1) or int(m.group(2)) for m in _PATH_PART.finditer("." + path)]
     lines = text.splitlines()
     headers = [(n, m.group(1)) for n, line in enumerate(lines) if (m := _HEADER.match(line))]
     best: int | None = None
@@ -126,7 +126,8 @@ def _locate(text: str, path: str) -> int | None:
         if isinstance(part, int):
             continue
         name = f"{table}.{part}" if table else part
-        index = parts[i + 1] if i + 1 < len(parts) and isinstance(parts[i + 1], int) else 0
+        following = parts[i + 1] if i + 1 < len(parts) else None
+        index = following if isinstance(following, int) else 0
         found = [n for n, h in headers if h == name and n >= start]
         if len(found) > index:
             best, table, start = found[index], name, found[index] + 1
@@ -152,7 +153,7 @@ def _check_graph(spec: MissionSpec, filename: str, text: str) -> None:
     if spec.max_parallel < 1:
         raise _error(filename, text, "mission.max_parallel", f"must be at least 1, got {spec.max_parallel}")
     if not spec.units and not spec.plan:
-        raise MissionFileError(f"{filename}:{_locate(text, 'mission') or 1}: units: no [[units]] given and "
+        raise MissionFileError(f"{filename}:{locate_field(text, 'mission') or 1}: units: no [[units]] given and "
                                "plan = false; nothing to do")
     seen: dict[str, int] = {}
     for index, unit in enumerate(spec.units):

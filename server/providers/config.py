@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from keel.protocol.missionfile import _locate
+from keel.protocol.missionfile import locate_field
 from keel.server.providers.errors import ProviderConfigError
 
 ProviderKind = Literal["openai-compatible", "anthropic"]
@@ -132,7 +132,7 @@ def parse_provider_file(data: bytes, filename: str) -> tuple[list[ProviderConfig
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"{filename}: TOML syntax error: {exc}") from None
     if isinstance(doc.get("providers"), dict):
-        raise ProviderConfigError(f"{filename}:{_locate(text, 'providers') or '?'}: providers: "
+        raise ProviderConfigError(f"{filename}:{locate_field(text, 'providers') or '?'}: providers: "
                                   "write each provider as an [[providers]] table (an array), not [providers]")
     section = {key: doc[key] for key in _SECTIONS if key in doc}
     try:
@@ -159,7 +159,7 @@ def _field_error(detail: str, filename: str, text: str) -> ProviderConfigError:
 
 
 def _error(filename: str, text: str, path: str, message: str) -> ProviderConfigError:
-    line = _locate(text, path) if path else None
+    line = locate_field(text, path) if path else None
     return ProviderConfigError(f"{filename}:{line}: {path}: {message}" if line else f"{filename}: {path}: {message}")
 
 
