@@ -47,8 +47,13 @@ class _Tail:
 
 
 def command_env(ctx: ToolContext) -> dict[str, str]:
-    """The command's whole environment: defaults, then the mission's env. Never os.environ."""
-    return {"PATH": DEFAULT_PATH, "HOME": str(ctx.sandbox), "LANG": "C.UTF-8", **ctx.env}
+    """The command's whole environment: defaults, then the mission's env. Never os.environ.
+
+    PYTHONDONTWRITEBYTECODE: an edit that keeps a file's size within the same second leaves a stale
+    .pyc that Python trusts, so a verification would test the old code (and __pycache__ would clutter
+    the workspace diff)."""
+    return {"PATH": DEFAULT_PATH, "HOME": str(ctx.sandbox), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+            **ctx.env}
 
 
 def _kill_group(pgid: int) -> None:

@@ -67,15 +67,19 @@ class MiniHost:
             await proc.wait()
 
     async def _session(self, proc: asyncio.subprocess.Process, unit: dict[str, Any], crash_after: int | None) -> Any:
-        assert proc.stdin is not None and proc.stdout is not None
-        send = lambda message: proc.stdin.write(frame(rpc.encode(message)))  # noqa: E731
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None and stdout is not None
+
+        def send(message: rpc.Message) -> None:
+            stdin.write(frame(rpc.encode(message)))
+
         init = ap.InitializeParams(protocol_version=ap.PROTOCOL_VERSION, mission_id="m-test", goal=self.goal,
                                    sandbox=str(self.sandbox))
         send(rpc.Request(method="initialize", id=1, params=msgspec.to_builtins(init)))
         run = {"unit": unit, "attempt": self.starts, "state": self.saved_state(), "replaying": bool(self.journal)}
         seq, real = 0, 0
         while True:
-            body = await read_frame_async(proc.stdout)
+            body = await read_frame_async(stdout)
             if body is None:
                 raise AgentCrashed(f"agent exited with {await proc.wait()} before finishing the unit")
             message = rpc.decode(body)
@@ -84,7 +88,7 @@ class MiniHost:
                     send(rpc.Request(method="unit/run", id=2, params=run))
                 case rpc.Response(id=2, result=result):
                     send(rpc.Notification(method="shutdown"))
-                    proc.stdin.close()
+                    stdin.close()
                     await asyncio.wait_for(proc.wait(), 5)
                     return result
                 case rpc.ErrorResponse(error=error):

@@ -50,7 +50,7 @@ async def test_environment_is_the_contexts_not_the_hosts(box: ToolContext, monke
     monkeypatch.setenv("KEEL_TEST_SECRET_KEY", "sk-must-not-leak")
     result = await RUN.run(box, {"cmd": "env"})
     lines = set(result.output["stdout"].splitlines())
-    assert "GREETING=hi" in lines and f"HOME={box.sandbox}" in lines
+    assert "GREETING=hi" in lines and f"HOME={box.sandbox}" in lines and "PYTHONDONTWRITEBYTECODE=1" in lines
     assert not any("sk-must-not-leak" in line for line in lines)
 
 
