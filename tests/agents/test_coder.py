@@ -148,3 +148,13 @@ async def test_coder_stops_at_the_step_limit(sandbox: Path) -> None:
     unit = {"id": "loop", "params": {"max_steps": 2}}
     with pytest.raises(AgentCrashed, match="StepLimitError: unit loop: no final answer after 2 model calls"):
         await MiniHost(CODER, sandbox, model=model).run_unit(unit)
+
+
+async def test_a_denied_tool_is_reported_to_the_model(sandbox: Path) -> None:
+    def after_denial(params: dict[str, Any]) -> dict[str, Any]:
+        assert last_tool_result(params) == {"ok": False, "error": "tool 'run' is not allowed"}
+        return say("I may not run commands here.")
+
+    model = ScriptedModel([lambda p: calls(("run", {"cmd": "rm -rf /"})), after_denial])
+    outcome = await MiniHost(CODER, sandbox, model=model, denied=frozenset({"run"})).run_unit({"id": "u"})
+    assert outcome["result"]["answer"] == "I may not run commands here."

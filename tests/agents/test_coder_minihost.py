@@ -37,8 +37,9 @@ class AgentCrashed(Exception):
 
 
 class MiniHost:
-    def __init__(self, command: list[str], sandbox: Path, *, goal: str = "", model: Model | None = None) -> None:
-        self.command, self.sandbox, self.goal, self.model = command, sandbox, goal, model
+    def __init__(self, command: list[str], sandbox: Path, *, goal: str = "", model: Model | None = None,
+                 denied: frozenset[str] = frozenset()) -> None:
+        self.command, self.sandbox, self.goal, self.model, self.denied = command, sandbox, goal, model, denied
         self.journal: list[tuple[str, str, Any]] = []  # (method, fingerprint, result)
         self.executed: list[tuple[str, Any]] = []  # requests run for real, in order
         self.replayed = 0
@@ -108,6 +109,11 @@ class MiniHost:
                     if crash_after is not None and real >= crash_after:
                         proc.send_signal(signal.SIGKILL)
                         raise AgentCrashed(f"killed before executing request {seq} ({method})")
+                    if method == "tool/run" and params["tool"] in self.denied:
+                        denial = rpc.ErrorObject(ap.ERR_TOOL_DENIED, f"tool {params['tool']!r} is not allowed")
+                        send(rpc.ErrorResponse(id=msg_id, error=denial))
+                        seq -= 1  # not journaled: a replay is denied again, at the same position
+                        continue
                     result = await self._execute(method, params)
                     real += 1
                     self.journal.append((method, fp, result))
