@@ -71,6 +71,7 @@ def config_of(spec: MissionSpec) -> dict[str, Any]:
 def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], marks: dict[str, UnitMark],
            config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "") -> RestorePoint:
     """Write a checkpoint manifest (sharing unchanged blobs), move HEAD, add a restore point."""
+    fault_point("CHECKPOINT")
     parent = m.head(txn, mission_id) or ""
     previous = m.get_checkpoint(txn, parent) if parent else None
     manifest = CheckpointManifest(
@@ -80,6 +81,17 @@ def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], mar
         sandbox_tree=sandbox_tree or (previous.sandbox_tree if previous else ""),
         evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state)
     return m.commit_checkpoint(txn, manifest, label=label)
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for crash tests: with KEEL_FAULT_<NAME>="FILE:SECONDS" set, touch FILE and sleep
+    here (inside the transaction), so a test can SIGKILL the host at exactly this point."""
+    spec = os.environ.get(f"KEEL_FAULT_{name}")
+    if not spec:
+        return
+    marker, _, seconds = spec.rpartition(":")
+    Path(marker).write_text(str(os.getpid()))
+    time.sleep(float(seconds))
 
 
 def load_graph(txn: Txn, digest: str) -> list[UnitSpec]:

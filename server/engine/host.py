@@ -19,7 +19,7 @@ from typing import Any
 
 from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
-from keel.protocol.records import HostInfo, MissionRecord, Question
+from keel.protocol.records import Event, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, places
 from keel.server.engine.agentproc import HandlerError
@@ -167,7 +167,10 @@ class MissionHost:
         session = UnitSession(self, self.graph.units[uid])
         self.sessions[uid] = session
         self.stats["units_run"] += 1
-        self.progress.event("unit_started", unit=uid, attempt=self.graph.mark(uid).attempts)
+        attempt = self.graph.mark(uid).attempts
+        self.progress.event("unit_started", unit=uid, attempt=attempt)
+        event = Event(kind="unit", at=time.time(), unit=uid, state="running", message=f"attempt {attempt}")
+        self.writer.submit(lambda txn: m.add_event(txn, self.mission_id, event))
         return asyncio.create_task(session.run())
 
     async def _unit_finished(self, uid: str, outcome: Outcome) -> None:
@@ -179,7 +182,9 @@ class MissionHost:
             self.graph.succeed(uid, outcome.result)
         else:
             self.graph.fail(uid, outcome.error)
-        await self.checkpoint(f"unit {outcome.kind}: {uid}")
+        event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind, message=outcome.error[:500])
+        await self.checkpoint(f"unit {outcome.kind}: {uid}",
+                              extra=lambda txn: m.add_event(txn, self.mission_id, event))
         self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed,
                             executed=session.executed, error=outcome.error)
         self._draw()
@@ -230,18 +235,22 @@ class MissionHost:
         last = controls[-1][0]
         if any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
             await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
-            self._stop_state = S.PAUSED
-            self._stop.set()
+            self._request_stop(S.PAUSED)
         else:
             self.record = await self.writer.commit(
                 lambda txn: m.set_mission_state(txn, self.mission_id, self.record.state, control_seen=last))
+
+    def _request_stop(self, state: MissionState) -> None:
+        self._stop_state = state
+        for session in self.sessions.values():
+            session.stopping = True  # from now on an agent's error or exit means "stopped", not "failed"
+        self._stop.set()
 
     async def wait_for_input(self, question: Question) -> None:
         """A unit needs a person: record the question (waiting_input) and stop the mission there."""
         if self._stop.is_set():
             return
-        self._stop_state = S.WAITING_INPUT
-        self._stop.set()
+        self._request_stop(S.WAITING_INPUT)
         with contextlib.suppress(InvalidTransitionError):
             await self._set_state(S.WAITING_INPUT, pause_reason=PauseReason.WAITING_INPUT, question=question)
         self.progress.event("question", unit=question.unit, text=question.text)

@@ -73,6 +73,10 @@ class JournalWriter:
         self._queue.put(_Item(fn, future, loop, urgent))
         return await future
 
+    def submit(self, fn: Callable[[Txn], Any]) -> None:
+        """Queue a write nobody waits for (progress events); it rides along with the next commit."""
+        self._queue.put(_Item(fn, None, None, False))
+
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=10)

@@ -55,7 +55,8 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
         if intent is None:
             return
         if text == "skip":
-            result = ToolRunResult(ok=False, error="skipped by a person: the call may or may not have run")
+            result = ToolRunResult(ok=True, output={"skipped": True,
+                                                    "note": "a person said the effect had already happened"})
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(
                 intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"))
         else:

@@ -90,8 +90,8 @@ class ToolCalls:
         question = Question(
             unit=s.unit.id, seq=seq, kind="uncertain-effect", fingerprint=fp, lane=s.lane, choices=("rerun", "skip"),
             text=f"unit {s.unit.id}: the call {_describe(call)} may or may not have happened before keel stopped "
-                 f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun) or treat it as not "
-                 f"done (skip)?")
+                 f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
+                 f"running it again because it did happen (skip)?")
         await s.host.wait_for_input(question)
         raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
 

@@ -97,8 +97,6 @@ class UnitSession:
         result = await self.proc.request("unit/run", params)
         if self.fatal is not None:
             return Outcome("failed", error=str(self.fatal))
-        if self.stopping:
-            return Outcome("stopped")
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)
         return Outcome("succeeded", result=decoded.result)
 
@@ -134,6 +132,8 @@ class UnitSession:
                 self.replayed += 1
                 self.host.stats["replayed"] += 1
                 return _answer(entry)
+        if method == "human/ask":
+            return await self._ask(params, seq, fp)
         self.inflight += 1
         self._idle.clear()
         try:
@@ -142,6 +142,15 @@ class UnitSession:
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
+
+    async def _ask(self, params: Any, seq: int, fp: str) -> Any:
+        """A question without a recorded answer: the mission waits for a person; the answer arrives by
+        replay when it resumes (recovery.apply_answer writes it into this unit's journal)."""
+        ask = msgspec.convert(params, ap.HumanAskParams)
+        question = Question(unit=self.unit.id, seq=seq, text=ask.question, choices=ask.choices,
+                            fingerprint=fp, lane=self.lane)
+        await self.host.wait_for_input(question)
+        await asyncio.Event().wait()  # never answered here: the host stops this agent
 
     def _nondeterminism(self, seq: int, entry: JournalEntry, method: str) -> None:
         error = NondeterminismError(
@@ -167,12 +176,6 @@ class UnitSession:
                 return await self.record(seq, method, fp, {"state": state}, begin)
             case "plan/add":
                 return await self.host.plan_add(self, seq, fp, msgspec.convert(params, ap.PlanAddParams), begin)
-            case "human/ask":
-                ask = msgspec.convert(params, ap.HumanAskParams)
-                question = Question(unit=self.unit.id, seq=seq, text=ask.question, choices=ask.choices,
-                                    fingerprint=fp, lane=self.lane)
-                await self.host.wait_for_input(question)
-                await asyncio.Event().wait()  # the host stops this agent; the answer arrives by replay
             case "model/complete":
                 return await self.host.model_complete(self, seq, fp, params, begin)
             case "tool/run":
