@@ -87,8 +87,9 @@ def resolve_command(command: tuple[str, ...]) -> list[str]:
 
 
 class AgentProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, handler: Handler, name: str) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, handler: Handler, name: str, log: Path) -> None:
         self.proc = proc
+        self.log = log
         self.name = name
         self.state = ProcState.STARTING
         self._handler = handler
@@ -109,7 +110,7 @@ class AgentProcess:
                     stdout=asyncio.subprocess.PIPE, stderr=err, limit=64 * 1024 * 1024)
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
-        return cls(proc, handler, name)
+        return cls(proc, handler, name, log)
 
     def _set_state(self, new: ProcState) -> None:
         if new == self.state:
@@ -145,7 +146,8 @@ class AgentProcess:
                 body = await read_frame_async(self.proc.stdout)
                 if body is None:
                     code = await self._exit_code()
-                    self._fail(AgentError(f"agent {self.name} exited (code {code}) without finishing", died=True))
+                    self._fail(AgentError(f"agent {self.name} exited (code {code}) without finishing"
+                                          f"{self._stderr_tail()}", died=True))
                     return
                 self._dispatch(rpc.decode(body))
         except ProtocolError as exc:
@@ -154,6 +156,15 @@ class AgentProcess:
         except Exception as exc:
             self._fail(AgentError(f"agent {self.name} connection failed: {exc}"))
             await self.kill()
+
+    def _stderr_tail(self) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(max(0, f.seek(0, 2) - 300))
+                tail = f.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f"; its stderr ends: {tail[-1][:200]!r}" if tail else ""
 
     async def _exit_code(self) -> int | None:
         try:

@@ -33,7 +33,7 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
-def write_mission(folder: Path, units: list[dict[str, Any]], *, agent: str = AGENT, name: str = "test",
+def write_mission(folder: Path, units: list[dict[str, Any]], *, agent: str | list[str] = AGENT, name: str = "test",
                   workspace: str = "ws", **mission: Any) -> Path:
     lines = ["[mission]", f"name = {toml_value(name)}", f"agent = {toml_value(agent)}",
              f"workspace = {toml_value(workspace)}"]

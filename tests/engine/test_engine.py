@@ -16,7 +16,6 @@ from engine_helpers import (
     record,
     sandbox_of,
     start_keel,
-    unit_events,
     wait_for,
     write_mission,
 )
