@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.commands import inspect, pause, points, run, verify
+from keel.server.commands import demo, inspect, pause, points, run, verify
 
-VERBS: list[ModuleType] = [inspect, run, pause, points, verify]
+VERBS: list[ModuleType] = [inspect, run, pause, points, demo, verify]

@@ -128,7 +128,8 @@ class AgentProcess:
         self._send(rpc.Request(method=method, id=self._next_id, params=msgspec.to_builtins(params)))
         if method == "initialize":
             result = await future
-            self._set_state(ProcState.RUNNING)
+            if self.state == ProcState.STARTING:
+                self._set_state(ProcState.RUNNING)
             return result
         return await future
 
@@ -232,6 +233,8 @@ class AgentProcess:
         self._set_state(ProcState.EXITED)
 
     async def _finish(self) -> None:
+        if self._failure is None:
+            self._fail(AgentError(f"agent {self.name} was stopped", died=True))
         for task in list(self._tasks):
             task.cancel()
         if not self._reader.done():

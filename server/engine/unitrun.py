@@ -76,6 +76,8 @@ class UnitSession:
                 if self.stopping:
                     return Outcome("stopped")
                 return Outcome("failed", error=str(self.fatal or f"agent failed the unit: {exc.message}"))
+            except (TimeoutError, msgspec.ValidationError) as exc:
+                return Outcome("failed", error=f"agent {self.unit.id} did not answer properly: {exc!r}")
             finally:
                 await self._close()
         return Outcome("failed", error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
@@ -86,15 +88,17 @@ class UnitSession:
         self.entries = {e.seq: e for e in entries}
         self.seq = 0
         host = self.host
-        self.proc = await AgentProcess.start(
+        proc = self.proc = await AgentProcess.start(
             host.spec.agent, cwd=host.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id))
+        if self.stopping:
+            return Outcome("stopped")
         init = ap.InitializeParams(protocol_version=ap.PROTOCOL_VERSION, mission_id=host.mission_id,
                                    goal=host.spec.goal, sandbox=str(host.sandbox))
-        await asyncio.wait_for(self.proc.request("initialize", init), timeout=30)
+        await asyncio.wait_for(proc.request("initialize", init), timeout=30)
         params = ap.UnitRunParams(unit=self.unit, attempt=start, state=self._saved_state(),
                                   replaying=bool(self.entries))
-        result = await self.proc.request("unit/run", params)
+        result = await proc.request("unit/run", params)
         if self.fatal is not None:
             return Outcome("failed", error=str(self.fatal))
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)

@@ -23,7 +23,6 @@ from engine_helpers import (
     write_mission,
 )
 
-from keel.protocol.states import MissionState
 from keel.storage import missions as m
 
 FLAKY_AGENT = """
