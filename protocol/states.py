@@ -48,8 +48,8 @@ MISSION_TRANSITIONS: dict[MissionState, frozenset[MissionState]] = {
     M.PAUSED: frozenset({M.RUNNING, M.CANCELLED, M.PAUSED}),
     M.WAITING_INPUT: frozenset({M.RUNNING, M.PAUSED, M.CANCELLED}),
     M.OFFLINE: frozenset({M.RUNNING, M.PAUSED, M.CANCELLED}),
-    M.COMPLETED: frozenset({M.RUNNING}),  # a restore to an earlier point reopens a mission
-    M.FAILED: frozenset({M.RUNNING}),  # resume retries failed units
+    M.COMPLETED: frozenset({M.RUNNING, M.PAUSED}),  # a restore to an earlier point reopens it (paused)
+    M.FAILED: frozenset({M.RUNNING, M.PAUSED}),  # resume retries failed units; a restore reopens it
     M.CANCELLED: frozenset(),
 }
 

@@ -1,0 +1,241 @@
+"""The coder agent: a tool-using model loop over OpenAI-style function calling, run through the host.
+
+    python -m keel.agents.coder
+
+For each unit it tells the model the mission goal and the unit's title and params, offers the sandbox
+tools (read_file, list_files, search, write_file, apply_diff, run), executes the tool calls the model
+makes through the host (`tool/run`), and stops when the model answers without tool calls or after
+`max_steps` model calls (then the unit fails). With `params.verify = "<cmd>"` a final answer is only
+accepted once that command passes; otherwise its output goes back to the model, which carries on.
+
+It never talks HTTP and never sees keys: every model call is the host's `model/complete`, journaled, so
+after a crash the host replays the conversation and no token is spent twice. The conversation is saved
+with `state/save` after every step; it is resumed from that state only when the host says it is not
+replaying (a fresh journal), since during replay the journal itself carries the agent forward.
+
+The tool schemas below are declared here because agents must not import keel.server; they must stay equal
+to server/tools' `parameters` (tests/agents/test_coder.py checks). Depends on keel.protocol and the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from keel.agents.sdk import Agent, Context, HostError
+from keel.protocol import agent as ap
+
+DEFAULT_MAX_STEPS = 30
+TOOL_RESULT_CHARS = 24_000  # how much of one tool result goes back to the model
+_PATH = {"type": "string", "description": "file path relative to the workspace root"}
+
+TOOL_SPECS: tuple[ap.ToolCallSpec, ...] = (
+    ap.ToolCallSpec(
+        name="read_file",
+        description="Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
+                    "inclusive). Large files are cut at max_bytes.",
+        parameters={"type": "object", "properties": {
+            "path": _PATH, "start_line": {"type": "integer", "minimum": 1},
+            "end_line": {"type": "integer", "minimum": 1},
+            "max_bytes": {"type": "integer", "minimum": 1, "maximum": 256 * 1024}},
+            "required": ["path"], "additionalProperties": False}),
+    ap.ToolCallSpec(
+        name="list_files",
+        description="List files in the workspace (recursively) whose relative path matches a glob such as "
+                    "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.",
+        parameters={"type": "object", "properties": {
+            "path": {"type": "string", "description": "folder to list, relative to the workspace root",
+                     "default": "."},
+            "glob": {"type": "string", "default": "*"},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            "additionalProperties": False}),
+    ap.ToolCallSpec(
+        name="search",
+        description="Search text files in the workspace for a regular expression (Python syntax); returns "
+                    "matching lines with their path and line number.",
+        parameters={"type": "object", "properties": {
+            "pattern": {"type": "string", "description": "regular expression"},
+            "path": {"type": "string", "description": "file or folder to search", "default": "."},
+            "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
+            "ignore_case": {"type": "boolean", "default": False},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 100}},
+            "required": ["pattern"], "additionalProperties": False}),
+    ap.ToolCallSpec(
+        name="write_file",
+        description="Create or replace a whole file in the workspace with the given content (parent folders "
+                    "are created). Returns the unified diff of the change.",
+        parameters={"type": "object", "properties": {
+            "path": _PATH, "content": {"type": "string", "description": "the complete new content of the file"}},
+            "required": ["path", "content"], "additionalProperties": False}),
+    ap.ToolCallSpec(
+        name="apply_diff",
+        description="Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
+                    "Context lines must match the files; use /dev/null as the old name to create a file and as "
+                    "the new name to delete one. Either every file changes or none does.",
+        parameters={"type": "object", "properties": {
+            "diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
+            "required": ["diff"], "additionalProperties": False}),
+    ap.ToolCallSpec(
+        name="run",
+        description="Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
+                    "its output. Set verify=true when the command checks the work (tests, build, lint): the "
+                    "call then counts as passed only with exit code 0.",
+        parameters={"type": "object", "properties": {
+            "cmd": {"type": "string", "description": "the shell command"},
+            "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+            "verify": {"type": "boolean", "default": False},
+            "idempotent": {"type": "boolean", "default": False,
+                           "description": "running the command twice has the same effect as once"}},
+            "required": ["cmd"], "additionalProperties": False}),
+)
+_SPECS = {spec.name: spec for spec in TOOL_SPECS}
+_KNOWN = set(_SPECS)
+
+SYSTEM_PROMPT = """You are a careful software engineer working in a workspace through tools.
+Mission goal: {goal}
+Current unit: {title} (id {unit_id}, kind {kind})
+Unit parameters: {params}
+
+Look before you change: read the files you edit. Make small, correct changes with write_file or
+apply_diff. Check your work with run (verify=true) when there is a way to. When the unit is done, reply
+without tool calls, with a short summary of what you changed and how you checked it."""
+
+
+class StepLimitError(RuntimeError):
+    """The model made `max_steps` calls without giving a final answer."""
+
+
+def first_messages(ctx: Context) -> list[dict[str, Any]]:
+    unit = ctx.unit
+    system = SYSTEM_PROMPT.format(goal=ctx.goal or "(none given)", title=unit.title or unit.id, unit_id=unit.id,
+                                  kind=unit.kind, params=json.dumps(unit.params, sort_keys=True))
+    task = unit.params.get("task") or unit.title or f"Carry out unit {unit.id} for the mission goal."
+    return [{"role": "system", "content": system}, {"role": "user", "content": str(task)}]
+
+
+def resumable_state(ctx: Context) -> dict[str, Any] | None:
+    """The saved conversation, if the host gave one and is not replaying this unit's journal."""
+    state = ctx.state
+    replaying = getattr(ctx, "replaying", True)  # SDKs that do not say are treated as replaying: safe
+    if replaying is False and isinstance(state, dict) and isinstance(state.get("messages"), list):
+        return state
+    return None
+
+
+def assistant_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a served assistant message that go back into the conversation."""
+    kept: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        kept["tool_calls"] = message["tool_calls"]
+    return kept
+
+
+def _tool_message(call_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    if len(text) > TOOL_RESULT_CHARS:
+        text = text[:TOOL_RESULT_CHARS] + f"... [cut: {len(text) - TOOL_RESULT_CHARS} more characters]"
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+class Coder:
+    """One unit's conversation and what it has done so far."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.max_steps = int(ctx.params.get("max_steps", DEFAULT_MAX_STEPS))
+        self.verify_cmd: str | None = ctx.params.get("verify")
+        saved = resumable_state(ctx)
+        self.messages: list[dict[str, Any]] = saved["messages"] if saved else first_messages(ctx)
+        self.step: int = saved.get("step", 0) if saved else 0
+        self.changed: list[str] = saved.get("changed", []) if saved else []
+        self.verifications: list[dict[str, Any]] = saved.get("verifications", []) if saved else []
+
+    async def run(self) -> dict[str, Any]:
+        while self.step < self.max_steps:
+            self.step += 1
+            reply = await self.ctx.model(self.messages, tools=list(TOOL_SPECS),
+                                         purpose=f"unit {self.ctx.unit.id} step {self.step}")
+            message = assistant_message(reply.message)
+            self.messages.append(message)
+            calls = message.get("tool_calls") or []
+            for call in calls:
+                self.messages.append(await self.call_tool(call))
+            final = not calls and await self.accept_final()
+            await self.ctx.save_state(self.state(done=final))
+            if final:
+                answer = str(message.get("content") or "")
+                await self.ctx.evidence("note", f"unit {self.ctx.unit.id}: {answer[:200]}",
+                                        {"steps": self.step, "model": reply.model, "changed": self.changed})
+                return {"answer": answer, "steps": self.step, "changed": self.changed,
+                        "verifications": self.verifications, "model": reply.model}
+        raise StepLimitError(f"unit {self.ctx.unit.id}: no final answer after {self.max_steps} model calls "
+                             "(raise params.max_steps to allow more)")
+
+    def state(self, *, done: bool) -> dict[str, Any]:
+        return {"messages": self.messages, "step": self.step, "changed": self.changed,
+                "verifications": self.verifications, "done": done}
+
+    async def accept_final(self) -> bool:
+        """True unless the unit names a verification command and it fails; then the model hears why."""
+        if not self.verify_cmd:
+            return True
+        result = await self._run_tool("run", {"cmd": self.verify_cmd, "verify": True})
+        if result.ok:
+            return True
+        self.messages.append({"role": "user", "content": (
+            f"The unit's verification `{self.verify_cmd}` failed, so the work is not done yet:\n"
+            + json.dumps({"error": result.error, "output": result.output}, sort_keys=True)[:TOOL_RESULT_CHARS]
+            + "\nFix the problem, then answer again.")})
+        return False
+
+    async def call_tool(self, call: dict[str, Any]) -> dict[str, Any]:
+        """Run one tool call of the model; any problem becomes the tool message the model reads."""
+        call_id = str(call.get("id", ""))
+        function = call.get("function") or {}
+        name = function.get("name", "")
+        if name not in _KNOWN:
+            return _tool_message(call_id, {"ok": False, "error": f"unknown tool {name!r}; use one of "
+                                                                 f"{sorted(_KNOWN)}"})
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            return _tool_message(call_id, {"ok": False, "error": f"arguments of {name} are not valid JSON: {exc}"})
+        if not isinstance(args, dict):
+            return _tool_message(call_id, {"ok": False, "error": f"arguments of {name} must be a JSON object"})
+        unknown = sorted(set(args) - set(_SPECS[name].parameters["properties"]))
+        if unknown:
+            return _tool_message(call_id, {"ok": False, "error": f"{name} has no argument(s) {unknown}"})
+        try:
+            result = await self._run_tool(name, args)
+        except HostError as exc:
+            if exc.code != ap.ERR_TOOL_DENIED:
+                raise  # pausing, nondeterminism, ...: the unit stops here
+            return _tool_message(call_id, {"ok": False, "error": exc.message})
+        return _tool_message(call_id, {"ok": result.ok, "output": result.output, "error": result.error})
+
+    async def _run_tool(self, name: str, args: dict[str, Any]) -> ap.ToolRunResult:
+        result = await self.ctx.tool(name, **args)
+        output = result.output if isinstance(result.output, dict) else {}
+        if result.ok and name == "write_file":
+            self._changed([output.get("path", args.get("path", ""))])
+        elif result.ok and name == "apply_diff":
+            self._changed(sorted(output.get("files", {})))
+        elif name == "run" and args.get("verify"):
+            self.verifications.append({"cmd": args.get("cmd"), "ok": result.ok, "exit_code": output.get("exit_code")})
+        return result
+
+    def _changed(self, paths: list[str]) -> None:
+        self.changed.extend(p for p in paths if p and p not in self.changed)
+
+
+async def code(ctx: Context) -> dict[str, Any]:
+    return await Coder(ctx).run()
+
+
+def main() -> None:
+    Agent("coder", {"*": code}, version="1").run()
+
+
+if __name__ == "__main__":
+    main()
