@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from engine_helpers import (
@@ -91,19 +90,17 @@ def _slow_units(side: Path) -> list[dict]:
         for i in range(3)]
 
 
-def test_pause_is_acknowledged_fast_and_resume_continues_there(tmp_path: Path) -> None:
+def test_pause_is_acknowledged_and_resume_continues_there(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, _slow_units(side))), store=store)
     mid = mission_id_of(host)
     wait_for(lambda: side.exists() and len(side.read_text().split()) >= 2)
-    started = time.monotonic()
     keel("pause", mid, store=store, check_rc=0)
+    # How fast the host acknowledges is a benchmark figure (benchmarks/), not a timed assertion here.
     wait_for(lambda: record(store, mid).state in (MissionState.PAUSING, MissionState.PAUSED), step=0.005)
-    acknowledged = time.monotonic() - started
     assert host.wait(timeout=20) == 3
     assert record(store, mid).state == MissionState.PAUSED
-    assert acknowledged < 1.0  # includes starting the `keel pause` process; the host's own ack is ~20-50 ms
     assert "paused" in [p.reason for p in read(store, lambda t: m.restore_points(t, mid))]
     keel("resume", mid, store=store, check_rc=0)
     lines = side.read_text().split()

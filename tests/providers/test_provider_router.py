@@ -122,7 +122,7 @@ async def test_retry_after_is_honoured(fault: FaultServer, events: list[Provider
     gap = fault.posts[1].at - fault.posts[0].at
     retry = next(e for e in events if e.kind == "retry")
     # HTTP-dates have whole seconds: "now + 2 s" rounds down to between 1 and 2 seconds from now.
-    assert 0.9 <= gap <= 2.5, gap
+    assert 0.9 <= gap <= 4.0, gap  # lower bound: honoured; upper: generous for a loaded machine
     assert retry.reason == "rate_limited" and 0.8 <= retry.delay_s <= 2.1
 
 
@@ -135,7 +135,7 @@ async def test_retry_after_beyond_the_cap_cools_down_and_fails_over(fault_factor
     result = await r.complete(PARAMS)
     health = r.health_snapshot()[0]
     await r.aclose()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 30  # did not sit out the hour the server asked for
     assert result.provider == "other"
     assert health.state == HealthState.COOLING_DOWN and health.cooldown_until > time.time() + 3000
 

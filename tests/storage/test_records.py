@@ -33,7 +33,8 @@ MISSION_SPEC = spec.MissionSpec(
                                      snapshot_budget_ms=3, interval_ms=4),
     permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0), env={"K": "V"})
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
-QUESTION = records.Question(unit="u1", seq=3, text="which?", choices=("a", "b"))
+QUESTION = records.Question(unit="u1", seq=3, text="which?", choices=("a", "b"), kind="uncertain-effect",
+                            fingerprint="f" * 64, lane="u1#2")
 COST = records.StepCost(wall_ms=12.5, tokens=99)
 MARK = records.UnitMark(state=UnitState.RUNNING, journal_hwm=7, attempts=2, result={"r": 1}, error="e",
                         agent_state="ab" * 32, epoch=3)
