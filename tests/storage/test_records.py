@@ -52,7 +52,7 @@ SAMPLES: dict[type[Any], Any] = {
     records.MissionRecord: records.MissionRecord(
         id="m1", spec=MISSION_SPEC, state=MissionState.WAITING_INPUT, created_at=1.0, updated_at=2.0,
         workspace="/w", sandbox="/s", pause_reason=PauseReason.WAITING_INPUT, question=QUESTION, error="x",
-        host=HOST, forked_from="m0", mission_file="m.toml"),
+        host=HOST, forked_from="m0", mission_file="m.toml", control_seen=4),
     records.StepCost: COST,
     records.JournalEntry: records.JournalEntry(
         seq=5, kind="tool/run", fingerprint="f" * 64, phase="intent", result={"out": "é☃"}, error="err",
