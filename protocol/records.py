@@ -32,6 +32,9 @@ class Question(msgspec.Struct, frozen=True, omit_defaults=True):
     seq: int
     text: str
     choices: tuple[str, ...] = ()
+    kind: str = "human/ask"  # or "uncertain-effect": an effectful call that may or may not have run
+    fingerprint: str = ""  # of the journaled request the answer belongs to
+    lane: str = ""  # the journal lane (unit id, or unit id#epoch after a restore)
 
 
 class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -50,6 +53,7 @@ class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     host: HostInfo | None = None
     forked_from: str = ""
     mission_file: str = ""
+    control_seen: int = 0  # the last Control record the host has acted on
 
 
 class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):

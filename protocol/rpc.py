@@ -61,7 +61,10 @@ _raw = msgspec.json.Decoder(dict[str, Any])
 
 
 def encode(message: Message) -> bytes:
-    return _encoder.encode(message)
+    """JSON bytes of a message; "jsonrpc" is always written (omit_defaults would drop it)."""
+    obj: dict[str, Any] = msgspec.to_builtins(message)
+    obj["jsonrpc"] = JSONRPC
+    return _encoder.encode(obj)
 
 
 def decode(body: bytes) -> Message:

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.commands import inspect, serve, verify
+from keel.server.commands import inspect, pause, run, serve, verify
 
-VERBS: list[ModuleType] = [inspect, verify, serve]
+VERBS: list[ModuleType] = [inspect, run, pause, verify, serve]

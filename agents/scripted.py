@@ -1,0 +1,96 @@
+"""The scripted reference agent: runs the declarative steps in a unit's params, deterministically.
+
+    [[units]]
+    id = "edit"
+    params.steps = [
+      { tool = "write_file", args = { path = "a.py", content = "x = 1\n" } },
+      { tool = "run", args = { cmd = "python -m py_compile a.py", verify = true } },
+      { ask = "Ship it?", choices = ["yes", "no"] },
+      { now = true }, { random = true }, { save_state = { done = 1 } }, { sleep = 0.05 },
+      { add_units = [ { id = "later", params = { steps = [] } } ] },
+      { model = { messages = [ { role = "user", content = "hi" } ] } },
+      { evidence = { kind = "note", summary = "checked" } },
+    ]
+
+A failed tool step fails the unit unless it says `allow_failure = true`. Test-only steps: `fail` (raise),
+`exit` (the process dies; with `once_file`, only while that file does not exist) and `garbage` (write
+bytes that are not a frame). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
+the SDK only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from keel.agents.sdk import Agent, Context
+
+
+async def run_steps(ctx: Context) -> dict[str, Any]:
+    outputs: list[Any] = []
+    for index, step in enumerate(ctx.params.get("steps", [])):
+        if not isinstance(step, dict):
+            raise ValueError(f"unit {ctx.unit.id} step {index}: expected a table, got {type(step).__name__}")
+        outputs.append(await _step(ctx, index, step))
+    return {"unit": ctx.unit.id, "steps": len(outputs), "outputs": outputs}
+
+
+async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
+    where = f"unit {ctx.unit.id} step {index}"
+    if "tool" in step:
+        result = await ctx.tool(step["tool"], **step.get("args", {}))
+        if not result.ok and not step.get("allow_failure", False):
+            raise RuntimeError(f"{where}: tool {step['tool']} failed: {result.error or result.output}")
+        return {"ok": result.ok}
+    if "ask" in step:
+        return await ctx.ask(str(step["ask"]), tuple(step.get("choices", ())))
+    if "model" in step:
+        spec = step["model"]
+        reply = await ctx.model(spec.get("messages", []), purpose=spec.get("purpose", ""))
+        return reply.message.get("content", "")
+    if step.get("now"):
+        return await ctx.now()
+    if step.get("random"):
+        return await ctx.random()
+    if "save_state" in step:
+        await ctx.save_state(step["save_state"])
+        return None
+    if "add_units" in step:
+        return await ctx.add_units(step["add_units"])
+    if "evidence" in step:
+        ev = step["evidence"]
+        await ctx.evidence(ev.get("kind", "note"), ev.get("summary", ""), ev.get("data"))
+        return None
+    if "sleep" in step:
+        await asyncio.sleep(float(step["sleep"]))
+        return None
+    return _test_step(where, step)
+
+
+def _test_step(where: str, step: dict[str, Any]) -> Any:
+    if "fail" in step:
+        raise RuntimeError(f"{where}: {step['fail']}")
+    if "exit" in step:
+        once = step.get("once_file")
+        if once is None or not Path(once).exists():
+            if once is not None:
+                Path(once).write_text("died once\n")
+            sys.stderr.flush()
+            os._exit(int(step["exit"]))
+        return None
+    if step.get("garbage"):
+        sys.__stdout__.buffer.write(b"this is not a frame\r\n\r\n")  # type: ignore[union-attr]
+        sys.__stdout__.flush()  # type: ignore[union-attr]
+        return None
+    raise ValueError(f"{where}: unknown step {sorted(step)}; see keel.agents.scripted for the step kinds")
+
+
+def main() -> None:
+    Agent("scripted", {"*": run_steps}, version="1").run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""`keel run FILE` and `keel resume ID`: run a mission's host in the foreground, or detached.
+
+Exit codes: 0 completed, 3 paused (operator or waiting for an answer), 4 failed, 2 usage (e.g. a host
+already runs this mission), 6 not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from keel.protocol.states import MissionState
+from keel.server.commands.common import open_store, store_path
+from keel.server.engine import control
+from keel.server.engine.host import run_host_blocking
+from keel.server.engine.progress import Progress
+from keel.server.exits import Exit
+from keel.storage import Store
+from keel.storage import missions as m
+from keel.storage.location import prepare_keel_dir
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common], help="start a mission from a mission file")
+    p.add_argument("file", help="mission file (TOML)")
+    _host_flags(p)
+    p.set_defaults(run=run_mission)
+    p = sub.add_parser("resume", parents=[common], help="continue a paused or interrupted mission")
+    p.add_argument("id", help="mission id (or a unique prefix)")
+    _host_flags(p)
+    p.set_defaults(run=resume_mission)
+
+
+def _host_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detach", action="store_true", help="run the host as a detached process; print the id")
+    p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+
+
+def exit_for_state(state: MissionState) -> int:
+    if state == MissionState.COMPLETED:
+        return Exit.OK
+    if state == MissionState.FAILED or state == MissionState.CANCELLED:
+        return Exit.MISSION_FAILED
+    return Exit.PAUSED
+
+
+def run_mission(args: argparse.Namespace) -> int:
+    path = store_path(args)
+    prepare_keel_dir(path)
+    with Store.open(path) as store:
+        record = control.create_mission(store, Path(args.file))
+    if args.detach:
+        control.spawn_host(path, record.id)
+        print(record.id)
+        return Exit.OK
+    progress = Progress.for_terminal(args.json, args.plain)
+    progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
+    return _foreground(path, record.id, progress)
+
+
+def resume_mission(args: argparse.Namespace) -> int:
+    path = store_path(args)
+    with open_store(args) as store:
+        mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
+    if args.detach:
+        control.resume(path, mission_id, detach=True)
+        print(mission_id)
+        return Exit.OK
+    return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain))
+
+
+def _foreground(path: Path, mission_id: str, progress: Progress) -> int:
+    state = run_host_blocking(path, mission_id, progress)
+    with Store.open(path, create=False) as store:
+        record = store.read(lambda t: m.get_mission(t, mission_id))
+    if record.question is not None and state == MissionState.WAITING_INPUT:
+        progress.line(f"mission {mission_id} waits for an answer: {record.question.text}\n"
+                      f"  answer with: keel answer {mission_id} TEXT")
+    elif state == MissionState.PAUSED:
+        progress.line(f"mission {mission_id} paused; continue with: keel resume {mission_id}")
+    elif state == MissionState.FAILED:
+        progress.line(f"mission {mission_id} failed: {record.error}")
+    return exit_for_state(state)

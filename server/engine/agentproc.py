@@ -1,0 +1,230 @@
+"""An agent subprocess and the JSON-RPC 2.0 connection over its stdin/stdout.
+
+The host sends `initialize`, `unit/run`, `shutdown`; the agent sends its own requests concurrently,
+which `handler` answers (the host's journal). An agent that writes garbage, dies, or closes its stdout
+ends the connection with an `AgentError` that says which. Agents get a scrubbed environment: no
+variable that looks like a secret reaches them. Depends on protocol only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import re
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from keel.protocol import rpc
+from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
+from keel.protocol.framing import frame, read_frame_async
+
+Handler = Callable[[str, Any], Awaitable[Any]]
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+class AgentError(KeelError):
+    """The agent process misbehaved: garbage on stdout, died, or answered with an error."""
+
+    code = ErrorCode.AGENT
+
+    def __init__(self, message: str, *, died: bool = False) -> None:
+        super().__init__(message)
+        self.died = died
+
+
+class RemoteError(KeelError):
+    """An error response from the agent (e.g. the unit's handler raised)."""
+
+    code = ErrorCode.AGENT
+
+
+class HandlerError(Exception):
+    """Raised by a handler to answer the agent with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class ProcState(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+
+
+_PROC_TRANSITIONS = {
+    ProcState.STARTING: {ProcState.RUNNING, ProcState.STOPPING, ProcState.EXITED},
+    ProcState.RUNNING: {ProcState.STOPPING, ProcState.EXITED},
+    ProcState.STOPPING: {ProcState.EXITED},
+    ProcState.EXITED: set(),
+}
+
+
+def agent_env(extra: dict[str, str]) -> dict[str, str]:
+    """The parent's environment without anything that looks like a secret, plus the mission's env."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+    env.update({k: v for k, v in extra.items() if not _SECRET.search(k)})
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def resolve_command(command: tuple[str, ...]) -> list[str]:
+    """`python`/`python3` means the interpreter keel runs on, so agents see the same packages."""
+    cmd = list(command)
+    if cmd and cmd[0] in ("python", "python3"):
+        cmd[0] = sys.executable
+    return cmd
+
+
+class AgentProcess:
+    def __init__(self, proc: asyncio.subprocess.Process, handler: Handler, name: str) -> None:
+        self.proc = proc
+        self.name = name
+        self.state = ProcState.STARTING
+        self._handler = handler
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._failure: AgentError | None = None
+        self._reader = asyncio.create_task(self._read_loop())
+
+    @classmethod
+    async def start(cls, command: tuple[str, ...], *, cwd: Path, env: dict[str, str], log: Path,
+                    handler: Handler, name: str) -> AgentProcess:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as err:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *resolve_command(command), cwd=str(cwd), env=agent_env(env), stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE, stderr=err, limit=64 * 1024 * 1024)
+            except OSError as exc:
+                raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
+        return cls(proc, handler, name)
+
+    def _set_state(self, new: ProcState) -> None:
+        if new == self.state:
+            return
+        if new not in _PROC_TRANSITIONS[self.state]:
+            raise RuntimeError(f"agent process cannot go from {self.state} to {new}")
+        self.state = new
+
+    async def request(self, method: str, params: Any) -> Any:
+        if self._failure is not None:
+            raise self._failure
+        self._next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[self._next_id] = future
+        self._send(rpc.Request(method=method, id=self._next_id, params=msgspec.to_builtins(params)))
+        if method == "initialize":
+            result = await future
+            self._set_state(ProcState.RUNNING)
+            return result
+        return await future
+
+    def _send(self, message: rpc.Message) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            stdin.write(frame(rpc.encode(message)))
+
+    async def _read_loop(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while True:
+                body = await read_frame_async(self.proc.stdout)
+                if body is None:
+                    code = await self._exit_code()
+                    self._fail(AgentError(f"agent {self.name} exited (code {code}) without finishing", died=True))
+                    return
+                self._dispatch(rpc.decode(body))
+        except ProtocolError as exc:
+            self._fail(AgentError(f"agent {self.name} wrote garbage on stdout: {exc.message}"))
+            await self.kill()
+        except Exception as exc:
+            self._fail(AgentError(f"agent {self.name} connection failed: {exc}"))
+            await self.kill()
+
+    async def _exit_code(self) -> int | None:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout=2.0)
+        except TimeoutError:
+            return None
+
+    def _dispatch(self, message: rpc.Message) -> None:
+        match message:
+            case rpc.Request(method=method, id=msg_id, params=params):
+                task = asyncio.create_task(self._answer(method, msg_id, params))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            case rpc.Response(id=msg_id, result=result):
+                future = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+                if future is not None and not future.done():
+                    future.set_result(result)
+            case rpc.ErrorResponse(id=msg_id, error=error):
+                future = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
+                if future is not None and not future.done():
+                    future.set_exception(RemoteError(error.message))
+            case rpc.Notification():
+                pass  # agents may log through notifications; nothing to do
+
+    async def _answer(self, method: str, msg_id: rpc.Id, params: Any) -> None:
+        try:
+            result = await self._handler(method, params)
+        except HandlerError as exc:
+            self._send(rpc.ErrorResponse(id=msg_id, error=rpc.ErrorObject(exc.code, exc.message, exc.data)))
+            return
+        except asyncio.CancelledError:
+            raise
+        except KeelError as exc:
+            self._send(rpc.ErrorResponse(id=msg_id, error=rpc.ErrorObject(-32000 - int(exc.code), exc.message)))
+            return
+        self._send(rpc.Response(id=msg_id, result=msgspec.to_builtins(result)))
+
+    def _fail(self, error: AgentError) -> None:
+        self._failure = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+
+    async def close(self, timeout: float = 2.0) -> None:
+        """Ask the agent to shut down, close its stdin, and make sure it is gone."""
+        if self.state != ProcState.EXITED:
+            self._set_state(ProcState.STOPPING)
+        if self.proc.returncode is None and self._failure is None:
+            self._send(rpc.Notification(method="shutdown"))
+        if self.proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout=timeout)
+        except TimeoutError:
+            await self.kill()
+        await self._finish()
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+        self._set_state(ProcState.EXITED)
+
+    async def _finish(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if not self._reader.done():
+            self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+        self._set_state(ProcState.EXITED)

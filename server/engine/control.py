@@ -1,0 +1,166 @@
+"""The mission control API that the CLI and the language server call: start, pause, resume, answer.
+
+Every request is a durable Control record in the store (a host that crashes after a pause was requested
+still honours it on restart) plus, where needed, a mission host started as a detached process. Nothing
+here blocks for long: hosts run in their own processes. Depends on storage and the engine's own modules;
+never on the language server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, NotFoundError
+from keel.protocol.missionfile import load_mission_file
+from keel.protocol.records import Control, MissionRecord
+from keel.protocol.states import MissionState, PauseReason
+from keel.server.engine import places
+from keel.server.engine.hostlock import HostBusyError, HostLock
+from keel.storage import Store, Txn
+from keel.storage import missions as m
+from keel.storage.location import prepare_keel_dir
+
+
+class AnswerError(KeelError):
+    code = ErrorCode.USAGE
+
+
+def create_mission(store: Store, mission_file: Path) -> MissionRecord:
+    """Read and check the mission file, record the mission (state created), return its record."""
+    mission_file = mission_file.resolve()
+    spec = load_mission_file(mission_file)
+    workspace = (mission_file.parent / spec.workspace).resolve()
+    if not workspace.is_dir():
+        raise NotFoundError(f"{mission_file}: workspace {workspace} is not a folder")
+    now = time.time()
+    record = MissionRecord(id=places.new_mission_id(now), spec=spec, state=MissionState.CREATED,
+                           created_at=now, updated_at=now, workspace=str(workspace),
+                           mission_file=str(mission_file))
+    store.write(lambda txn: m.put_mission(txn, record))
+    return record
+
+
+def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
+    """Create a mission and run it: in a detached host (returns at once) or here (returns when it stops)."""
+    prepare_keel_dir(store_path)
+    with Store.open(store_path) as store:
+        record = create_mission(store, mission_file)
+    if detach:
+        spawn_host(store_path, record.id)
+    else:
+        from keel.server.engine.host import run_host_blocking
+
+        run_host_blocking(store_path, record.id)
+    return record.id
+
+
+def spawn_host(store_path: Path, mission_id: str) -> int:
+    """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log)."""
+    log = places.log_path(store_path, mission_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keel.server.cli", "resume", mission_id, "--store", str(store_path),
+             "--plain"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True)
+    return proc.pid
+
+
+def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
+    """Record a pause; a running host acknowledges it (state pausing) within ~50 ms and stops at a
+    consistent point. A mission whose host is gone is marked paused directly."""
+
+    def txn_fn(txn: Txn) -> MissionRecord:
+        seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
+        record = m.get_mission(txn, mission_id)
+        if record.state in (MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING) \
+                and not host_alive(record):
+            record = m.set_mission_state(txn, mission_id, MissionState.PAUSED,
+                                         pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None)
+        return record
+
+    return store.write(txn_fn)
+
+
+def pause_all(store: Store, source: str) -> list[str]:
+    """Pause every mission that is running (or about to); returns their ids."""
+    active = {MissionState.RUNNING, MissionState.CREATED}
+    ids = [r.id for r in store.read(m.list_missions) if r.state in active]
+    for mission_id in ids:
+        request_pause(store, mission_id, source)
+    return ids
+
+
+def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int | None:
+    """Continue a paused, failed or crashed mission. Detached: returns the host's pid."""
+    with Store.open(store_path, create=False) as store:
+        record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
+    if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
+        raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
+    if record.state == MissionState.CANCELLED:
+        raise InvalidTransitionError(f"mission {record.id} was cancelled; it cannot be resumed")
+    if detach:
+        return spawn_host(store_path, record.id)
+    from keel.server.engine.host import run_host_blocking
+
+    run_host_blocking(store_path, record.id)
+    return None
+
+
+def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bool = True) -> MissionRecord:
+    """Record the person's answer to the mission's question durably, then resume it (detached)."""
+    with Store.open(store_path, create=False) as store:
+        def txn_fn(txn: Txn) -> MissionRecord:
+            mid = m.resolve_mission_id(txn, mission_id)
+            record = m.get_mission(txn, mid)
+            question = record.question
+            if record.state != MissionState.WAITING_INPUT or question is None:
+                raise AnswerError(f"mission {mid} is {record.state.value}; it is not waiting for an answer")
+            if question.choices and text not in question.choices:
+                raise AnswerError(f"mission {mid} asks {question.text!r}: answer one of "
+                                  f"{', '.join(question.choices)} (got {text!r})")
+            m.add_control(txn, mid, Control(action="answer", at=time.time(), text=text, source=source))
+            return record
+
+        record = store.write(txn_fn)
+    if resume:
+        _resume_detached(store_path, record.id)
+    return record
+
+
+def _resume_detached(store_path: Path, mission_id: str) -> None:
+    if not HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere():
+        spawn_host(store_path, mission_id)
+
+
+def host_alive(record: MissionRecord) -> bool:
+    """Whether the host recorded in the mission still runs (same machine: the pid exists, not a zombie,
+    and it started no later than the record says)."""
+    host = record.host
+    if host is None:
+        return False
+    if host.hostname and host.hostname != os.uname().nodename:
+        return True  # another machine's host: assume alive (its lock is not ours to probe)
+    try:
+        stat = Path(f"/proc/{host.pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    start_ticks = int(fields[19])
+    boot = _boot_time()
+    started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    return started <= host.started_at + 2.0
+
+
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+

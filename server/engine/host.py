@@ -1,0 +1,291 @@
+"""The mission host: one process per running mission; drives the task graph and owns the journal.
+
+Loop: start ready units (up to max_parallel), each in its own agent subprocess; record each finished
+unit with a checkpoint (a restore point); watch the control log for pause requests and stop at a
+consistent point; stop for a person's answer (waiting_input). Mission state moves only through
+`_set_state` (storage/missions.set_mission_state, which checks protocol/states.py's table). Completion
+is recorded in a transaction that checks this host's fencing token (MissionRecord.host.host_id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from keel.protocol import agent as ap
+from keel.protocol.errors import InvalidTransitionError, KeelError
+from keel.protocol.records import HostInfo, MissionRecord, Question
+from keel.protocol.states import MissionState, PauseReason
+from keel.server.engine import checkpoint, places
+from keel.server.engine.agentproc import HandlerError
+from keel.server.engine.checkpoint import Policy, TreeDigest
+from keel.server.engine.graph import Graph
+from keel.server.engine.hostlock import HostLock
+from keel.server.engine.journal import JournalWriter
+from keel.server.engine.progress import Progress
+from keel.server.engine.recovery import apply_controls
+from keel.server.engine.sandbox import ensure_sandbox
+from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.storage import Store, Txn
+from keel.storage import missions as m
+
+S = MissionState
+POLL_S = 0.02
+
+
+class StaleHostError(KeelError):
+    """Another host took this mission over; this one must not record anything more."""
+
+
+class MissionHost:
+    def __init__(self, store: Store, store_path: Path, mission_id: str, progress: Progress) -> None:
+        self.store = store
+        self.store_path = store_path
+        self.mission_id = mission_id
+        self.progress = progress
+        self.host_id = uuid.uuid4().hex[:12]
+        record = store.read(lambda t: m.get_mission(t, mission_id))
+        self.record: MissionRecord = record
+        self.spec = record.spec
+        self.policy = Policy(self.spec.checkpoint)
+        self.writer = JournalWriter(store, self.policy.window_s)
+        self.graph = Graph([], {})
+        self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
+        self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
+        self.sessions: dict[str, UnitSession] = {}
+        self._stop: asyncio.Event = asyncio.Event()
+        self._stop_state: MissionState | None = None
+        self._tree = TreeDigest()
+        self._step = ""
+
+    # -- state --------------------------------------------------------------------------------------
+    async def _set_state(self, state: MissionState, **changes: object) -> MissionRecord:
+        old = self.record.state
+
+        def write(txn: Txn) -> MissionRecord:
+            return m.set_mission_state(txn, self.mission_id, state, **changes)
+
+        self.record = await self.writer.commit(write)
+        if old != state:
+            self.progress.event("state", mission=self.mission_id, state=state.value,
+                                reason=self.record.pause_reason.value if self.record.pause_reason else "")
+        return self.record
+
+    def _fence(self, txn: Txn) -> None:
+        current = m.get_mission(txn, self.mission_id)
+        if current.host is None or current.host.host_id != self.host_id:
+            raise StaleHostError(f"mission {self.mission_id} is now run by another host; this one stops")
+
+    async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
+        units, marks = self.graph.unit_list(), self.graph.marks()
+        config = checkpoint.config_of(self.spec)
+        tree_digest = await asyncio.to_thread(self._tree, self.sandbox) if tree and self.sandbox.exists() else ""
+        state = self.record.state
+
+        def write(txn: Txn) -> None:
+            self._fence(txn)
+            if extra is not None:
+                extra(txn)
+            checkpoint.commit(txn, self.mission_id, reason=reason, units=units, marks=marks, config=config,
+                              state=state, sandbox_tree=tree_digest)
+
+        await self.writer.commit(write)
+        self.policy.snapshotted()
+
+    # -- startup ------------------------------------------------------------------------------------
+    async def start(self) -> MissionState | None:
+        """Take the mission over; returns a final state when there is nothing to run."""
+        host = HostInfo(host_id=self.host_id, pid=os.getpid(), started_at=time.time(), hostname=os.uname().nodename)
+        decision, self.record = await self.writer.commit(lambda txn: apply_controls(txn, self.mission_id, host))
+        manifest = self.store.read(lambda t: m.head_checkpoint(t, self.mission_id))
+        units = self.store.read(lambda t: checkpoint.load_graph(t, manifest.graph)) if manifest else \
+            list(self.spec.units)
+        self.graph = Graph(units, manifest.units if manifest else {})
+        self.graph.reopen_after_crash()
+        if decision == "paused":
+            await self.checkpoint("paused", tree=False)
+            return S.PAUSED
+        if decision in ("waiting", "completed", "cancelled"):
+            return self.record.state
+        if self.record.state == S.FAILED:
+            self.graph.retry_failed()
+        workspace = Path(self.record.workspace)
+        self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
+        await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
+        if manifest is None:
+            await self.checkpoint("started")
+        return None
+
+    # -- the loop -----------------------------------------------------------------------------------
+    async def run(self) -> MissionState:
+        try:
+            final = await self.start()
+            if final is not None:
+                return final
+            watcher = asyncio.create_task(self._watch_controls())
+            try:
+                return await self._drive()
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        finally:
+            await asyncio.to_thread(self.writer.close)
+            self.progress.finish()
+
+    async def _drive(self) -> MissionState:
+        tasks: dict[asyncio.Task[Outcome], str] = {}
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            while not self._stop.is_set():
+                for uid in self.graph.ready():
+                    if len(tasks) >= self.spec.max_parallel:
+                        break
+                    if uid not in self.sessions:
+                        tasks[self._launch(uid)] = uid
+                if not tasks:
+                    break
+                done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is stop_wait:
+                        continue
+                    uid = tasks.pop(task)  # type: ignore[arg-type]
+                    await self._unit_finished(uid, task.result())  # type: ignore[arg-type]
+            if self._stop.is_set():
+                return await self._stop_all(tasks)
+            return await self._conclude()
+        finally:
+            stop_wait.cancel()
+
+    def _launch(self, uid: str) -> asyncio.Task[Outcome]:
+        self.graph.start(uid)
+        session = UnitSession(self, self.graph.units[uid])
+        self.sessions[uid] = session
+        self.stats["units_run"] += 1
+        self.progress.event("unit_started", unit=uid, attempt=self.graph.mark(uid).attempts)
+        return asyncio.create_task(session.run())
+
+    async def _unit_finished(self, uid: str, outcome: Outcome) -> None:
+        session = self.sessions.pop(uid)
+        if outcome.kind == "stopped":
+            self.graph.suspend(uid)
+            return
+        if outcome.kind == "succeeded":
+            self.graph.succeed(uid, outcome.result)
+        else:
+            self.graph.fail(uid, outcome.error)
+        await self.checkpoint(f"unit {outcome.kind}: {uid}")
+        self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed,
+                            executed=session.executed, error=outcome.error)
+        self._draw()
+
+    async def _conclude(self) -> MissionState:
+        if self.graph.all_succeeded():
+            await self._set_state(S.COMPLETED)
+            await self.checkpoint("completed")
+            return S.COMPLETED
+        failed = [uid for uid, mk in self.graph.marks().items() if mk.state.value == "failed"]
+        errors = "; ".join(f"{uid}: {self.graph.mark(uid).error}" for uid in failed)
+        await self._set_state(S.FAILED, error=errors[:2000])
+        await self.checkpoint("failed", tree=False)
+        return S.FAILED
+
+    async def _stop_all(self, tasks: dict[asyncio.Task[Outcome], str]) -> MissionState:
+        """Pause or wait for input: let running steps finish recording, stop the agents, checkpoint."""
+        await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
+        for task, uid in list(tasks.items()):
+            outcome = await task
+            if outcome.kind == "stopped" or uid not in self.sessions:
+                self.sessions.pop(uid, None)
+                self.graph.suspend(uid)
+            else:
+                await self._unit_finished(uid, outcome)
+        final = self._stop_state or S.PAUSED
+        if final == S.PAUSED:
+            await self._set_state(S.PAUSED, pause_reason=PauseReason.OPERATOR)
+        await self.checkpoint("paused" if final == S.PAUSED else "waiting for input")
+        return final
+
+    # -- pause and questions --------------------------------------------------------------------------
+    async def _watch_controls(self) -> None:
+        seen_txn = -1
+        while not self._stop.is_set():
+            txn_id = self.store.txn_id()
+            if txn_id != seen_txn:
+                seen_txn = txn_id
+                controls = self.store.read(self._unseen_controls)
+                if controls:
+                    await self._on_controls(controls)
+            await asyncio.sleep(POLL_S)
+
+    def _unseen_controls(self, txn: Txn) -> list[tuple[int, Any]]:
+        return m.controls_after(txn, self.mission_id, self.record.control_seen)
+
+    async def _on_controls(self, controls: list[tuple[int, Any]]) -> None:
+        last = controls[-1][0]
+        if any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
+            await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
+            self._stop_state = S.PAUSED
+            self._stop.set()
+        else:
+            self.record = await self.writer.commit(
+                lambda txn: m.set_mission_state(txn, self.mission_id, self.record.state, control_seen=last))
+
+    async def wait_for_input(self, question: Question) -> None:
+        """A unit needs a person: record the question (waiting_input) and stop the mission there."""
+        if self._stop.is_set():
+            return
+        self._stop_state = S.WAITING_INPUT
+        self._stop.set()
+        with contextlib.suppress(InvalidTransitionError):
+            await self._set_state(S.WAITING_INPUT, pause_reason=PauseReason.WAITING_INPUT, question=question)
+        self.progress.event("question", unit=question.unit, text=question.text)
+
+    # -- steps that change the mission ----------------------------------------------------------------
+    async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
+        added = self.graph.add(list(params.units), session.unit.id)
+        units, marks, config = self.graph.unit_list(), self.graph.marks(), checkpoint.config_of(self.spec)
+        state = self.record.state
+
+        def extra(txn: Txn) -> None:  # the graph change is durable with its journal entry
+            checkpoint.commit(txn, self.mission_id, reason=f"plan: {session.unit.id} added {len(added)}",
+                              units=units, marks=marks, config=config, state=state)
+
+        return await session.record(seq, "plan/add", fp, {"added": added}, begin, extra=extra,
+                                    summary=f"added {', '.join(added)}")
+
+    async def model_complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
+        raise HandlerError(ap.ERR_MODEL_UNAVAILABLE,
+                           "no model provider is configured for this host (model/complete is not available)")
+
+    def step_recorded(self, session: UnitSession, method: str, summary: str, wall_ms: float) -> None:
+        self._step = f"{session.unit.id}: {summary or method}"
+        self._draw()
+        if self.policy.record(wall_ms) and not self._stop.is_set():
+            task = asyncio.create_task(self.checkpoint("snapshot", tree=False))
+            task.add_done_callback(lambda t: t.exception())
+
+    def _draw(self) -> None:
+        counts = self.graph.counts()
+        self.progress.status(counts.get("succeeded", 0), len(self.graph.units), sorted(self.sessions), self._step)
+
+
+def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | None = None) -> MissionState:
+    """Run a mission's host in this process until it completes, fails or pauses."""
+    lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
+    lock.acquire()
+    try:
+        with Store.open(store_path, create=False) as store:
+            host = MissionHost(store, store_path, mission_id, progress or Progress("plain"))
+            state = asyncio.run(host.run())
+            summary = {**host.stats, "state": state.value}
+            (progress or Progress("plain")).event("host_exit", mission=mission_id, **summary)
+            return state
+    finally:
+        lock.release()
+

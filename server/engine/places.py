@@ -1,0 +1,41 @@
+"""Where a mission's files live next to its store: logs, host locks and sandboxes.
+
+For the default store `<workspace>/.keel/store` these are `.keel/logs`, `.keel/locks`, `.keel/sandboxes`.
+Pure path arithmetic plus mission ids; depends on nothing else in keel.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase: sorts like the numbers
+
+
+def new_mission_id(now: float | None = None) -> str:
+    """'m' + 9 base32 digits of milliseconds since the epoch + 3 random digits: short and sortable."""
+    millis = int((time.time() if now is None else now) * 1000)
+    stamp = "".join(_ALPHABET[(millis >> (5 * i)) & 31] for i in reversed(range(9)))
+    rand = int.from_bytes(os.urandom(2), "big")
+    return "m" + stamp + "".join(_ALPHABET[(rand >> (5 * i)) & 31] for i in reversed(range(3)))
+
+
+def keel_dir(store_path: Path) -> Path:
+    return store_path.parent
+
+
+def log_path(store_path: Path, mission_id: str) -> Path:
+    return keel_dir(store_path) / "logs" / f"{mission_id}.log"
+
+
+def agent_log_path(store_path: Path, mission_id: str, unit_id: str) -> Path:
+    return keel_dir(store_path) / "logs" / mission_id / f"{unit_id}.log"
+
+
+def lock_path(store_path: Path, mission_id: str) -> Path:
+    return keel_dir(store_path) / "locks" / f"{mission_id}.lock"
+
+
+def sandbox_path(store_path: Path, mission_id: str) -> Path:
+    return keel_dir(store_path) / "sandboxes" / mission_id

@@ -1,0 +1,66 @@
+"""What a starting host does first: take the mission over and act on the controls it has not seen.
+
+One transaction: record this host (the fencing token), fold the unseen Control records (a pause
+requested before a crash is honoured; an answer becomes the journal entry the waiting unit will
+replay), and decide whether there is anything to run. Depends on storage only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from keel.protocol.agent import ToolRunResult
+from keel.protocol.records import HostInfo, JournalEntry, MissionRecord, Question
+from keel.protocol.states import MissionState, PauseReason
+from keel.server.engine.toolcalls import RERUN_APPROVED
+from keel.storage import Txn
+from keel.storage import missions as m
+
+S = MissionState
+
+
+def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, MissionRecord]:
+    """Returns ("paused"|"waiting"|"completed"|"cancelled"|"run", the updated record)."""
+    record = m.get_mission(txn, mission_id)
+    pause = record.state == S.PAUSING
+    question = record.question
+    last = record.control_seen
+    for seq, control in m.controls_after(txn, mission_id, record.control_seen):
+        last = seq
+        if control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING):
+            pause = True
+        elif control.action == "answer" and question is not None:
+            apply_answer(txn, mission_id, question, control.text)
+            question = None
+    record = msgspec.structs.replace(record, control_seen=last, question=question)
+    m.put_mission(txn, record)
+    if record.state in (S.COMPLETED, S.CANCELLED):
+        return record.state.value, record
+    if pause:
+        return "paused", m.set_mission_state(txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR,
+                                             host=host)
+    if record.state == S.WAITING_INPUT and question is not None:
+        return "waiting", record
+    return "run", m.set_mission_state(txn, mission_id, record.state, host=host)
+
+
+def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> None:
+    """Turn the person's answer into the journal entry the unit's agent will receive by replay."""
+    lane = question.lane or question.unit
+    now = time.time()
+    if question.kind == "uncertain-effect":
+        intent = m.journal_get(txn, mission_id, lane, question.seq)
+        if intent is None:
+            return
+        if text == "skip":
+            result = ToolRunResult(ok=False, error="skipped by a person: the call may or may not have run")
+            m.journal_put(txn, mission_id, lane, msgspec.structs.replace(
+                intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"))
+        else:
+            m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, summary=RERUN_APPROVED))
+        return
+    m.journal_put(txn, mission_id, lane, JournalEntry(seq=question.seq, kind="human/ask",
+                                                      fingerprint=question.fingerprint,
+                                                      result={"answer": text}, at=now, summary="answered"))

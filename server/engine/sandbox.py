@@ -1,0 +1,54 @@
+"""The mission's own folder: a git worktree on branch keel/<id>, or a copy when there is no git repo.
+
+The person's working tree, index and branches are never changed: `git worktree add -b keel/<id>` only
+adds a branch and a worktree entry. A copy leaves out `.keel` (keel's own state). Depends on nothing in
+keel but the error types.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from keel.protocol.errors import ErrorCode, KeelError
+
+
+class SandboxError(KeelError):
+    code = ErrorCode.TOOL
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def git_toplevel(workspace: Path) -> Path | None:
+    if shutil.which("git") is None:
+        return None
+    proc = _git(workspace, "rev-parse", "--show-toplevel")
+    if proc.returncode != 0:
+        return None
+    top = Path(proc.stdout.strip())
+    # an empty repository (no commit yet) has nothing to branch from: treat it as a plain folder
+    return top if _git(top, "rev-parse", "--verify", "-q", "HEAD").returncode == 0 else None
+
+
+def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
+    """Create the sandbox once; an existing one (a resumed mission) is used as it is."""
+    if target.exists() and any(target.iterdir()):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    top = git_toplevel(workspace)
+    if top is not None:
+        branch = f"keel/{mission_id}"
+        exists = _git(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0
+        args = ["worktree", "add", "--force", str(target), branch] if exists else \
+            ["worktree", "add", "--force", "-b", branch, str(target), "HEAD"]
+        proc = _git(top, *args)
+        if proc.returncode != 0:
+            raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
+        return target
+    shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(".keel"))
+    return target

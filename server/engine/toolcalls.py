@@ -1,0 +1,136 @@
+"""Tool calls of a unit: permissions, the intent/result protocol for effects, reconciliation, evidence.
+
+Read-only and idempotent tools run and are recorded. An effectful tool first records an intent (its
+`preview`), runs, then records the result. An intent found without a result (the host died in between)
+is reconciled against the sandbox: the effect is there (record its result), visibly absent (run it), or
+undecidable (ask the person "rerun" or "skip"). Depends on keel.server.tools and the journal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from keel.protocol import agent as ap
+from keel.protocol.records import Evidence, JournalEntry, Question
+from keel.server.engine.agentproc import HandlerError
+from keel.server.engine.agentproc import agent_env as scrubbed_env
+
+if TYPE_CHECKING:
+    from keel.server.engine.unitrun import UnitSession
+
+RERUN_APPROVED = "rerun-approved"
+RERUNNING = "rerunning"
+
+
+class ToolCalls:
+    def __init__(self, session: UnitSession) -> None:
+        self.session = session
+
+    def _context(self) -> Any:
+        from keel.server.tools import ToolContext
+
+        host = self.session.host
+        return ToolContext(sandbox=host.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
+                           env=scrubbed_env(host.spec.env))
+
+    async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
+                  begin: float) -> Any:
+        from keel.server.tools import TOOLS, ToolError
+
+        s = self.session
+        if call.tool not in s.host.spec.permissions.tools:
+            return await s.record(seq, "tool/run", fp, {"code": ap.ERR_TOOL_DENIED}, begin,
+                                  error=f"tool {call.tool!r} is not allowed by this mission's permissions "
+                                        f"(allowed: {', '.join(s.host.spec.permissions.tools)})",
+                                  summary=f"{call.tool} denied")
+        tool = TOOLS.get(call.tool)
+        if tool is None:
+            return await s.record(seq, "tool/run", fp, {"code": rpc_invalid()}, begin,
+                                  error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})")
+        ctx = self._context()
+        if intent is not None:
+            return await self._recover(tool, ctx, call, seq, fp, intent, begin)
+        if tool.klass != "effectful":
+            return await self._finish(tool, ctx, call, seq, fp, begin)
+        try:
+            preview = tool.preview(ctx, call.args)
+        except ToolError as exc:
+            result = ap.ToolRunResult(ok=False, error=exc.message)
+            return await self._done(tool, call, seq, fp, result, begin)
+        await s.record(seq, "tool/run", fp, preview, begin, phase="intent", tool_class=tool.klass,
+                       summary=_describe(call))
+        return await self._finish(tool, ctx, call, seq, fp, begin)
+
+    async def _finish(self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str, begin: float) -> Any:
+        result = await tool.run(ctx, call.args)
+        return await self._done(tool, call, seq, fp, result, begin)
+
+    async def _done(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, result: ap.ToolRunResult,
+                    begin: float) -> Any:
+        s = self.session
+        return await s.record(seq, "tool/run", fp, msgspec.to_builtins(result), begin, tool_class=tool.klass,
+                              summary=_describe(call), evidence=evidence_for(s.unit.id, call, result))
+
+    async def _recover(self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str,
+                       intent: JournalEntry, begin: float) -> Any:
+        s = self.session
+        if intent.summary == RERUN_APPROVED:
+            await s.record(seq, "tool/run", fp, intent.result, begin, phase="intent", tool_class=tool.klass,
+                           summary=RERUNNING)
+            return await self._finish(tool, ctx, call, seq, fp, begin)
+        verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
+        s.host.stats["reconciled"] += 1
+        if verdict.done is True and verdict.result is not None:
+            return await self._done(tool, call, seq, fp, verdict.result, begin)
+        if verdict.done is False:
+            return await self._finish(tool, ctx, call, seq, fp, begin)
+        question = Question(
+            unit=s.unit.id, seq=seq, kind="uncertain-effect", fingerprint=fp, lane=s.lane, choices=("rerun", "skip"),
+            text=f"unit {s.unit.id}: the call {_describe(call)} may or may not have happened before keel stopped "
+                 f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun) or treat it as not "
+                 f"done (skip)?")
+        await s.host.wait_for_input(question)
+        raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
+
+
+def rpc_invalid() -> int:
+    from keel.protocol.rpc import INVALID_PARAMS
+
+    return INVALID_PARAMS
+
+
+def _describe(call: ap.ToolRunParams) -> str:
+    args = call.args
+    target = args.get("path") or args.get("cmd") or args.get("pattern") or ""
+    return f"{call.tool} {str(target)[:80]}".strip()
+
+
+def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) -> list[Evidence]:
+    """Every invocation, each file diff it reports, and each verification (run with verify=true)."""
+    now = time.time()
+    out = result.output if isinstance(result.output, dict) else {}
+    items = [Evidence(kind="tool", at=now, unit=unit, summary=f"{_describe(call)}: {'ok' if result.ok else 'failed'}",
+                      data={"tool": call.tool, "args": _short(call.args), "ok": result.ok, "error": result.error})]
+    diff = out.get("diff")
+    if diff:
+        items.append(Evidence(kind="diff", at=now, unit=unit, summary=f"{out.get('path', call.args.get('path', ''))}",
+                              data={"path": out.get("path", call.args.get("path", "")), "diff": diff}))
+    if call.args.get("verify"):
+        code = out.get("exit_code", out.get("returncode"))
+        items.append(Evidence(kind="verification", at=now, unit=unit,
+                              summary=f"{call.args.get('cmd')}: {'passed' if result.ok else 'failed'} (exit {code})",
+                              data={"cmd": call.args.get("cmd"), "ok": result.ok, "exit_code": code,
+                                    "output": _tail(out)}))
+    return items
+
+
+def _short(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v) for k, v in args.items()}
+
+
+def _tail(out: dict[str, Any]) -> str:
+    text = str(out.get("stdout", "")) + str(out.get("stderr", ""))
+    return text[-2000:]

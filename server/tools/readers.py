@@ -1,0 +1,187 @@
+"""The read-only tools: read_file, list_files, search. Bounded outputs, never outside the sandbox.
+
+list_files and search skip .git and .keel and do not follow symlinked folders. Depends on the stdlib,
+keel.protocol and the other server/tools modules only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from keel.server.tools.base import ReadOnlyTool, ToolContext, ToolError, arg
+from keel.server.tools.paths import HIDDEN_DIRS, relative, resolve
+
+READ_MAX_BYTES = 256 * 1024
+LIST_MAX_RESULTS = 1000
+SEARCH_MAX_RESULTS = 100
+SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
+SEARCH_LINE_CHARS = 400
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex over relative POSIX paths: `*` and `?` stay within a folder, `**/` spans
+    any number of folders. A pattern without '/' matches the file name in any folder."""
+    if "/" not in pattern:
+        pattern = "**/" + pattern
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i + 1 : end].replace("\\", "\\\\")
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def walk_files(sandbox: Path, start: Path) -> Iterator[Path]:
+    """Files under `start` in sorted order, skipping hidden keel/git folders, symlinked folders and
+    symlinks that point outside the sandbox."""
+    if start.is_file():
+        yield start
+        return
+    root = sandbox.resolve()
+    for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in HIDDEN_DIRS)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if not path.is_symlink() or path.resolve().is_relative_to(root):
+                yield path
+
+
+def _existing(ctx: ToolContext, rel: str) -> Path:
+    path = resolve(ctx.sandbox, rel)
+    if not path.exists():
+        raise ToolError(f"path {rel!r} does not exist in the sandbox")
+    return path
+
+
+class ReadFile(ReadOnlyTool):
+    name = "read_file"
+    description = ("Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
+                   "inclusive). Large files are cut at max_bytes.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "file path relative to the workspace root"},
+            "start_line": {"type": "integer", "minimum": 1},
+            "end_line": {"type": "integer", "minimum": 1},
+            "max_bytes": {"type": "integer", "minimum": 1, "maximum": READ_MAX_BYTES},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+    def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        rel = arg(args, "path", str)
+        path = _existing(ctx, rel)
+        if not path.is_file():
+            raise ToolError(f"path {rel!r} is a folder, not a file (use list_files)")
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            raise ToolError(f"file {rel!r} is binary ({len(data)} bytes); read_file reads text only")
+        lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+        start = arg(args, "start_line", int, 1)
+        end = arg(args, "end_line", int, len(lines))
+        if start < 1 or end < start - 1:
+            raise ToolError(f"line range {start}..{end} of {rel!r} is empty or reversed")
+        cap = min(arg(args, "max_bytes", int, READ_MAX_BYTES), READ_MAX_BYTES)
+        text = "".join(lines[start - 1 : end])
+        encoded = text.encode()
+        truncated = len(encoded) > cap
+        if truncated:
+            text = encoded[:cap].decode("utf-8", errors="ignore")
+        last = min(end, len(lines)) if not truncated else start - 1 + text.count("\n")
+        return {"path": relative(ctx.sandbox, path), "content": text, "start_line": start, "end_line": last,
+                "total_lines": len(lines), "truncated": truncated}
+
+
+class ListFiles(ReadOnlyTool):
+    name = "list_files"
+    description = ("List files in the workspace (recursively) whose relative path matches a glob such as "
+                   "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "folder to list, relative to the workspace root",
+                     "default": "."},
+            "glob": {"type": "string", "default": "*"},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": LIST_MAX_RESULTS},
+        },
+        "additionalProperties": False,
+    }
+
+    def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        start = _existing(ctx, arg(args, "path", str, "."))
+        matcher = glob_regex(arg(args, "glob", str, "*"))
+        limit = min(arg(args, "max_results", int, LIST_MAX_RESULTS), LIST_MAX_RESULTS)
+        files: list[str] = []
+        truncated = False
+        for path in walk_files(ctx.sandbox, start):
+            rel = relative(ctx.sandbox, path)
+            if matcher.match(rel):
+                if len(files) == limit:
+                    truncated = True
+                    break
+                files.append(rel)
+        return {"files": files, "truncated": truncated}
+
+
+class Search(ReadOnlyTool):
+    name = "search"
+    description = ("Search text files in the workspace for a regular expression (Python syntax); returns "
+                   "matching lines with their path and line number.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "description": "regular expression"},
+            "path": {"type": "string", "description": "file or folder to search", "default": "."},
+            "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
+            "ignore_case": {"type": "boolean", "default": False},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": SEARCH_MAX_RESULTS},
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+
+    def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        source = arg(args, "pattern", str)
+        try:
+            regex = re.compile(source, re.IGNORECASE if arg(args, "ignore_case", bool, False) else 0)
+        except re.error as exc:
+            raise ToolError(f"pattern {source!r} is not a valid regular expression: {exc}") from None
+        start = _existing(ctx, arg(args, "path", str, "."))
+        matcher = glob_regex(arg(args, "glob", str, "*"))
+        limit = min(arg(args, "max_results", int, SEARCH_MAX_RESULTS), SEARCH_MAX_RESULTS)
+        matches: list[dict[str, Any]] = []
+        for path in walk_files(ctx.sandbox, start):
+            rel = relative(ctx.sandbox, path)
+            if not matcher.match(rel) or path.stat().st_size > SEARCH_MAX_FILE_BYTES:
+                continue
+            data = path.read_bytes()
+            if b"\0" in data[:8192]:
+                continue
+            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+                if regex.search(line):
+                    if len(matches) == limit:
+                        return {"matches": matches, "truncated": True}
+                    matches.append({"path": rel, "line": number, "text": line[:SEARCH_LINE_CHARS]})
+        return {"matches": matches, "truncated": False}

@@ -1,0 +1,134 @@
+"""The `run` tool: a shell command in the sandbox, in its own process group, with a time limit.
+
+The command sees only the context's environment (plus PATH/HOME/LANG defaults), never the host's:
+keel's own process may hold provider keys in its environment. On timeout the whole process group is
+killed with SIGKILL; after a normal exit any background process the command left in its group is
+killed too, so nothing outlives the call. Output is kept as a capped tail of stdout and stderr.
+
+Reconcile: a command's effects cannot be read back from the sandbox, so an interrupted `run` is
+unknown (a person decides) unless the call was marked `idempotent`, in which case running it again is
+safe. Depends on the stdlib, keel.protocol and the other server/tools modules only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+from keel.protocol.agent import ToolRunResult
+from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
+from keel.server.tools.paths import relative, resolve
+
+OUTPUT_TAIL_BYTES = 16 * 1024
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
+
+
+class _Tail:
+    """The last `cap` bytes of a stream, and how many bytes were dropped before them."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.data, self.dropped = cap, bytearray(), 0
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self.data += chunk
+            if len(self.data) > self.cap:
+                cut = len(self.data) - self.cap
+                del self.data[:cut]
+                self.dropped += cut
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def command_env(ctx: ToolContext) -> dict[str, str]:
+    """The command's whole environment: defaults, then the mission's env. Never os.environ."""
+    return {"PATH": DEFAULT_PATH, "HOME": str(ctx.sandbox), "LANG": "C.UTF-8", **ctx.env}
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class Run:
+    name = "run"
+    klass: ToolClass = "effectful"
+    description = ("Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
+                   "its output. Set verify=true when the command checks the work (tests, build, lint): the "
+                   "call then counts as passed only with exit code 0.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "string", "description": "the shell command"},
+            "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+            "verify": {"type": "boolean", "default": False},
+            "idempotent": {"type": "boolean", "default": False,
+                           "description": "running the command twice has the same effect as once"},
+        },
+        "required": ["cmd"],
+        "additionalProperties": False,
+    }
+
+    def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        cmd = arg(args, "cmd", str)
+        if not cmd.strip():
+            raise ToolError("argument 'cmd' is empty")
+        cwd = resolve(ctx.sandbox, arg(args, "cwd", str, "."))
+        if not cwd.is_dir():
+            raise ToolError(f"cwd {args.get('cwd')!r} is not a folder in the sandbox")
+        return {"cmd": cmd, "cwd": relative(ctx.sandbox, cwd) or ".", "verify": arg(args, "verify", bool, False),
+                "idempotent": arg(args, "idempotent", bool, False)}
+
+    def reconcile(self, ctx: ToolContext, preview: dict[str, Any]) -> Reconciled:
+        if preview.get("idempotent"):
+            return Reconciled(done=False, reason="the command is marked idempotent: running it again is safe")
+        return Reconciled(done=None, reason=f"command {preview['cmd']!r} may or may not have run; its effects "
+                                            "cannot be read back from the sandbox")
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
+        try:
+            intent = self.preview(ctx, args)
+            limit = min(arg(args, "timeout_s", float, ctx.timeout_s), ctx.timeout_s)
+        except ToolError as exc:
+            return failure(exc)
+        if limit <= 0:
+            return ToolRunResult(ok=False, error=f"timeout_s must be positive, got {limit}")
+        return await self._execute(ctx, intent, limit)
+
+    async def _execute(self, ctx: ToolContext, intent: dict[str, Any], limit: float) -> ToolRunResult:
+        started = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", intent["cmd"], cwd=ctx.sandbox.resolve() / intent["cwd"], env=command_env(ctx),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True)
+        out, err = _Tail(OUTPUT_TAIL_BYTES), _Tail(OUTPUT_TAIL_BYTES)
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), limit)
+        except TimeoutError:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)  # on timeout, cancellation, and leftovers after a normal exit
+            await proc.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(readers, _DRAIN_S)
+        output = {"cmd": intent["cmd"], "cwd": intent["cwd"], "exit_code": proc.returncode, "timed_out": timed_out,
+                  "duration_s": round(time.monotonic() - started, 3), "stdout": out.text(), "stderr": err.text(),
+                  "stdout_dropped_bytes": out.dropped, "stderr_dropped_bytes": err.dropped,
+                  "verify": intent["verify"]}
+        if timed_out:
+            error = f"command timed out after {limit:g} s; its process group was killed"
+        elif intent["verify"] and proc.returncode != 0:
+            error = f"verification failed: exit code {proc.returncode}"
+        else:
+            return ToolRunResult(ok=True, output=output)
+        return ToolRunResult(ok=False, output=output, error=error)

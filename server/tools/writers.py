@@ -1,0 +1,218 @@
+"""The file-changing tools: write_file and apply_diff, with atomic commits and digest reconciliation.
+
+Class choice: both are idempotent by content (the same call leaves the same bytes), but their result
+(the diff of the change) depends on what was there before, so a blind re-run after a crash would report
+an empty change. They are therefore classed `effectful`: the engine records `preview()` first, which
+holds each file's digest before and after plus the diff, and `reconcile()` decides from the digests
+alone, answering done/not-done for certain unless someone else changed the file in between.
+
+Writes are atomic per file (temp file in the same folder + fsync + rename + folder fsync); apply_diff
+computes every file's new content before it writes any, so a diff that fails anywhere changes nothing.
+Depends on the stdlib, keel.protocol and the other server/tools modules only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from keel.protocol.agent import ToolRunResult
+from keel.server.tools import udiff
+from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, digest_bytes, failure
+from keel.server.tools.paths import normalize, resolve
+
+Changes = dict[str, bytes | None]  # relative path -> new bytes (None = delete)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temp_copy(path: Path, data: bytes) -> Path:
+    """`data` durably in a temp file next to `path`, with `path`'s mode (or 0644 for a new file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".keel-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+        os.chmod(name, mode)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    return Path(name)
+
+
+def commit(ctx: ToolContext, changes: Changes) -> None:
+    """Write every change: all temp files first (nothing visible yet), then the renames and deletions."""
+    targets = {rel: resolve(ctx.sandbox, rel, for_write=True) for rel in changes}
+    temps: dict[str, Path] = {}
+    try:
+        for rel, data in changes.items():
+            if data is not None:
+                temps[rel] = _temp_copy(targets[rel], data)
+        for rel, temp in temps.items():
+            os.replace(temp, targets[rel])
+        for rel, data in changes.items():
+            if data is None:
+                targets[rel].unlink(missing_ok=True)
+    except OSError as exc:
+        for temp in temps.values():
+            with contextlib.suppress(OSError):
+                temp.unlink()
+        raise ToolError(f"cannot write {exc.filename or 'the change'}: {exc.strerror}") from None
+    for folder in {targets[rel].parent for rel in changes}:
+        _fsync_dir(folder)
+
+
+def current(ctx: ToolContext, rel: str) -> bytes | None:
+    """The bytes of `rel` in the sandbox, None if absent; ToolError if it is a folder or unreadable."""
+    path = resolve(ctx.sandbox, rel, for_write=True)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ToolError(f"path {rel!r} is a folder, not a file") from None
+    except OSError as exc:
+        raise ToolError(f"cannot read {rel!r}: {exc.strerror}") from None
+
+
+def _digest(data: bytes | None) -> str | None:
+    return None if data is None else digest_bytes(data)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _strict_text(rel: str, data: bytes | None) -> str | None:
+    try:
+        return None if data is None else data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise udiff.DiffError(f"{rel}: the file is not UTF-8 text; a diff cannot be applied to it") from None
+
+
+def reconcile_files(ctx: ToolContext, files: dict[str, dict[str, str | None]]) -> tuple[bool | None, str]:
+    """(True, _) if every file is at its `after` digest, (False, _) if every one is at `before`,
+    (None, reason) otherwise."""
+    at_after, at_before, other = [], [], []
+    for rel, digests in files.items():
+        now = _digest(current(ctx, rel))
+        if now == digests["after"]:
+            at_after.append(rel)
+        elif now == digests["before"]:
+            at_before.append(rel)
+        else:
+            other.append(rel)
+    if not other and not at_before:
+        return True, "every file has the content the call writes"
+    if not other and not at_after:
+        return False, "every file still has the content it had before the call"
+    parts = [f"changed as intended: {at_after}"] if at_after else []
+    parts += [f"unchanged: {at_before}"] if at_before else []
+    parts += [f"changed by something else: {other}"] if other else []
+    return None, "the sandbox does not match the call's before or after state (" + "; ".join(parts) + ")"
+
+
+class WriteFile:
+    name = "write_file"
+    klass: ToolClass = "effectful"
+    description = ("Create or replace a whole file in the workspace with the given content (parent folders "
+                   "are created). Returns the unified diff of the change.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "file path relative to the workspace root"},
+            "content": {"type": "string", "description": "the complete new content of the file"},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        rel = normalize(arg(args, "path", str))
+        after = arg(args, "content", str).encode()
+        before = current(ctx, rel)
+        return {"path": rel, "before": _digest(before), "after": digest_bytes(after), "bytes": len(after),
+                "diff": udiff.make(rel, _text(before), after.decode())}
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
+        try:
+            intent = self.preview(ctx, args)
+            commit(ctx, {intent["path"]: args["content"].encode()})
+        except ToolError as exc:
+            return failure(exc)
+        return self._result(intent)
+
+    def reconcile(self, ctx: ToolContext, preview: dict[str, Any]) -> Reconciled:
+        done, reason = reconcile_files(ctx, {preview["path"]: preview})
+        return Reconciled(done, self._result(preview) if done else None, reason)
+
+    @staticmethod
+    def _result(intent: dict[str, Any]) -> ToolRunResult:
+        return ToolRunResult(ok=True, output={"path": intent["path"], "created": intent["before"] is None,
+                                              "bytes": intent["bytes"], "diff": intent["diff"]})
+
+
+class ApplyDiff:
+    name = "apply_diff"
+    klass: ToolClass = "effectful"
+    description = ("Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
+                   "Context lines must match the files; use /dev/null as the old name to create a file and as "
+                   "the new name to delete one. Either every file changes or none does.")
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
+        "required": ["diff"],
+        "additionalProperties": False,
+    }
+
+    def _plan(self, ctx: ToolContext, diff: str) -> tuple[Changes, dict[str, dict[str, str | None]]]:
+        originals: dict[str, bytes | None] = {}
+        texts: dict[str, str | None] = {}
+        for patch in udiff.parse(diff):
+            rel = normalize(patch.path)
+            if rel not in originals:
+                originals[rel] = current(ctx, rel)
+                texts[rel] = _strict_text(rel, originals[rel])
+            if patch.old_path is None and texts[rel] is not None:
+                raise udiff.DiffError(f"{rel}: the diff creates this file, but it already exists")
+            if patch.old_path is not None and texts[rel] is None:
+                raise udiff.DiffError(f"{rel}: the diff changes this file, but it does not exist")
+            result = udiff.apply(texts[rel] or "", patch)
+            if patch.new_path is None and result.strip():
+                raise udiff.DiffError(f"{rel}: the diff deletes this file, but its hunks leave content behind")
+            texts[rel] = None if patch.new_path is None else result
+        changes: Changes = {rel: None if text is None else text.encode() for rel, text in texts.items()}
+        digests = {rel: {"before": _digest(originals[rel]), "after": _digest(data)} for rel, data in changes.items()}
+        return changes, digests
+
+    def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+        diff = arg(args, "diff", str)
+        _, digests = self._plan(ctx, diff)
+        return {"files": digests, "diff": diff}
+
+    async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
+        try:
+            diff = arg(args, "diff", str)
+            changes, digests = self._plan(ctx, diff)
+            commit(ctx, changes)
+        except ToolError as exc:
+            return failure(exc)
+        return ToolRunResult(ok=True, output={"files": digests, "diff": diff})
+
+    def reconcile(self, ctx: ToolContext, preview: dict[str, Any]) -> Reconciled:
+        done, reason = reconcile_files(ctx, preview["files"])
+        result = ToolRunResult(ok=True, output={"files": preview["files"], "diff": preview["diff"]})
+        return Reconciled(done, result if done else None, reason)
