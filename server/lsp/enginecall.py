@@ -97,6 +97,9 @@ def main(argv: list[str]) -> int:
     except KeelError as exc:
         print(json.dumps({"error": {"code": int(exc.code), "message": exc.message}}))
         return 1
+    except Exception as exc:  # reported, not raised: the parent turns it into one clear error
+        print(json.dumps({"error": {"code": int(ErrorCode.STORE), "message": f"{op} failed: {exc!r}"}}))
+        return 1
     print(json.dumps({"ok": result}))
     return 0
 

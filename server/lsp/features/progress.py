@@ -1,4 +1,4 @@
-"""`$/progress`: one work-done progress per running mission, token `keel/mission/<id>`.
+"""`$/progress`: one work-done progress per running mission, token `keel/mission/<id>/<run>`.
 
 Each mission's progress is a small state machine (IDLE → CREATING → ACTIVE → IDLE): the token is created
 with `window/workDoneProgress/create` (asynchronous), and changes that arrive meanwhile are kept, so the
@@ -35,14 +35,12 @@ TRANSITIONS = {
 }
 
 
-def token(mission_id: str) -> str:
-    return f"keel/mission/{mission_id}"
-
-
 class MissionProgress:
     def __init__(self, server: KeelServer, mission_id: str) -> None:
         self.server = server
-        self.token = token(mission_id)
+        self.mission_id = mission_id
+        self.runs = 0
+        self.token = ""
         self.phase = Phase.IDLE
         self.latest: MissionView | None = None
         self.shown: tuple[str, int] | None = None  # the last (message, percentage) sent
@@ -58,6 +56,8 @@ class MissionProgress:
         active = view.record.state in ACTIVE_STATES
         if self.phase is Phase.IDLE and active:
             self._set_state(Phase.CREATING)
+            self.runs += 1  # a fresh token per run: clients may not reuse one after `end`
+            self.token = f"keel/mission/{self.mission_id}/{self.runs}"
             self.server.spawn(self._create(), f"progress for mission {view.record.id}")
         elif self.phase is Phase.ACTIVE:
             if active:

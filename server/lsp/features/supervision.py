@@ -30,6 +30,7 @@ from keel.server.lsp.snapshot import MissionView
 log = logging.getLogger(__name__)
 TICK_S = 0.5
 GRACE_S = 2.0
+BACKOFF_S = 1.0
 MAX_RESTARTS = 3
 SUPERVISED_STATES = frozenset({MissionState.RUNNING, MissionState.PAUSING})
 
@@ -55,8 +56,10 @@ TRANSITIONS = {
 class HostWatch:
     """One mission's supervision state."""
 
-    def __init__(self, server: KeelServer, mission_id: str) -> None:
+    def __init__(self, server: KeelServer, mission_id: str, grace_s: float, backoff_s: float) -> None:
         self.server = server
+        self.grace_s = grace_s
+        self.backoff_s = backoff_s
         self.mission_id = mission_id
         self.phase = P.WATCHING
         self.since = time.monotonic()
@@ -83,9 +86,9 @@ class HostWatch:
         waited = now - self.since
         if self.phase is P.WATCHING:
             self._set_state(P.SUSPECT)
-        elif self.phase is P.SUSPECT and waited >= GRACE_S:
+        elif self.phase is P.SUSPECT and waited >= self.grace_s:
             self._restart()
-        elif self.phase is P.BACKOFF and waited >= GRACE_S + 2 ** (self.attempts - 1):
+        elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
             if self.attempts >= MAX_RESTARTS:
                 self._set_state(P.STRANDED)
                 self.server.show(f"keel: mission {self.mission_id} is stranded: it is running but its host is "
@@ -121,6 +124,8 @@ def register(server: KeelServer) -> None:
     async def supervise() -> None:
         if server.options.get("supervise", True) is False:
             return
+        grace_s = _option_s(server, "graceMs", GRACE_S)
+        backoff_s = _option_s(server, "backoffMs", BACKOFF_S)
         first = True
         while True:
             await asyncio.sleep(TICK_S)
@@ -131,8 +136,13 @@ def register(server: KeelServer) -> None:
                 server.log_line(f"keel: watching {len(server.hub.views)} missions; re-attached to "
                                 f"{len(live)} with a live host", types.MessageType.Info)
             for mid, view in list(server.hub.views.items()):
-                watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid))
+                watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
                 if watch.phase is not P.RESTARTING:
                     watch.step(view, now)
 
     server.on_ready.append(supervise)
+
+
+def _option_s(server: KeelServer, name: str, default_s: float) -> float:
+    value = server.options.get(name)
+    return max(0.0, float(value) / 1000) if isinstance(value, int | float) else default_s
