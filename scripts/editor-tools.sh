@@ -3,8 +3,8 @@
 #   .tools/node         Node 24 (from the npm registry package node@24; vsce and code-server need it)
 #   .tools/code-server  code-server 4.139.1 (= VS Code 1.139.1), native modules built against Node 24
 #   node_modules/       the extension's own build and test dependencies (npm ci against package-lock.json)
-# plus Debian's chromium and libkrb5-dev when missing (as root). Prints the Node 24 bin folder last.
-# Usage: scripts/editor-tools.sh [--print-env]   (--print-env prints shell exports instead)
+# plus Debian's chromium and libkrb5-dev when missing (as root). Prints NODE_BIN=, CODE_SERVER= and
+# CHROMIUM= lines (tests/vscode reads them). Usage: scripts/editor-tools.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,8 +52,6 @@ if [[ ! -f $deps_stamp || package-lock.json -nt $deps_stamp || package.json -nt 
   touch "$deps_stamp"
 fi
 
-if [[ ${1:-} == --print-env ]]; then
-  echo "export PATH=$NODE_HOME/bin:\$PATH npm_config_nodedir=$NODE_HOME KEEL_CODE_SERVER=$CS_BIN"
-else
-  echo "$NODE_HOME/bin"
-fi
+echo "NODE_BIN=$NODE_HOME/bin"
+echo "CODE_SERVER=$CS_BIN"
+echo "CHROMIUM=$(command -v chromium)"
