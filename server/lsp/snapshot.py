@@ -41,6 +41,7 @@ class MissionView(msgspec.Struct, frozen=True):
     points: int = 0
     host_alive: bool = False
     stranded: bool = False
+    pending_answer: bool = False  # an answer is recorded that no host has applied yet
 
 
 class _Cache:
@@ -91,8 +92,9 @@ def _view(txn: Txn, record: MissionRecord) -> MissionView:
         graph = _cache.get(manifest.graph, lambda: txn.get_object(manifest.graph, list[UnitSpec])) or graph
     marks: dict[str, UnitMark] = manifest.units if manifest is not None else {}
     units = tuple(_unit(spec, marks.get(spec.id)) for spec in graph)
+    pending = any(c.action == "answer" for _, c in m.controls_after(txn, record.id, record.control_seen))
     return MissionView(record=record, units=units, head=digest, events_seq=txn.last_seq(DB.EVENTS, prefix),
-                       points=txn.last_seq(DB.POINTS, prefix))
+                       points=txn.last_seq(DB.POINTS, prefix), pending_answer=pending)
 
 
 def _unit(spec: UnitSpec, mark: UnitMark | None) -> UnitView:

@@ -6,7 +6,8 @@ Each mission has a small state machine, driven by a tick every half second over 
 
     WATCHING → SUSPECT (running, no live host) → RESTARTING → BACKOFF → (host alive) WATCHING
                                                               BACKOFF → (attempts spent) STRANDED
-A live host (or a mission that stopped running) returns any state to WATCHING. A mission is "dead" only
+A live host (or a mission that stopped running) returns any state to WATCHING. An answered question whose
+host had already left counts as running: the restart applies the answer. A mission is "dead" only
 when neither its recorded host is alive nor its host lock is held, for longer than a grace period.
 """
 
@@ -75,7 +76,7 @@ class HostWatch:
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
     def step(self, view: MissionView, now: float) -> None:
-        dead = view.record.state in SUPERVISED_STATES and not view.host_alive and not self._locked()
+        dead = _needs_host(view) and not view.host_alive and not self._locked()
         if not dead:
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
@@ -116,6 +117,13 @@ class HostWatch:
             self.server.log_line(f"[{self.mission_id}] restart failed: {exc.message}", types.MessageType.Warning)
         finally:
             self._set_state(P.BACKOFF)
+
+
+def _needs_host(view: MissionView) -> bool:
+    """Running (or pausing) missions need a host; so does an answered question whose host already left
+    (an answer that raced the host's exit is applied by the host the restart starts)."""
+    state = view.record.state
+    return state in SUPERVISED_STATES or (state == MissionState.WAITING_INPUT and view.pending_answer)
 
 
 def register(server: KeelServer) -> None:
