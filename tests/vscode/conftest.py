@@ -9,6 +9,7 @@ Node 24 and returns its JSON. Mission hosts are detached on purpose; every test 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -128,10 +129,8 @@ class CodeServer:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
 
 
 @pytest.fixture
@@ -196,7 +195,5 @@ def kill_hosts(store: Path) -> None:
         records = opened.read(m.list_missions)
     for record in records:
         if record.host is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.host.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass

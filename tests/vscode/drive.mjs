@@ -91,6 +91,17 @@ async function ui(page) {
   const keel = page.locator('.activitybar .action-item a[aria-label^="keel"]').first();
   await keel.waitFor({ timeout: 30_000 });
   await keel.click();
+  await page.keyboard.press("F1");
+  const palette = page.locator(".quick-input-widget input").first();
+  await palette.waitFor({ state: "visible", timeout: 10_000 });
+  await palette.fill(">keel: Start Mission");
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 10_000 });
+  await palette.press("Enter");
+  const fileRow = page.locator(".quick-input-list .monaco-list-row", { hasText: config.missionFile }).first();
+  await fileRow.waitFor({ timeout: 10_000 });
+  seen.missionFilePick = (await fileRow.innerText()).trim();
+  await palette.press("Enter");
+  steps.push({ step: "started from the palette", ms: Date.now() - started });
   seen.runningRow = await waitUntil(page, "the mission row shows running",
     async () => { const r = await missionRow(page); return /running/.test(r) ? r : ""; });
   seen.unitRows = await waitUntil(page, "unit rows under the mission", async () => {
