@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,7 +27,7 @@ from lsprotocol import types
 from pygls.lsp.client import BaseLanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.lsp.conftest import mission_toml  # noqa: E402
+from tests.lsp.conftest import kill_hosts, mission_toml
 
 WRITER = """
 import sys, time, msgspec
@@ -35,7 +35,8 @@ from keel.storage import Store, missions as m
 store, mid, count = Store.open(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 for i in range(count):
     stamp = time.time()
-    store.write(lambda t: m.put_mission(t, msgspec.structs.replace(m.get_mission(t, mid), error=f"bench {i} {stamp!r}")))
+    text = f"bench {i} {stamp!r}"
+    store.write(lambda t: m.put_mission(t, msgspec.structs.replace(m.get_mission(t, mid), error=text)))
     time.sleep(0.05)
 """
 
@@ -110,17 +111,11 @@ async def main(args: argparse.Namespace) -> None:
         print(f"notifications received for the writer's {args.changes} changes: {len(delays)} "
               "(changes landing within one 50 ms poll are sent once, as the newest summary)")
     finally:
-        with __import__("contextlib").suppress(Exception):
+        with contextlib.suppress(Exception):
             await client.workspace_execute_command_async(
                 types.ExecuteCommandParams(command="keel.pauseAll", arguments=[]))
         await asyncio.sleep(0.5)
-        from keel.storage import Store
-        from keel.storage import missions as m
-        with Store.open(store) as s:
-            for record in s.read(m.list_missions):
-                if record.host is not None:
-                    with __import__("contextlib").suppress(ProcessLookupError):
-                        os.killpg(record.host.pid, signal.SIGKILL)
+        kill_hosts(store)
         await client.shutdown_async(None)
         client.exit(None)
         await client.stop()

@@ -7,6 +7,7 @@ end (they are detached on purpose, so the server's exit does not stop them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -87,16 +88,19 @@ class Env:
             await asyncio.sleep(0.02)
 
     def kill_hosts(self) -> None:
-        if not (self.store / "data.mdb").exists():
-            return
-        with Store.open(self.store) as store:
-            records = store.read(m.list_missions)
-        for record in records:
-            if record.host is not None:
-                try:
-                    os.killpg(record.host.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        kill_hosts(self.store)
+
+
+def kill_hosts(store_path: Path) -> None:
+    """SIGKILL every mission host recorded in the store (and its agents: a host leads its process group)."""
+    if not (store_path / "data.mdb").exists():
+        return
+    with Store.open(store_path) as store:
+        records = store.read(m.list_missions)
+    for record in records:
+        if record.host is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.host.pid, signal.SIGKILL)
 
 
 def capabilities() -> types.ClientCapabilities:

@@ -4,6 +4,7 @@ failures, changes made by other processes, host supervision and stranded mission
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -145,10 +146,8 @@ def _host_leaves(summary: dict) -> None:  # type: ignore[type-arg]
     """The engine's host does not exit by itself in waiting_input yet (its stop waits for the ask step,
     which never finishes); a host that leaves there is what it should do, so the test makes it leave.
     The answer is then applied by the host that `answer` or the supervisor starts."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(summary["host"]["pid"], signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 async def _until(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]

@@ -27,7 +27,7 @@ async def test_start_mission_runs_with_progress_and_views(env: Env) -> None:
     assert started["name"] == "two" and started["units"]["total"] == 2
     done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     assert done["percentage"] == 100 and done["units"]["done"] == 2
-    assert [c["state"] for c in env.changes if c["id"] == mid][0] in ("created", "running")
+    assert next(c["state"] for c in env.changes if c["id"] == mid) in ("created", "running")
 
     await asyncio.sleep(0.2)  # the progress `end` follows the notification
     tokens = [t for t in env.client.progress_reports if str(t).startswith(f"keel/mission/{mid}/")]

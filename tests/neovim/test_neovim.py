@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from keel.storage import Store
 from keel.storage import missions as m
-from tests.lsp.conftest import mission_toml
+from tests.lsp.conftest import kill_hosts, mission_toml
 
 NVIM = shutil.which("nvim")
 CLIENT = Path(__file__).with_name("client.lua")
@@ -41,16 +40,5 @@ def test_neovim_starts_watches_and_pauses_a_mission(tmp_path: Path) -> None:
         with Store.open(store) as s:
             assert s.read(lambda t: m.get_mission(t, seen["mission"])).state.value == "paused"
     finally:
-        _kill_hosts(store)
+        kill_hosts(store)
 
-
-def _kill_hosts(store: Path) -> None:
-    if not (store / "data.mdb").exists():
-        return
-    with Store.open(store) as s:
-        for record in s.read(m.list_missions):
-            if record.host is not None:
-                try:
-                    os.killpg(record.host.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
