@@ -3,13 +3,14 @@
  * restart it on demand. Its lifecycle is an explicit state machine (enum, transition table, one
  * `setState`). Must not depend on the views: they listen to `onDidChangeState` and the mission model.
  */
+import * as path from "node:path";
 import * as vscode from "vscode";
 import {
   ExecuteCommandRequest,
   LanguageClient,
   type DynamicFeature,
+  type Executable,
   type LanguageClientOptions,
-  type ServerOptions,
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter } from "./interpreter";
@@ -58,6 +59,8 @@ export class KeelConnection implements vscode.Disposable {
   /** Fires for every `keel/missionChanged` notification. */
   readonly onDidChangeMission = this.changeEmitter.event;
   interpreter: Interpreter | undefined;
+  /** The command line of the running server (for the log and the tests). */
+  serverCommand: string[] = [];
   problem = "";
 
   constructor(private readonly log: vscode.LogOutputChannel) {}
@@ -136,7 +139,10 @@ export class KeelConnection implements vscode.Disposable {
       void this.offerInstall(interpreter, check.reason);
       return;
     }
-    const client = new KeelLanguageClient("keel", "keel", serverOptions(interpreter, folder), this.clientOptions());
+    const options = serverOptions(interpreter, folder);
+    this.serverCommand = [options.command, ...(options.args ?? [])];
+    this.log.info(`starting ${this.serverCommand.join(" ")}`);
+    const client = new KeelLanguageClient("keel", "keel", options, this.clientOptions());
     client.onNotification(Notifications.missionChanged, (summary: MissionSummary) => this.changeEmitter.fire(summary));
     try {
       await client.start();
@@ -167,13 +173,10 @@ export class KeelConnection implements vscode.Disposable {
   }
 
   private clientOptions(): LanguageClientOptions {
-    const config = vscode.workspace.getConfiguration("keel");
-    const store = config.get<string>("store", "").trim();
     return {
       documentSelector: [],
       outputChannel: this.log,
       traceOutputChannel: this.log,
-      initializationOptions: { ...(store ? { store } : {}), logLevel: config.get<string>("logLevel", "info") },
       connectionOptions: { maxRestartCount: 3 },
     };
   }
@@ -196,10 +199,17 @@ export class KeelConnection implements vscode.Disposable {
   }
 }
 
-function serverOptions(interpreter: Interpreter, folder: vscode.WorkspaceFolder | undefined): ServerOptions {
+function serverOptions(interpreter: Interpreter, folder: vscode.WorkspaceFolder | undefined): Executable {
   const config = vscode.workspace.getConfiguration("keel");
   const store = config.get<string>("store", "").trim();
-  const args = ["-m", "keel.server.cli", "serve", ...(store ? ["--store", store] : [])];
-  const env = { ...process.env, KEEL_LOG_LEVEL: config.get<string>("logLevel", "info").toUpperCase() };
-  return { command: interpreter.command, args, options: { cwd: folder?.uri.fsPath, env } };
+  const verbose = config.get<string>("logLevel", "info") === "debug";
+  const args = ["-m", "keel.server.cli", "serve", ...(store ? ["--store", resolveStore(store, folder)] : []),
+    ...(verbose ? ["--verbose"] : [])];
+  return { command: interpreter.command, args, options: { cwd: folder?.uri.fsPath } };
+}
+
+/** `keel.store` may be relative to the workspace folder or use ${workspaceFolder}. */
+function resolveStore(store: string, folder: vscode.WorkspaceFolder | undefined): string {
+  const expanded = store.replace(/\$\{workspaceFolder\}/g, folder?.uri.fsPath ?? "");
+  return folder === undefined || path.isAbsolute(expanded) ? expanded : path.join(folder.uri.fsPath, expanded);
 }

@@ -134,6 +134,24 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
       await waitFor("the missions again", () => api.model.isLoaded);
       observed["missionsAfterRestart"] = api.model.list().map((m) => ({ id: m.id, state: m.state }));
     }],
+    ["keel.store and keel.logLevel reach the server; it restarts on each change", async () => {
+      const settings = vscode.workspace.getConfiguration("keel");
+      const restarted = () => waitFor("the server running with the missions loaded",
+        () => api.connection.current === ConnectionState.Running && api.model.isLoaded);
+      await settings.update("store", "other/store", vscode.ConfigurationTarget.Workspace);
+      await settings.update("logLevel", "debug", vscode.ConfigurationTarget.Workspace);
+      try {
+        await waitFor("a restart with the new settings", () => api.connection.serverCommand.includes("--verbose"));
+        await restarted();
+        observed["otherStore"] = { command: api.connection.serverCommand, missions: api.model.list().length };
+      } finally {
+        await settings.update("store", undefined, vscode.ConfigurationTarget.Workspace);
+        await settings.update("logLevel", undefined, vscode.ConfigurationTarget.Workspace);
+      }
+      await waitFor("a restart without them", () => !api.connection.serverCommand.includes("--store"));
+      await restarted();
+      observed["backToDefaultStore"] = { command: api.connection.serverCommand, missions: api.model.list().length };
+    }],
   ];
 }
 

@@ -82,7 +82,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 7
+    assert len(suite["results"]) == 8
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -117,4 +117,8 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert "No module named 'keel'" in seen["notInstalled"]["problem"]
     assert seen["notInstalled"]["statusBar"] == "$(error) keel: not running"
     assert {r["id"]: r["state"] for r in seen["missionsAfterRestart"]}[ids["alpha"]] == "paused"
+    other = seen["otherStore"]
+    assert other["command"][-3:] == ["--store", str(ws / "other" / "store"), "--verbose"]
+    assert other["missions"] == 0
+    assert "--store" not in seen["backToDefaultStore"]["command"] and seen["backToDefaultStore"]["missions"] == 3
     assert took < 60, f"the extension-host suite took {took:.1f} s"
