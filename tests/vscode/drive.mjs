@@ -125,7 +125,8 @@ async function ui(page) {
     async () => { const r = await missionRow(page); return r && !/paused/.test(r) ? r : ""; });
   seen.questionStatus = await waitUntil(page, "the status bar asks for input",
     async () => { const t = await statusText(page); return /needs input/.test(t) ? t : ""; }, 45_000);
-  seen.questionRow = await missionRow(page);
+  seen.questionRow = await waitUntil(page, "the mission row shows waiting for input",
+    async () => { const r = await missionRow(page); return /waiting for input/.test(r) ? r : ""; });
   shots.push(await shot(page, "3-waiting-input"));
 
   await page.locator(".statusbar-item", { hasText: "keel:" }).first().click();

@@ -83,7 +83,7 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     finally:
         driver.join()
         kill_hosts(store)
-    out = result
+    out = {**result, "hostKills": kills}
     took = time.monotonic() - started
     (ARTIFACTS / "ui.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], f"{out.get('error')}\n" + "\n".join(out.get("console", [])[-40:]) + server.log_tail()
