@@ -77,6 +77,14 @@ async function missionRow(page) {
   return (await row.count()) > 0 ? (await row.innerText()).replace(/\s+/g, " ").trim() : "";
 }
 
+/** The inline action buttons VS Code renders on a row (package.json menus, by contextValue). */
+async function inlineActions(page, text) {
+  const row = page.locator(".monaco-list-row", { hasText: text }).first();
+  await row.hover();
+  await sleep(150);
+  return row.locator(".actions .action-label").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label")));
+}
+
 async function shot(page, name) {
   const file = join(config.shots, `${name}.png`);
   await page.screenshot({ path: file });
@@ -111,6 +119,7 @@ async function ui(page) {
   });
   seen.runningStatus = await waitUntil(page, "the status bar shows the running mission",
     async () => { const t = await statusText(page); return t.includes(config.mission) ? t : ""; });
+  seen.runningActions = await inlineActions(page, config.mission);
   shots.push(await shot(page, "1-running"));
 
   await page.locator(".statusbar-item", { hasText: "keel:" }).first().click();
@@ -118,6 +127,8 @@ async function ui(page) {
     async () => { const t = await statusText(page); return /paused/.test(t) ? t : ""; });
   seen.pausedRow = await waitUntil(page, "the mission row shows paused",
     async () => { const r = await missionRow(page); return /paused/.test(r) ? r : ""; });
+  seen.pausedActions = await inlineActions(page, config.mission);
+  seen.pointActions = await inlineActions(page, "p1");
   shots.push(await shot(page, "2-paused"));
 
   await page.locator(".statusbar-item", { hasText: "keel:" }).first().click();
@@ -127,6 +138,7 @@ async function ui(page) {
     async () => { const t = await statusText(page); return /needs input/.test(t) ? t : ""; }, 45_000);
   seen.questionRow = await waitUntil(page, "the mission row shows waiting for input",
     async () => { const r = await missionRow(page); return /waiting for input/.test(r) ? r : ""; });
+  seen.questionActions = await inlineActions(page, config.mission);
   shots.push(await shot(page, "3-waiting-input"));
 
   await page.locator(".statusbar-item", { hasText: "keel:" }).first().click();

@@ -96,6 +96,10 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     assert seen["questionStatus"] == "keel: migrate-logging needs input"
     assert "waiting for input" in seen["questionRow"]
     assert "Which logging library should the code use?" in seen["inputPrompt"]
+    assert seen["runningActions"] == ["Pause Mission"]
+    assert seen["pausedActions"] == ["Resume Mission"]
+    assert seen["questionActions"] == ["Answer Mission Question…"]
+    assert seen["pointActions"] == ["Restore Mission to Point…"]
     assert "completed" in seen["completedRow"] and "3/3" in seen["completedRow"]
     assert seen["finalStatus"] == ""
     assert all(Path(p).stat().st_size > 10_000 for p in out["shots"])
