@@ -8,6 +8,10 @@ import * as vscode from "vscode";
 import {
   ExecuteCommandRequest,
   LanguageClient,
+  State,
+  CloseAction,
+  ErrorAction,
+  type ErrorHandler,
   type DynamicFeature,
   type Executable,
   type LanguageClientOptions,
@@ -15,6 +19,9 @@ import {
 } from "vscode-languageclient/node";
 import { checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter } from "./interpreter";
 import { Notifications, type MissionSummary } from "./protocol";
+
+const MAX_RESTARTS = 3;
+const RESTART_WINDOW_MS = 3 * 60_000;
 
 export enum ConnectionState {
   Stopped = "stopped",
@@ -154,6 +161,37 @@ export class KeelConnection implements vscode.Disposable {
     }
     this.client = client;
     this.setState(ConnectionState.Running);
+    client.onDidChangeState((e) => {
+      if (client === this.client && e.newState === State.Running) {
+        this.log.info("the keel server was started again after it exited; reloading the missions");
+        this.stateEmitter.fire(ConnectionState.Running);
+      }
+    });
+  }
+
+  /**
+   * A server that exits is started again, up to MAX_RESTARTS times in RESTART_WINDOW_MS; after that the
+   * connection is failed (the status bar says so) until a restart by command or a settings change.
+   */
+  private errorHandler(): ErrorHandler {
+    const exits: number[] = [];
+    return {
+      error: () => ({ action: ErrorAction.Continue }),
+      closed: () => {
+        const now = Date.now();
+        exits.push(now);
+        while (exits.length > 0 && (exits[0] ?? now) < now - RESTART_WINDOW_MS) {
+          exits.shift();
+        }
+        if (exits.length <= MAX_RESTARTS) {
+          this.log.warn(`the keel server exited; starting it again (${exits.length}/${MAX_RESTARTS})`);
+          return { action: CloseAction.Restart, handled: true };
+        }
+        const message = `the keel server exited ${exits.length} times in ${RESTART_WINDOW_MS / 60_000} minutes`;
+        this.setState(ConnectionState.Failed, message);
+        return { action: CloseAction.DoNotRestart, message: `keel: ${message}; see the keel log` };
+      },
+    };
   }
 
   private async doStop(): Promise<void> {
@@ -177,7 +215,7 @@ export class KeelConnection implements vscode.Disposable {
       documentSelector: [],
       outputChannel: this.log,
       traceOutputChannel: this.log,
-      connectionOptions: { maxRestartCount: 3 },
+      errorHandler: this.errorHandler(),
     };
   }
 

@@ -46,6 +46,26 @@ function iconId(item: vscode.TreeItem): string {
   return item.iconPath instanceof vscode.ThemeIcon ? item.iconPath.id : "";
 }
 
+/** The pid of the `keel serve` child of this extension host (Linux /proc). */
+async function serverPid(): Promise<number | undefined> {
+  for (const entry of await fs.readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) {
+      continue;
+    }
+    try {
+      const stat = await fs.readFile(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      const cmdline = await fs.readFile(`/proc/${entry}/cmdline`, "utf8");
+      if (ppid === process.pid && cmdline.includes("keel.server.cli\0serve")) {
+        return Number(entry);
+      }
+    } catch {
+      // the process went away while we looked
+    }
+  }
+  return undefined;
+}
+
 async function treeRows(api: KeelApi): Promise<unknown[]> {
   const roots = (await api.missions.getChildren()) ?? [];
   const rows = [];
@@ -111,7 +131,7 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
         const node = api.missions.nodeFor(running.id);
         const result = await vscode.commands.executeCommand<MissionSummary>("keel.pause", node);
         check(result?.id === running.id, `keel.pause returned ${JSON.stringify(result)}`);
-        await waitFor("a keel/missionChanged notification saying paused", () => notified.some((m) => m.state === "paused"), 10_000);
+        await waitFor("a keel/missionChanged notification saying paused", () => notified.some((m) => m.state === "paused"));
         const item = api.missions.getTreeItem(node);
         observed["afterPause"] = { notifications: notified.map((m) => m.state), contextValue: item.contextValue,
           description: item.description, statusBar: api.statusBar.text, statusCommand: api.statusBar.command?.command };
@@ -119,6 +139,20 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
       } finally {
         sub.dispose();
       }
+    }],
+    ["a killed server is started again and the missions reload", async () => {
+      const pid = await waitFor("the keel serve process", serverPid);
+      let reloads = 0;
+      const sub = api.model.onDidChange((m) => { if (m === undefined) { reloads += 1; } });
+      try {
+        process.kill(pid, "SIGKILL");
+        await waitFor("a new keel serve process", async () => { const p = await serverPid(); return p !== pid && p; });
+        await waitFor("the missions reloaded", () => reloads > 0 && api.model.isLoaded);
+      } finally {
+        sub.dispose();
+      }
+      observed["afterCrash"] = { state: api.connection.current, missions: api.model.list().length };
+      check(api.connection.current === ConnectionState.Running, `connection is ${api.connection.current}`);
     }],
     ["a Python without keel gives the not-installed state, and a settings change restarts", async () => {
       const settings = vscode.workspace.getConfiguration("keel");

@@ -82,7 +82,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 8
+    assert len(suite["results"]) == 9
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -114,6 +114,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     after = seen["afterPause"]
     assert after["contextValue"] == "mission.paused" and "paused" in after["notifications"]
     assert after["description"].startswith("paused (operator)")
+    assert seen["afterCrash"] == {"state": "running", "missions": 3}
     assert "No module named 'keel'" in seen["notInstalled"]["problem"]
     assert seen["notInstalled"]["statusBar"] == "$(error) keel: not running"
     assert {r["id"]: r["state"] for r in seen["missionsAfterRestart"]}[ids["alpha"]] == "paused"
