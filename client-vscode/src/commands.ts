@@ -66,7 +66,8 @@ export function registerCommands(connection: KeelConnection, model: MissionModel
       void vscode.window.showInformationMessage(`keel: pause requested for ${result.paused.length} mission(s)`);
       return result;
     }),
-    run(ServerCommands.restore, async (target?: Target, pointId?: string) => restore(model, missionCommand, target, pointId)),
+    run(ServerCommands.restore, async (target?: Target, pointId?: string, options?: { files: boolean }) =>
+      restore(model, missionCommand, target, pointId, options)),
     run(ServerCommands.verifyStore, async () => {
       const result = await connection.executeCommand<VerifyResult>(ServerCommands.verifyStore, []);
       if (result.ok) {
@@ -127,8 +128,16 @@ async function askAnswer(mission: MissionSummary): Promise<string | undefined> {
   });
 }
 
+/**
+ * From the tree or the palette, a modal confirmation asks whether to rewind the files too; a caller that
+ * passes (missionId, pointId, {files}) has decided already (other extensions, the tests).
+ */
 async function restore(model: MissionModel, missionCommand: (c: string, a: unknown[]) => Promise<MissionSummary>,
-                       target: Target, pointId: string | undefined): Promise<MissionSummary | undefined> {
+                       target: Target, pointId: string | undefined,
+                       options: { files: boolean } | undefined): Promise<MissionSummary | undefined> {
+  if (typeof target === "string" && pointId !== undefined && options !== undefined) {
+    return missionCommand(ServerCommands.restore, [target, pointId, options]);
+  }
   let id: string | undefined;
   let point = pointId;
   if (target !== undefined && typeof target !== "string" && target.kind === "point") {

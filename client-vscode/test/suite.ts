@@ -140,6 +140,11 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
         sub.dispose();
       }
     }],
+    ["Verify Store checks the store through the server", async () => {
+      const result = await vscode.commands.executeCommand<{ ok: boolean; records: number }>("keel.verifyStore");
+      observed["verify"] = result;
+      check(result?.ok === true && result.records > 0, `verify answered ${JSON.stringify(result)}`);
+    }],
     ["a killed server is started again and the missions reload", async () => {
       const pid = await waitFor("the keel serve process", serverPid);
       let reloads = 0;

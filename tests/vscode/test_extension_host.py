@@ -82,7 +82,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 9
+    assert len(suite["results"]) == 10
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -114,6 +114,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     after = seen["afterPause"]
     assert after["contextValue"] == "mission.paused" and "paused" in after["notifications"]
     assert after["description"].startswith("paused (operator)")
+    assert seen["verify"]["ok"] is True and seen["verify"]["records"] > 10
     assert seen["afterCrash"] == {"state": "running", "missions": 3}
     assert "No module named 'keel'" in seen["notInstalled"]["problem"]
     assert seen["notInstalled"]["statusBar"] == "$(error) keel: not running"
