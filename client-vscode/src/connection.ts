@@ -4,6 +4,7 @@
  * `setState`). Must not depend on the views: they listen to `onDidChangeState` and the mission model.
  */
 import * as path from "node:path";
+import * as readline from "node:readline";
 import * as vscode from "vscode";
 import {
   ExecuteCommandRequest,
@@ -216,7 +217,24 @@ export class KeelConnection implements vscode.Disposable {
       outputChannel: this.log,
       traceOutputChannel: this.log,
       errorHandler: this.errorHandler(),
+      stdioOptions: { stdout: (input) => pipeLines(input, (line) => this.log.info(line)), stderr: (input) => this.pipeServerLog(input) },
     };
+  }
+
+  /**
+   * The server logs `<date> <time> LEVEL logger: message` lines to stderr (docs/lsp.md); each goes to the
+   * channel at its own level, without the timestamp the channel adds anyway. Lines without a level
+   * (traceback lines) keep the level of the line before them.
+   */
+  private pipeServerLog(input: NodeJS.ReadableStream): void {
+    let level: "debug" | "info" | "warn" | "error" = "error";
+    pipeLines(input, (line) => {
+      const match = /^\d{4}-\d\d-\d\d [\d:,.]+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) (.*)$/.exec(line);
+      if (match !== null) {
+        level = LEVELS[match[1] ?? "ERROR"] ?? "error";
+      }
+      this.log[level](match?.[2] ?? line);
+    });
   }
 
   private async offerInstall(interpreter: Interpreter, reason: string): Promise<void> {
@@ -235,6 +253,14 @@ export class KeelConnection implements vscode.Disposable {
       await vscode.commands.executeCommand("workbench.action.openSettings", "keel.python");
     }
   }
+}
+
+const LEVELS: Record<string, "debug" | "info" | "warn" | "error"> = {
+  DEBUG: "debug", INFO: "info", WARNING: "warn", ERROR: "error", CRITICAL: "error",
+};
+
+function pipeLines(input: NodeJS.ReadableStream, sink: (line: string) => void): void {
+  readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", sink);
 }
 
 function serverOptions(interpreter: Interpreter, folder: vscode.WorkspaceFolder | undefined): Executable {

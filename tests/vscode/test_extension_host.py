@@ -123,4 +123,8 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert other["command"][-3:] == ["--store", str(ws / "other" / "store"), "--verbose"]
     assert other["missions"] == 0
     assert "--store" not in seen["backToDefaultStore"]["command"] and seen["backToDefaultStore"]["missions"] == 3
+    [channel] = server.home.glob("user-data/logs/*/exthost*/keel.keel/keel.log")
+    log = channel.read_text()
+    assert "[info] keel.server.lsp.app: keel serve: store" in log  # server stderr at its own level
+    assert " INFO " not in log and "[info] connection starting -> running" in log
     assert took < 60, f"the extension-host suite took {took:.1f} s"
