@@ -1,0 +1,194 @@
+/**
+ * The palette and tree commands (category "keel"). Each resolves its target (a tree node, a mission id,
+ * or a quick pick), asks the server through `workspace/executeCommand`, and feeds the returned summary
+ * into the model; failures become one short message (details in the log). Must not draw views.
+ */
+import * as path from "node:path";
+import * as vscode from "vscode";
+import type { KeelConnection } from "./connection";
+import type { MissionModel } from "./model";
+import type { MissionTreeNode } from "./missionsTree";
+import type { PointNode } from "./pointsTree";
+import {
+  canPause,
+  canResume,
+  ServerCommands,
+  type MissionSummary,
+  type VerifyResult,
+} from "./protocol";
+
+type Target = string | MissionTreeNode | PointNode | undefined;
+
+export function registerCommands(connection: KeelConnection, model: MissionModel,
+                                 log: vscode.LogOutputChannel): vscode.Disposable[] {
+  const run = <A extends unknown[]>(name: string, fn: (...args: A) => Promise<unknown>) =>
+    vscode.commands.registerCommand(name, async (...args: A) => {
+      try {
+        return await fn(...args);
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        log.error(`${name} failed: ${message}`);
+        void vscode.window.showErrorMessage(`keel: ${message}`);
+        return undefined;
+      }
+    });
+  const missionCommand = async (command: string, args: unknown[]): Promise<MissionSummary> => {
+    const summary = await connection.executeCommand<MissionSummary>(command, args);
+    model.apply(summary);
+    return summary;
+  };
+  return [
+    run(ServerCommands.startMission, async (file?: vscode.Uri | string) => {
+      const missionFile = await pickMissionFile(file);
+      if (missionFile === undefined) {
+        return undefined;
+      }
+      const summary = await missionCommand(ServerCommands.startMission, [missionFile]);
+      model.select(summary.id);
+      return summary;
+    }),
+    run(ServerCommands.pause, async (target?: Target) => {
+      const id = await missionId(model, target, canPause, "Pause which mission?");
+      return id && missionCommand(ServerCommands.pause, [id]);
+    }),
+    run(ServerCommands.resume, async (target?: Target) => {
+      const id = await missionId(model, target, canResume, "Resume which mission?");
+      return id && missionCommand(ServerCommands.resume, [id]);
+    }),
+    run(ServerCommands.answer, async (target?: Target, text?: string) => {
+      const id = await missionId(model, target, (m) => m.state === "waiting_input", "Answer which mission?");
+      const mission = id === undefined ? undefined : model.get(id);
+      const answer = text ?? (mission && await askAnswer(mission));
+      return id && answer !== undefined ? missionCommand(ServerCommands.answer, [id, answer]) : undefined;
+    }),
+    run(ServerCommands.pauseAll, async () => {
+      const result = await connection.executeCommand<{ paused: string[] }>(ServerCommands.pauseAll, []);
+      void vscode.window.showInformationMessage(`keel: pause requested for ${result.paused.length} mission(s)`);
+      return result;
+    }),
+    run(ServerCommands.restore, async (target?: Target, pointId?: string, options?: { files: boolean }) =>
+      restore(model, missionCommand, target, pointId, options)),
+    run(ServerCommands.verifyStore, async () => {
+      const result = await connection.executeCommand<VerifyResult>(ServerCommands.verifyStore, []);
+      if (result.ok) {
+        void vscode.window.showInformationMessage(`keel: store verified, ${result.records} records intact`);
+      } else {
+        result.problems.forEach((p) => log.error(`verify: ${p.db}/${p.key}: ${p.message}`));
+        const first = result.problems[0];
+        void vscode.window.showErrorMessage(`keel: ${result.problems.length} damaged record(s) in the store` +
+          (first ? `, first ${first.db}/${first.key}: ${first.message}` : ""), "Show Log")
+          .then((pick) => pick && log.show());
+      }
+      return result;
+    }),
+    run("keel.refresh", () => model.reload()),
+    run("keel.restartServer", () => connection.restart()),
+    run("keel.showLog", async () => log.show()),
+    run("keel.selectMission", async (target?: Target) => {
+      const id = await missionId(model, target, () => true, "Show restore points of which mission?");
+      model.select(id);
+      await vscode.commands.executeCommand("keel.restorePoints.focus");
+    }),
+  ];
+}
+
+/** The mission a command acts on: from the tree node or id it got, else the one candidate, else a pick. */
+async function missionId(model: MissionModel, target: Target, eligible: (m: MissionSummary) => boolean,
+                         placeHolder: string): Promise<string | undefined> {
+  if (typeof target === "string") {
+    return target;
+  }
+  if (target !== undefined) {
+    return target.kind === "mission" ? target.id : target.kind === "unit" ? target.missionId : target.point.missionId;
+  }
+  const candidates = model.list().filter(eligible);
+  if (candidates.length === 0) {
+    void vscode.window.showInformationMessage("keel: no mission is in a state for that");
+    return undefined;
+  }
+  if (candidates.length === 1) {
+    return candidates[0]?.id;
+  }
+  const pick = await vscode.window.showQuickPick(
+    candidates.map((m) => ({ label: m.name, description: `${m.state} · ${m.id}`, id: m.id })), { placeHolder });
+  return pick?.id;
+}
+
+async function askAnswer(mission: MissionSummary): Promise<string | undefined> {
+  const question = mission.question;
+  const prompt = `${mission.name} asks: ${question?.text ?? "(no question recorded)"}`;
+  if (question?.choices && question.choices.length > 0) {
+    return vscode.window.showQuickPick(question.choices, { title: "keel: answer", placeHolder: prompt, ignoreFocusOut: true });
+  }
+  return vscode.window.showInputBox({
+    title: "keel: answer",
+    prompt,
+    ignoreFocusOut: true,
+    validateInput: (value) => (value.trim() === "" ? "An answer cannot be empty" : undefined),
+  });
+}
+
+/**
+ * From the tree or the palette, a modal confirmation asks whether to rewind the files too; a caller that
+ * passes (missionId, pointId, {files}) has decided already (other extensions, the tests).
+ */
+async function restore(model: MissionModel, missionCommand: (c: string, a: unknown[]) => Promise<MissionSummary>,
+                       target: Target, pointId: string | undefined,
+                       options: { files: boolean } | undefined): Promise<MissionSummary | undefined> {
+  if (typeof target === "string" && pointId !== undefined && options !== undefined) {
+    return missionCommand(ServerCommands.restore, [target, pointId, options]);
+  }
+  let id: string | undefined;
+  let point = pointId;
+  if (target !== undefined && typeof target !== "string" && target.kind === "point") {
+    id = target.point.missionId;
+    point = target.point.id;
+  } else {
+    id = await missionId(model, target, () => true, "Restore which mission?");
+  }
+  if (id === undefined) {
+    return undefined;
+  }
+  if (point === undefined) {
+    const points = (await model.restorePoints(id)).reverse();
+    const pick = await vscode.window.showQuickPick(
+      points.map((p) => ({ label: p.id, description: p.reason, detail: p.label, id: p.id })),
+      { placeHolder: "Restore to which point?" });
+    point = pick?.id;
+  }
+  if (point === undefined) {
+    return undefined;
+  }
+  const name = model.get(id)?.name ?? id;
+  const choice = await vscode.window.showWarningMessage(
+    `Rewind mission ${name} to ${point}? History is kept: the rewind adds new records.`, { modal: true },
+    "Restore", "Restore Including Files");
+  if (choice === undefined) {
+    return undefined;
+  }
+  return missionCommand(ServerCommands.restore, [id, point, { files: choice === "Restore Including Files" }]);
+}
+
+async function pickMissionFile(file: vscode.Uri | string | undefined): Promise<string | undefined> {
+  if (typeof file === "string") {
+    return file;
+  }
+  if (file !== undefined) {
+    return file.fsPath;
+  }
+  const found = await vscode.workspace.findFiles("**/*.toml", "**/{node_modules,.keel,.git,.venv}/**", 200);
+  const candidates = found.filter((uri) => /mission/i.test(path.basename(uri.fsPath)));
+  const items: (vscode.QuickPickItem & { uri?: vscode.Uri })[] = candidates.map((uri) => ({
+    label: vscode.workspace.asRelativePath(uri), uri,
+  }));
+  items.push({ label: "$(folder-opened) Choose a mission file…" });
+  const pick = await vscode.window.showQuickPick(items, { placeHolder: "Start which mission file?" });
+  if (pick === undefined) {
+    return undefined;
+  }
+  if (pick.uri !== undefined) {
+    return pick.uri.fsPath;
+  }
+  const chosen = await vscode.window.showOpenDialog({ canSelectMany: false, filters: { "Mission files": ["toml"] } });
+  return chosen?.[0]?.fsPath;
+}

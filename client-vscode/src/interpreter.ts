@@ -1,0 +1,91 @@
+/**
+ * Which Python runs `keel serve`, and whether keel is installed for it.
+ *
+ * The discovery chain follows the Python tools extension template: the `keel.python` setting, else the
+ * interpreter selected in the Python extension (through its public API, when that extension is present),
+ * else `python3` on PATH. Must not depend on the language client.
+ */
+import { execFile } from "node:child_process";
+import * as vscode from "vscode";
+import { PythonExtension } from "@vscode/python-extension";
+
+export interface Interpreter {
+  /** The executable to run (an absolute path, or a name looked up on PATH). */
+  command: string;
+  /** Where it came from, for the log and error messages. */
+  source: "setting" | "python extension" | "PATH";
+}
+
+export async function resolveInterpreter(folder: vscode.WorkspaceFolder | undefined,
+                                         log: vscode.LogOutputChannel): Promise<Interpreter> {
+  const configured = vscode.workspace.getConfiguration("keel", folder).get<string>("python", "").trim();
+  if (configured !== "") {
+    return { command: expandVariables(configured, folder), source: "setting" };
+  }
+  const fromExtension = await interpreterFromPythonExtension(folder, log);
+  if (fromExtension !== undefined) {
+    return { command: fromExtension, source: "python extension" };
+  }
+  return { command: "python3", source: "PATH" };
+}
+
+/** Subscribe to interpreter changes in the Python extension (when it is installed). */
+export async function onPythonInterpreterChanged(listener: () => void): Promise<vscode.Disposable | undefined> {
+  if (vscode.extensions.getExtension("ms-python.python") === undefined) {
+    return undefined;
+  }
+  const api = await PythonExtension.api();
+  return api.environments.onDidChangeActiveEnvironmentPath(() => listener());
+}
+
+async function interpreterFromPythonExtension(folder: vscode.WorkspaceFolder | undefined,
+                                              log: vscode.LogOutputChannel): Promise<string | undefined> {
+  if (vscode.extensions.getExtension("ms-python.python") === undefined) {
+    return undefined;
+  }
+  try {
+    const api = await PythonExtension.api();
+    const active = api.environments.getActiveEnvironmentPath(folder?.uri);
+    const env = await api.environments.resolveEnvironment(active);
+    return env?.executable.uri?.fsPath;
+  } catch (err) {
+    log.warn(`could not ask the Python extension for its interpreter: ${String(err)}`);
+    return undefined;
+  }
+}
+
+function expandVariables(value: string, folder: vscode.WorkspaceFolder | undefined): string {
+  const home = process.env["HOME"] ?? "";
+  return value
+    .replace(/\$\{workspaceFolder\}/g, folder?.uri.fsPath ?? "")
+    .replace(/\$\{userHome\}/g, home)
+    .replace(/^~(?=\/)/, home);
+}
+
+export type KeelCheck = { ok: true } | { ok: false; reason: string };
+
+/** Run `<python> -c "import keel.server"`: the one check that the server can start at all. */
+export function checkKeelInstalled(python: string, cwd: string | undefined): Promise<KeelCheck> {
+  return new Promise((resolve) => {
+    execFile(python, ["-c", "import keel.server"], { cwd, timeout: 30_000 }, (error, _stdout, stderr) => {
+      if (error === null) {
+        resolve({ ok: true });
+        return;
+      }
+      const code = (error as NodeJS.ErrnoException).code;
+      const reason = code === "ENOENT" ? `${python} was not found` : lastLine(stderr) || error.message;
+      resolve({ ok: false, reason });
+    });
+  });
+}
+
+/** The one command that makes `import keel.server` work for this interpreter. */
+export function installCommand(python: string): string {
+  const quoted = /[\s"'$]/.test(python) ? `"${python}"` : python;
+  return `${quoted} -m pip install keel`;
+}
+
+function lastLine(text: string): string {
+  const lines = text.trim().split("\n");
+  return lines[lines.length - 1] ?? "";
+}

@@ -1,0 +1,149 @@
+/**
+ * The Missions view: one row per mission (state icon, progress, current unit), its units as children.
+ * `contextValue` is `mission.<state>` / `unit.<state>`, so package.json menus offer the actions a state
+ * allows. Rows change only when the model says so (keel/missionChanged). Must not send commands.
+ */
+import * as vscode from "vscode";
+import type { MissionModel } from "./model";
+import { progressText, type MissionState, type MissionSummary, type UnitInfo, type UnitState } from "./protocol";
+
+export interface MissionNode {
+  readonly kind: "mission";
+  readonly id: string;
+}
+
+export interface UnitNode {
+  readonly kind: "unit";
+  readonly missionId: string;
+  readonly unit: UnitInfo;
+}
+
+export type MissionTreeNode = MissionNode | UnitNode;
+
+const MISSION_ICONS: Record<MissionState, [string, string?]> = {
+  created: ["circle-outline"],
+  running: ["sync~spin", "charts.blue"],
+  pausing: ["loading~spin", "charts.yellow"],
+  paused: ["debug-pause", "charts.yellow"],
+  waiting_input: ["question", "charts.orange"],
+  offline: ["debug-disconnect", "charts.orange"],
+  completed: ["pass", "testing.iconPassed"],
+  failed: ["error", "testing.iconFailed"],
+  cancelled: ["circle-slash"],
+};
+
+const UNIT_ICONS: Record<UnitState, [string, string?]> = {
+  pending: ["circle-outline"],
+  ready: ["circle-large-outline"],
+  running: ["sync~spin", "charts.blue"],
+  succeeded: ["pass", "testing.iconPassed"],
+  failed: ["error", "testing.iconFailed"],
+  resumable: ["debug-restart", "charts.yellow"],
+};
+
+function icon([name, color]: [string, string?]): vscode.ThemeIcon {
+  return new vscode.ThemeIcon(name, color === undefined ? undefined : new vscode.ThemeColor(color));
+}
+
+/** "paused (operator)", "waiting for input", "running, stranded": the state words of a row. */
+export function stateText(m: MissionSummary): string {
+  const base = m.state === "waiting_input" ? "waiting for input" : m.state;
+  const reason = m.state === "paused" && m.pauseReason ? ` (${m.pauseReason})` : "";
+  return `${base}${reason}${m.stranded ? ", stranded" : ""}`;
+}
+
+export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTreeNode>, vscode.Disposable {
+  private readonly nodes = new Map<string, MissionNode>();
+  private readonly emitter = new vscode.EventEmitter<MissionTreeNode | undefined>();
+  private readonly subscription: vscode.Disposable;
+  readonly onDidChangeTreeData = this.emitter.event;
+
+  constructor(private readonly model: MissionModel) {
+    this.subscription = model.onDidChange((summary) => this.refresh(summary));
+  }
+
+  nodeFor(id: string): MissionNode {
+    let node = this.nodes.get(id);
+    if (node === undefined) {
+      node = { kind: "mission", id };
+      this.nodes.set(id, node);
+    }
+    return node;
+  }
+
+  getChildren(element?: MissionTreeNode): vscode.ProviderResult<MissionTreeNode[]> {
+    if (element === undefined) {
+      return this.model.list().map((m) => this.nodeFor(m.id));
+    }
+    if (element.kind === "mission") {
+      return this.unitsOf(element.id);
+    }
+    return [];
+  }
+
+  getParent(element: MissionTreeNode): MissionTreeNode | undefined {
+    return element.kind === "unit" ? this.nodeFor(element.missionId) : undefined;
+  }
+
+  getTreeItem(element: MissionTreeNode): vscode.TreeItem {
+    return element.kind === "mission" ? this.missionItem(element.id) : unitItem(element);
+  }
+
+  dispose(): void {
+    this.subscription.dispose();
+    this.emitter.dispose();
+  }
+
+  private refresh(summary: MissionSummary | undefined): void {
+    const known = summary !== undefined && this.nodes.has(summary.id);
+    this.emitter.fire(known ? this.nodeFor(summary.id) : undefined);
+  }
+
+  private async unitsOf(missionId: string): Promise<UnitNode[]> {
+    const detail = await this.model.detail(missionId);
+    return detail.units.map((unit) => ({ kind: "unit", missionId, unit }));
+  }
+
+  private missionItem(id: string): vscode.TreeItem {
+    const m = this.model.get(id);
+    if (m === undefined) {
+      return new vscode.TreeItem(id, vscode.TreeItemCollapsibleState.None);
+    }
+    const active = m.state !== "completed" && m.state !== "cancelled";
+    const item = new vscode.TreeItem(m.name || m.id,
+      active ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
+    item.id = `mission:${m.id}`;
+    item.description = [stateText(m), progressText(m)].filter((s) => s !== "").join(" · ");
+    item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
+    item.contextValue = `mission.${m.state}`;
+    item.tooltip = missionTooltip(m);
+    return item;
+  }
+}
+
+function unitItem(node: UnitNode): vscode.TreeItem {
+  const u = node.unit;
+  const item = new vscode.TreeItem(u.title ? `${u.id} ${u.title}` : u.id, vscode.TreeItemCollapsibleState.None);
+  item.id = `unit:${node.missionId}:${u.id}`;
+  item.description = u.state + (u.attempts > 1 ? ` (attempt ${u.attempts})` : "");
+  item.iconPath = icon(UNIT_ICONS[u.state] ?? ["circle-outline"]);
+  item.contextValue = `unit.${u.state}`;
+  item.tooltip = u.error ? `${u.id}: ${u.error}` : `${u.id}: ${u.state}`;
+  return item;
+}
+
+function missionTooltip(m: MissionSummary): vscode.MarkdownString {
+  const lines = [`**${m.name}** \`${m.id}\``, "", `state: ${stateText(m)}`];
+  if (m.units.total > 0) {
+    lines.push(`units: ${m.units.done}/${m.units.total} done (${m.percentage}%)`);
+  }
+  if (m.question) {
+    lines.push(`question: ${m.question.text}`);
+  }
+  if (m.error) {
+    lines.push(`error: ${m.error}`);
+  }
+  const md = new vscode.MarkdownString(lines.join("  \n"));
+  md.supportHtml = false;
+  return md;
+}

@@ -1,0 +1,73 @@
+/**
+ * The Restore Points view: the restore points of the mission selected in the Missions view, newest
+ * first, each with an inline Restore action (`contextValue` "restorePoint"). Must not send commands.
+ */
+import * as vscode from "vscode";
+import type { MissionModel } from "./model";
+import type { MissionSummary, RestorePoint } from "./protocol";
+
+export interface PointNode {
+  readonly kind: "point";
+  readonly point: RestorePoint;
+  readonly missionName: string;
+}
+
+export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>, vscode.Disposable {
+  private readonly emitter = new vscode.EventEmitter<PointNode | undefined>();
+  private readonly subscriptions: vscode.Disposable[];
+  private shownVersion = "";
+  readonly onDidChangeTreeData = this.emitter.event;
+
+  constructor(private readonly model: MissionModel) {
+    this.subscriptions = [model.onDidChangeSelection((m) => this.onSelection(m))];
+  }
+
+  async getChildren(element?: PointNode): Promise<PointNode[]> {
+    const mission = this.model.selected;
+    if (element !== undefined || mission === undefined) {
+      return [];
+    }
+    const points = await this.model.restorePoints(mission.id);
+    return points.reverse().map((point) => ({ kind: "point", point, missionName: mission.name }));
+  }
+
+  getTreeItem(node: PointNode): vscode.TreeItem {
+    const p = node.point;
+    const item = new vscode.TreeItem(p.label ? `${p.id} ${p.label}` : p.id, vscode.TreeItemCollapsibleState.None);
+    item.id = `point:${p.missionId}:${p.id}`;
+    item.description = `${p.reason} · ${ago(p.createdAt)}`;
+    item.iconPath = new vscode.ThemeIcon("history");
+    item.contextValue = "restorePoint";
+    item.tooltip = `${node.missionName} ${p.id}: ${p.reason}\n${new Date(p.createdAt * 1000).toLocaleString()}\n` +
+      `checkpoint ${p.checkpoint}`;
+    return item;
+  }
+
+  dispose(): void {
+    this.subscriptions.forEach((d) => d.dispose());
+    this.emitter.dispose();
+  }
+
+  /** Refetch only when the selection moved or the selected mission gained or lost restore points. */
+  private onSelection(mission: MissionSummary | undefined): void {
+    const version = mission === undefined ? "" : `${mission.id}:${mission.restorePoints ?? mission.updatedAt}`;
+    if (version !== this.shownVersion) {
+      this.shownVersion = version;
+      this.emitter.fire(undefined);
+    }
+  }
+}
+
+function ago(at: number): string {
+  const seconds = Math.max(0, Math.round(Date.now() / 1000 - at));
+  if (seconds < 90) {
+    return `${seconds}s ago`;
+  }
+  if (seconds < 5400) {
+    return `${Math.round(seconds / 60)}m ago`;
+  }
+  if (seconds < 86400 * 2) {
+    return `${Math.round(seconds / 3600)}h ago`;
+  }
+  return `${Math.round(seconds / 86400)}d ago`;
+}

@@ -1,0 +1,121 @@
+/**
+ * The keel LSP contract as the extension sees it (docs/lsp.md): method and command names, payload types.
+ *
+ * This is the one module that knows the wire shapes; the views read these types and nothing else.
+ * It must not import `vscode` or the language client, so tests and views can share it.
+ */
+
+export type MissionState =
+  | "created" | "running" | "pausing" | "paused" | "waiting_input"
+  | "offline" | "completed" | "failed" | "cancelled";
+
+export type UnitState = "pending" | "ready" | "running" | "succeeded" | "failed" | "resumable";
+
+export interface Question {
+  unit: string;
+  seq: number;
+  text: string;
+  choices?: string[];
+  kind?: string;
+}
+
+export interface UnitCounts {
+  total: number;
+  done: number;
+  running: number;
+  failed: number;
+  pending: number;
+}
+
+export interface MissionSummary {
+  id: string;
+  name: string;
+  state: MissionState;
+  pauseReason?: string;
+  question?: Question;
+  error?: string;
+  units: UnitCounts;
+  percentage: number;
+  currentUnit?: string;
+  currentUnitTitle?: string;
+  stranded?: boolean;
+  missionFile?: string;
+  workspace?: string;
+  restorePoints?: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface UnitInfo {
+  id: string;
+  title: string;
+  state: UnitState;
+  after: string[];
+  attempts: number;
+  error: string;
+}
+
+export interface MissionDetail {
+  mission: MissionSummary;
+  goal: string;
+  units: UnitInfo[];
+}
+
+export interface RestorePoint {
+  id: string;
+  missionId: string;
+  checkpoint: string;
+  reason: string;
+  createdAt: number;
+  label: string;
+}
+
+export interface VerifyResult {
+  ok: boolean;
+  records: number;
+  problems: { db: string; key: string; message: string }[];
+}
+
+export const Requests = {
+  missions: "keel/missions",
+  mission: "keel/mission",
+  restorePoints: "keel/restorePoints",
+} as const;
+
+export const Notifications = {
+  missionChanged: "keel/missionChanged",
+} as const;
+
+/** Commands the server executes (`workspace/executeCommand`); the palette commands carry the same ids. */
+export const ServerCommands = {
+  startMission: "keel.startMission",
+  pause: "keel.pause",
+  resume: "keel.resume",
+  pauseAll: "keel.pauseAll",
+  answer: "keel.answer",
+  restore: "keel.restore",
+  verifyStore: "keel.verifyStore",
+} as const;
+
+const PAUSABLE: ReadonlySet<MissionState> = new Set(["running", "pausing", "offline", "created"]);
+const RESUMABLE: ReadonlySet<MissionState> = new Set(["paused", "offline", "failed"]);
+const ACTIVE: ReadonlySet<MissionState> = new Set(["running", "pausing", "waiting_input", "paused", "offline", "created"]);
+
+export function canPause(m: MissionSummary): boolean {
+  return PAUSABLE.has(m.state);
+}
+
+export function canResume(m: MissionSummary): boolean {
+  return RESUMABLE.has(m.state);
+}
+
+export function isActive(m: MissionSummary): boolean {
+  return ACTIVE.has(m.state);
+}
+
+/** "2/5" with the current unit when one runs: the short progress text of the tree and status bar. */
+export function progressText(m: MissionSummary): string {
+  const counts = m.units.total > 0 ? `${m.units.done}/${m.units.total}` : "";
+  const unit = m.currentUnit ? `${m.currentUnit}${m.currentUnitTitle ? ` ${m.currentUnitTitle}` : ""}` : "";
+  return [counts, unit].filter((s) => s !== "").join(" · ");
+}

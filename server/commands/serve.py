@@ -1,0 +1,20 @@
+"""`keel serve`: the language server on stdio (docs/lsp.md is its contract)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="run the language server on stdio (LSP)")
+    p.add_argument("--log-file", metavar="FILE", help="write the server's log here instead of stderr")
+    p.add_argument("--verbose", action="store_true", help="log debug details (including pygls)")
+    p.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keel.server.lsp.app import serve  # pygls loads only for this verb
+
+    return serve(args.store, args.log_file, args.verbose)

@@ -1,0 +1,161 @@
+"""LSP payloads, built from keel's msgspec records in this one place (docs/lsp.md is the contract).
+
+Payload types are msgspec Structs with camelCase field names; `to_json` turns them into the plain
+values pygls sends. Nothing here reads the store or talks to a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from keel.protocol.records import Event, RestorePoint
+from keel.protocol.states import UnitState
+from keel.server.lsp.snapshot import MissionView
+
+_DONE = frozenset({UnitState.SUCCEEDED})
+
+
+class QuestionPayload(msgspec.Struct, frozen=True, rename="camel"):
+    unit: str
+    seq: int
+    text: str
+    choices: tuple[str, ...]
+    kind: str
+
+
+class UnitCounts(msgspec.Struct, frozen=True, rename="camel"):
+    total: int
+    done: int
+    running: int
+    failed: int
+    pending: int
+
+
+class HostPayload(msgspec.Struct, frozen=True, rename="camel"):
+    host_id: str
+    pid: int
+    hostname: str
+    alive: bool
+
+
+class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    id: str
+    name: str
+    state: str
+    units: UnitCounts
+    percentage: int
+    stranded: bool
+    mission_file: str
+    workspace: str
+    restore_points: int
+    created_at: float
+    updated_at: float
+    pause_reason: str | None = None
+    question: QuestionPayload | None = None
+    error: str | None = None
+    current_unit: str | None = None
+    current_unit_title: str | None = None
+    host: HostPayload | None = None
+    head: str | None = None
+
+
+class UnitPayload(msgspec.Struct, frozen=True, rename="camel"):
+    id: str
+    title: str
+    state: str
+    after: tuple[str, ...]
+    attempts: int
+    error: str
+
+
+class EventPayload(msgspec.Struct, frozen=True, rename="camel"):
+    seq: int
+    kind: str
+    at: float
+    unit: str
+    state: str
+    message: str
+
+
+class MissionDetail(msgspec.Struct, frozen=True, rename="camel"):
+    mission: MissionSummary
+    goal: str
+    units: tuple[UnitPayload, ...]
+    events: tuple[EventPayload, ...]
+
+
+class RestorePointPayload(msgspec.Struct, frozen=True, rename="camel"):
+    id: str
+    mission_id: str
+    checkpoint: str
+    reason: str
+    created_at: float
+    label: str
+
+
+def summary(view: MissionView) -> MissionSummary:
+    r = view.record
+    counts = unit_counts(view)
+    running = next((u for u in view.units if u.state == UnitState.RUNNING), None)
+    q = r.question
+    host = None if r.host is None else HostPayload(host_id=r.host.host_id, pid=r.host.pid,
+                                                   hostname=r.host.hostname, alive=view.host_alive)
+    return MissionSummary(
+        id=r.id, name=r.spec.name, state=r.state.value, units=counts,
+        percentage=counts.done * 100 // counts.total if counts.total else 0,
+        stranded=view.stranded, mission_file=r.mission_file, workspace=r.workspace,
+        restore_points=view.points, created_at=r.created_at, updated_at=r.updated_at,
+        pause_reason=r.pause_reason.value if r.pause_reason else None,
+        question=None if q is None else QuestionPayload(unit=q.unit, seq=q.seq, text=q.text, choices=q.choices,
+                                                        kind=getattr(q, "kind", "human/ask")),
+        error=r.error or None, current_unit=running.id if running else None,
+        current_unit_title=(running.title or None) if running else None, host=host, head=view.head or None)
+
+
+def unit_counts(view: MissionView) -> UnitCounts:
+    states = [u.state for u in view.units]
+    done = sum(s in _DONE for s in states)
+    running = states.count(UnitState.RUNNING)
+    failed = states.count(UnitState.FAILED)
+    return UnitCounts(total=len(states), done=done, running=running, failed=failed,
+                      pending=len(states) - done - running - failed)
+
+
+def detail(view: MissionView, events: list[tuple[int, Event]]) -> MissionDetail:
+    units = tuple(UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts,
+                              error=u.error) for u in view.units)
+    return MissionDetail(mission=summary(view), goal=view.record.spec.goal, units=units,
+                         events=tuple(event(seq, e) for seq, e in events))
+
+
+def event(seq: int, e: Event) -> EventPayload:
+    return EventPayload(seq=seq, kind=e.kind, at=e.at, unit=e.unit, state=e.state, message=e.message)
+
+
+def restore_point(p: RestorePoint) -> RestorePointPayload:
+    return RestorePointPayload(id=p.id, mission_id=p.mission_id, checkpoint=p.checkpoint, reason=p.reason,
+                               created_at=p.created_at, label=p.label)
+
+
+def progress_message(view: MissionView) -> str:
+    """`u3 Rewrite imports · 2/5` — the current unit and how far the mission is."""
+    counts = unit_counts(view)
+    running = [u for u in view.units if u.state == UnitState.RUNNING]
+    where = ", ".join(f"{u.id} {u.title}".strip() for u in running[:3]) or view.record.state.value
+    return f"{where} · {counts.done}/{counts.total}"
+
+
+def state_text(view: MissionView) -> str:
+    """How a mission ended up, for a progress `end` or a log line: `paused (operator)`, `failed: …`."""
+    r = view.record
+    if r.pause_reason is not None and r.state.value != r.pause_reason.value:
+        return f"{r.state.value} ({r.pause_reason.value})"
+    if r.error:
+        return f"{r.state.value}: {r.error}"
+    return r.state.value
+
+
+def to_json(value: Any) -> Any:
+    return msgspec.to_builtins(value)

@@ -1,0 +1,108 @@
+"""Calls into the engine's control API that open the store by path, run in a short-lived child process.
+
+LMDB forbids opening one environment twice in a process (closing the second copy drops the first's
+file locks), and the engine's `start_mission`, `resume` and `answer` open the store themselves. So the
+server, which keeps its own store open, runs them here: `python -m keel.server.lsp.enginecall OP JSON`
+prints one JSON line `{"ok": result}` or `{"error": {"code", "message"}}`, and the parent rebuilds the
+typed error. Hosts the child starts are detached, so the child exits at once. `keel restore` is the CLI
+verb, called the same way. Depends on the engine's control module; never on pygls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from keel.protocol.errors import ErrorCode, KeelError
+
+TIMEOUT_S = 60.0
+
+
+class EngineCallError(KeelError):
+    """An error the child reported (its code kept), or a child that did not answer."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.STORE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def call(store_path: Path, op: str, *args: Any) -> Any:
+    """Run one control operation in a child; return its result or raise the typed error it reported."""
+    cmd = [sys.executable, "-m", "keel.server.lsp.enginecall", op, json.dumps([str(store_path), *args])]
+    proc = _run(cmd)
+    try:
+        reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise EngineCallError(f"{op} did not answer (exit {proc.returncode}): {_tail(proc.stderr)}") from None
+    if "error" in reply:
+        raise EngineCallError(reply["error"]["message"], _code(reply["error"]["code"]))
+    return reply["ok"]
+
+
+def restore(store_path: Path, mission_id: str, point: str, files: bool) -> None:
+    """`keel restore ID POINT [--files]`; its exit code and message become the typed error."""
+    cmd = [sys.executable, "-m", "keel.server.cli", "restore", mission_id, point, "--store", str(store_path)]
+    proc = _run([*cmd, "--files"] if files else cmd)
+    if proc.returncode != 0:
+        message = _tail(proc.stderr).removeprefix("keel: ") or f"keel restore exited with {proc.returncode}"
+        raise EngineCallError(message, _EXIT_CODES.get(proc.returncode, ErrorCode.STORE))
+
+
+_EXIT_CODES = {2: ErrorCode.USAGE, 5: ErrorCode.CORRUPT_RECORD, 6: ErrorCode.NOT_FOUND}
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except subprocess.TimeoutExpired:
+        raise EngineCallError(f"{cmd[3]} did not finish within {TIMEOUT_S:.0f} s") from None
+
+
+def _code(value: int) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.STORE
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# -- the child side ------------------------------------------------------------------------------------
+def _dispatch(op: str, store_path: Path, args: list[Any]) -> Any:
+    from keel.server.engine import control
+
+    match op:
+        case "start":
+            return control.start_mission(store_path, Path(args[0]), detach=True)
+        case "resume":
+            return control.resume(store_path, args[0], detach=True)
+        case "answer":
+            return control.answer(store_path, args[0], args[1], source="lsp", resume=True).id
+        case _:
+            raise EngineCallError(f"unknown engine operation {op!r}", ErrorCode.USAGE)
+
+
+def main(argv: list[str]) -> int:
+    op, raw = argv[0], json.loads(argv[1])
+    try:
+        result = _dispatch(op, Path(raw[0]), raw[1:])
+    except KeelError as exc:
+        print(json.dumps({"error": {"code": int(exc.code), "message": exc.message}}))
+        return 1
+    except Exception as exc:  # reported, not raised: the parent turns it into one clear error
+        print(json.dumps({"error": {"code": int(ErrorCode.STORE), "message": f"{op} failed: {exc!r}"}}))
+        return 1
+    print(json.dumps({"ok": result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

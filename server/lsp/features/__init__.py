@@ -1,0 +1,14 @@
+"""The server's feature modules, registered in this one place.
+
+Each module exposes `register(server)`: it adds its commands and requests and subscribes to mission
+changes on `server.hub`. Order matters only for listeners: missionChanged goes out before progress
+and questions for the same change.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from keel.server.lsp.features import control, missions, notices, progress, questions, supervision
+
+FEATURES: list[ModuleType] = [missions, control, progress, questions, notices, supervision]

@@ -1,0 +1,123 @@
+"""Mission control commands (`workspace/executeCommand`): start, pause, resume, pause all, answer,
+restore, verify. Pauses go straight to the store (durable Control records); operations that open the
+store by path or start hosts run through enginecall in a child process. Each returns a MissionSummary
+(or the documented object) read after the action was recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from keel.server.engine import control as engine
+from keel.server.lsp import enginecall
+from keel.server.lsp.errors import arg_dict, arg_str, invalid, no_more_args
+from keel.server.lsp.features.missions import summary_json
+from keel.server.lsp.server import KeelServer, handler
+from keel.server.lsp.snapshot import read_view, resolve
+from keel.storage.verify import verify_all
+
+SOURCE = "lsp"
+START, PAUSE, RESUME, PAUSE_ALL = "keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll"
+ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
+MISSION_ID = "a mission id"
+
+
+def register(server: KeelServer) -> None:
+    @server.command(START)
+    @handler(server, START)
+    async def start(ls: KeelServer, *args: Any) -> Any:
+        text = arg_str(START, args, 0, "a mission file path")
+        no_more_args(START, args, 1)
+        assert text is not None
+        path = Path(text).expanduser()
+        path = path if path.is_absolute() else ls.workspace_root / path
+        if not path.is_file():
+            raise invalid(f"{START}: mission file {path} does not exist")
+        ls.require_store()  # create it here, so the watcher sees the mission appear
+        mission_id = await ls.blocking(enginecall.call, ls.store_path, "start", str(path))
+        return await _summary(ls, mission_id)
+
+    @server.command(PAUSE)
+    @handler(server, PAUSE)
+    async def pause(ls: KeelServer, *args: Any) -> Any:
+        text = _one_id(PAUSE, args)
+
+        def run() -> str:
+            store = ls.require_store()
+            mid = resolve(store, text)
+            engine.request_pause(store, mid, SOURCE)
+            return mid
+
+        return await _summary(ls, await ls.blocking(run))
+
+    @server.command(RESUME)
+    @handler(server, RESUME)
+    async def resume(ls: KeelServer, *args: Any) -> Any:
+        mid = await ls.blocking(resolve, ls.require_store(), _one_id(RESUME, args))
+        await ls.blocking(enginecall.call, ls.store_path, "resume", mid)
+        return await _summary(ls, mid)
+
+    @server.command(PAUSE_ALL)
+    @handler(server, PAUSE_ALL)
+    async def pause_all(ls: KeelServer, *args: Any) -> Any:
+        no_more_args(PAUSE_ALL, args, 0)
+        ids = await ls.blocking(engine.pause_all, ls.require_store(), SOURCE)
+        ls.changed()
+        return {"paused": list(ids)}
+
+    @server.command(ANSWER)
+    @handler(server, ANSWER)
+    async def answer(ls: KeelServer, *args: Any) -> Any:
+        text = arg_str(ANSWER, args, 0, MISSION_ID)
+        reply = args[1] if len(args) > 1 else None
+        if not isinstance(reply, str):
+            raise invalid(f"{ANSWER} expects the answer text string as argument 2")
+        no_more_args(ANSWER, args, 2)
+        assert text is not None
+        return await answer_mission(ls, text, reply)
+
+    @server.command(RESTORE)
+    @handler(server, RESTORE)
+    async def restore(ls: KeelServer, *args: Any) -> Any:
+        text = arg_str(RESTORE, args, 0, MISSION_ID)
+        point = arg_str(RESTORE, args, 1, "a restore point id (like p3)")
+        options = arg_dict(RESTORE, args, 2, 'an options ({"files": bool})')
+        no_more_args(RESTORE, args, 3)
+        assert text is not None and point is not None
+        files = options.get("files", False)
+        if not isinstance(files, bool):
+            raise invalid(f'{RESTORE} expects "files" to be a boolean in argument 3, got {files!r}')
+        mid = await ls.blocking(resolve, ls.require_store(), text)
+        await ls.blocking(enginecall.restore, ls.store_path, mid, point, files)
+        return await _summary(ls, mid)
+
+    @server.command(VERIFY)
+    @handler(server, VERIFY)
+    async def verify(ls: KeelServer, *args: Any) -> Any:
+        no_more_args(VERIFY, args, 0)
+        store = ls.store()
+        if store is None:
+            return {"ok": True, "records": 0, "problems": []}
+        report = await ls.blocking(verify_all, store)
+        problems = [{"db": p.db, "key": p.key, "message": p.message} for p in report.problems]
+        return {"ok": report.ok, "records": report.records, "problems": problems}
+
+
+async def answer_mission(ls: KeelServer, text: str, reply: str) -> Any:
+    """Record an answer and resume (shared by keel.answer and the showMessageRequest path)."""
+    mid = await ls.blocking(resolve, ls.require_store(), text)
+    await ls.blocking(enginecall.call, ls.store_path, "answer", mid, reply)
+    return await _summary(ls, mid)
+
+
+def _one_id(name: str, args: tuple[Any, ...]) -> str:
+    text = arg_str(name, args, 0, MISSION_ID)
+    no_more_args(name, args, 1)
+    assert text is not None
+    return text
+
+
+async def _summary(ls: KeelServer, mission_id: str) -> Any:
+    ls.changed()
+    view = await ls.blocking(read_view, ls.require_store(), mission_id)
+    return summary_json(ls, view)

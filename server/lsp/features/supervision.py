@@ -1,0 +1,156 @@
+"""Host supervision: re-attach to live hosts on start, restart hosts that died while their mission was
+running (crash recovery through `resume`, with backoff, bounded), flag stranded missions.
+
+Each mission has a small state machine, driven by a tick every half second over the hub's views
+(a host can die without writing to the store, so changes alone would not notice it):
+
+    WATCHING → SUSPECT (running, no live host) → RESTARTING → BACKOFF → (host alive) WATCHING
+                                                              BACKOFF → (attempts spent) STRANDED
+A live host (or a mission that stopped running) returns any state to WATCHING. An answered question whose
+host had already left counts as running: the restart applies the answer. A mission is "dead" only
+when neither its recorded host is alive nor its host lock is held, for longer than a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+
+from lsprotocol import types
+
+from keel.protocol.errors import KeelError
+from keel.protocol.states import MissionState
+from keel.server.engine import places
+from keel.server.engine.hostlock import HostLock
+from keel.server.lsp import enginecall
+from keel.server.lsp.server import KeelServer
+from keel.server.lsp.snapshot import MissionView
+
+log = logging.getLogger(__name__)
+TICK_S = 0.5
+GRACE_S = 2.0
+BACKOFF_S = 1.0
+MAX_RESTARTS = 3
+SUPERVISED_STATES = frozenset({MissionState.RUNNING, MissionState.PAUSING})
+
+
+class Phase(enum.StrEnum):
+    WATCHING = "watching"
+    SUSPECT = "suspect"
+    RESTARTING = "restarting"
+    BACKOFF = "backoff"
+    STRANDED = "stranded"
+
+
+P = Phase
+TRANSITIONS = {
+    P.WATCHING: frozenset({P.SUSPECT}),
+    P.SUSPECT: frozenset({P.WATCHING, P.RESTARTING}),
+    P.RESTARTING: frozenset({P.BACKOFF}),
+    P.BACKOFF: frozenset({P.WATCHING, P.RESTARTING, P.STRANDED}),
+    P.STRANDED: frozenset({P.WATCHING}),
+}
+
+
+class HostWatch:
+    """One mission's supervision state."""
+
+    def __init__(self, server: KeelServer, mission_id: str, grace_s: float, backoff_s: float) -> None:
+        self.server = server
+        self.grace_s = grace_s
+        self.backoff_s = backoff_s
+        self.mission_id = mission_id
+        self.phase = P.WATCHING
+        self.since = time.monotonic()
+        self.attempts = 0
+        self.last_error = ""
+
+    def _set_state(self, new: Phase) -> None:
+        if new not in TRANSITIONS[self.phase]:
+            raise RuntimeError(f"supervision of {self.mission_id}: illegal {self.phase} -> {new}")
+        log.info("supervision of %s: %s -> %s", self.mission_id, self.phase, new)
+        self.phase = new
+        self.since = time.monotonic()
+        self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
+
+    def step(self, view: MissionView, now: float) -> None:
+        dead = _needs_host(view) and not view.host_alive and not self._locked()
+        if not dead:
+            if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
+                if self.attempts:
+                    self.server.log_line(f"[{self.mission_id}] host is running again", types.MessageType.Info)
+                self.attempts = 0
+                self._set_state(P.WATCHING)
+            return
+        waited = now - self.since
+        if self.phase is P.WATCHING:
+            self._set_state(P.SUSPECT)
+        elif self.phase is P.SUSPECT and waited >= self.grace_s:
+            self._restart()
+        elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
+            if self.attempts >= MAX_RESTARTS:
+                self._set_state(P.STRANDED)
+                self.server.show(f"keel: mission {self.mission_id} is stranded: it is running but its host is "
+                                 f"gone and {self.attempts} restarts failed ({self.last_error or 'host exited'})"
+                                 f" — run `keel resume {self.mission_id}`", types.MessageType.Error)
+            else:
+                self._restart()
+
+    def _locked(self) -> bool:
+        lock = HostLock(places.lock_path(self.server.store_path, self.mission_id), self.mission_id)
+        return lock.held_elsewhere()
+
+    def _restart(self) -> None:
+        self._set_state(P.RESTARTING)
+        self.attempts += 1
+        self.server.spawn(self._resume(), f"restarting mission {self.mission_id}'s host")
+
+    async def _resume(self) -> None:
+        self.server.log_line(f"[{self.mission_id}] host is gone while running; restarting it "
+                             f"(attempt {self.attempts} of {MAX_RESTARTS})", types.MessageType.Info)
+        try:
+            await self.server.blocking(enginecall.call, self.server.store_path, "resume", self.mission_id)
+        except KeelError as exc:
+            self.last_error = exc.message
+            self.server.log_line(f"[{self.mission_id}] restart failed: {exc.message}", types.MessageType.Warning)
+        finally:
+            self._set_state(P.BACKOFF)
+
+
+def _needs_host(view: MissionView) -> bool:
+    """Running (or pausing) missions need a host; so does an answered question whose host already left
+    (an answer that raced the host's exit is applied by the host the restart starts)."""
+    state = view.record.state
+    return state in SUPERVISED_STATES or (state == MissionState.WAITING_INPUT and view.pending_answer)
+
+
+def register(server: KeelServer) -> None:
+    watches: dict[str, HostWatch] = {}
+
+    async def supervise() -> None:
+        if server.options.get("supervise", True) is False:
+            return
+        grace_s = _option_s(server, "graceMs", GRACE_S)
+        backoff_s = _option_s(server, "backoffMs", BACKOFF_S)
+        first = True
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            if first and server.hub.views:
+                first = False
+                live = [v.record.id for v in server.hub.views.values() if v.host_alive]
+                server.log_line(f"keel: watching {len(server.hub.views)} missions; re-attached to "
+                                f"{len(live)} with a live host", types.MessageType.Info)
+            for mid, view in list(server.hub.views.items()):
+                watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
+                if watch.phase is not P.RESTARTING:
+                    watch.step(view, now)
+
+    server.on_ready.append(supervise)
+
+
+def _option_s(server: KeelServer, name: str, default_s: float) -> float:
+    value = server.options.get(name)
+    return max(0.0, float(value) / 1000) if isinstance(value, int | float) else default_s

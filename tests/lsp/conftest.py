@@ -1,0 +1,145 @@
+"""A real `keel serve` subprocess driven by pytest-lsp, a fresh store per test, and mission-file helpers.
+
+Missions run for real: detached `keel` hosts with the scripted agent. Every test's hosts are killed at the
+end (they are detached on purpose, so the server's exit does not stop them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from keel.storage import Store
+from keel.storage import missions as m
+
+SERVER = [sys.executable, "-m", "keel.server.cli", "serve"]
+
+
+def mission_toml(name: str, units: list[dict[str, Any]]) -> str:
+    """A mission file for the scripted agent; each unit is {"id", "steps", optional "after"}."""
+    lines = ["[mission]", f"name = {json.dumps(name)}",
+             f"agent = {json.dumps(sys.executable + ' -m keel.agents.scripted')}", ""]
+    for unit in units:
+        lines += ["[[units]]", f"id = {json.dumps(unit['id'])}", f"title = {json.dumps(unit.get('title', ''))}"]
+        if unit.get("after"):
+            lines.append(f"after = {json.dumps(unit['after'])}")
+        lines += [f"params = {{ steps = {_toml(unit.get('steps', []))} }}", ""]
+    return "\n".join(lines)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
+
+
+class Env:
+    """One test's workspace and store, and what the server pushed."""
+
+    def __init__(self, root: Path, client: LanguageClient) -> None:
+        self.root = root
+        self.store = root / ".keel" / "store"
+        self.client = client
+        self.changes: list[dict[str, Any]] = []
+        self.questions: list[types.ShowMessageRequestParams] = []
+        self.answer: Callable[[types.ShowMessageRequestParams], types.MessageActionItem | None] = lambda p: None
+
+    def write_mission(self, name: str, units: list[dict[str, Any]]) -> str:
+        path = self.root / f"{name}.toml"
+        path.write_text(mission_toml(name, units))
+        return str(path)
+
+    async def command(self, name: str, *args: Any) -> Any:
+        return _plain(await self.client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command=name, arguments=list(args))))
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        return _plain(await self.client.protocol.send_request_async(method, params))
+
+    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 20.0) -> dict[str, Any]:
+        """The first keel/missionChanged payload (seen so far or arriving) that satisfies `pred`."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for change in self.changes[seen:]:
+                if pred(change):
+                    return change
+            seen = len(self.changes)
+            if time.monotonic() > deadline:
+                last = {c["id"]: c["state"] for c in self.changes}
+                raise AssertionError(f"no matching keel/missionChanged within {timeout}s; last states {last}")
+            await asyncio.sleep(0.02)
+
+    def kill_hosts(self) -> None:
+        kill_hosts(self.store)
+
+
+def kill_hosts(store_path: Path) -> None:
+    """SIGKILL every mission host recorded in the store (and its agents: a host leads its process group)."""
+    if not (store_path / "data.mdb").exists():
+        return
+    with Store.open(store_path) as store:
+        records = store.read(m.list_missions)
+    for record in records:
+        if record.host is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.host.pid, signal.SIGKILL)
+
+
+def capabilities() -> types.ClientCapabilities:
+    return types.ClientCapabilities(window=types.WindowClientCapabilities(
+        work_done_progress=True, show_message=types.ShowMessageRequestClientCapabilities()))
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
+async def client(lsp_client: LanguageClient, tmp_path: Path):
+    params = types.InitializeParams(
+        capabilities=capabilities(), root_uri=tmp_path.as_uri(),
+        initialization_options={"graceMs": 300, "backoffMs": 100})
+    await lsp_client.initialize_session(params)
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest.fixture
+def env(client: LanguageClient, tmp_path: Path):
+    e = Env(tmp_path, client)
+
+    @client.feature("keel/missionChanged")
+    def changed(params: Any) -> None:
+        e.changes.append(_plain(params))
+
+    @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+    def ask(params: types.ShowMessageRequestParams) -> types.MessageActionItem | None:
+        e.questions.append(params)
+        return e.answer(params)
+
+    yield e
+    e.kill_hosts()
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
