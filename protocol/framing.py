@@ -26,10 +26,11 @@ def _content_length(headers: list[bytes], max_size: int) -> int:
         if not sep:
             raise ProtocolError(f"malformed header line {line[:80]!r}: expected 'Name: value'")
         if name.strip().lower() == b"content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                raise ProtocolError(f"Content-Length is not a number: {value.strip()[:40]!r}") from None
+            text = value.strip()
+            digits = text.removeprefix(b"-")
+            if not digits.isdigit() or len(digits) > 18:
+                raise ProtocolError(f"Content-Length is not a number: {text[:40]!r}")
+            length = int(text)
     if length is None:
         raise ProtocolError("frame has no Content-Length header")
     if length < 0:

@@ -35,7 +35,9 @@ def parse_mission(text: str, filename: str = "<mission>") -> MissionSpec:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise MissionFileError(f"{filename}: TOML syntax error: {exc}") from None
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        where = f"{filename}:{at.group(1)}" if at else filename
+        raise MissionFileError(f"{where}: TOML syntax error: {exc}") from None
     raw = _flatten(doc, filename, text)
     try:
         spec = msgspec.convert(raw, MissionSpec)
@@ -45,21 +47,36 @@ def parse_mission(text: str, filename: str = "<mission>") -> MissionSpec:
     return spec
 
 
+_TABLES = ("units", "models", "checkpoint", "permissions", "env")
+
+
+def _error(filename: str, text: str, path: str, message: str) -> MissionFileError:
+    """The one message shape: `file:line: field.path: what is wrong` (no line when none fits)."""
+    line = locate_field(text, path)
+    return MissionFileError(f"{filename}:{line}: {path}: {message}" if line else f"{filename}: {path}: {message}")
+
+
 def _flatten(doc: dict[str, Any], filename: str, text: str) -> dict[str, Any]:
     """The file keeps `[mission]` for identity and top-level tables for the rest; the spec is flat."""
-    mission = doc.get("mission")
-    if not isinstance(mission, dict):
-        raise MissionFileError(f"{filename}: missing [mission] table (it needs at least name and agent)")
-    unknown = set(doc) - {"mission", "units", "models", "checkpoint", "permissions", "env"}
+    unknown = set(doc) - {"mission", *_TABLES}
     if unknown:
         key = sorted(unknown)[0]
-        raise MissionFileError(f"{filename}:{_line_of(text, key, 0)}: unknown top-level key {key!r}")
+        raise _error(filename, text, key, "unknown top-level key (expected mission, " + ", ".join(_TABLES) + ")")
+    mission = doc.get("mission")
+    if not isinstance(mission, dict):
+        raise MissionFileError(f"{filename}:1: mission: missing [mission] table (it needs at least name and agent)")
     flat = dict(mission)
-    for key in ("units", "models", "checkpoint", "permissions", "env"):
+    for key in _TABLES:
         if key in doc:
             if key in flat:
-                raise MissionFileError(f"{filename}: {key!r} given both in [mission] and at top level")
+                raise _error(filename, text, f"mission.{key}", f"{key!r} given both in [mission] and at top level")
             flat[key] = doc[key]
+    env = flat.get("env")
+    if isinstance(env, dict):
+        for name, value in env.items():
+            if not isinstance(value, str):
+                path = f"mission.env.{name}" if "env" in mission else f"env.{name}"
+                raise _error(filename, text, path, f"expected a string, got {type(value).__name__}")
     if isinstance(flat.get("agent"), str):
         flat["agent"] = flat["agent"].split()
     return flat
@@ -77,10 +94,8 @@ def _field_error(detail: str, filename: str, text: str) -> MissionFileError:
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
         message = "required key is missing"
-    path = _file_path(path)
-    line = _locate(text, path)
-    loc = f"{filename}:{line}" if line else filename
-    return MissionFileError(f"{loc}: {path or 'mission'}: {message}")
+    message = re.sub(r"^Expected `(.+)`, got `(.+)`$", r"expected \1, got \2", message)
+    return _error(filename, text, _file_path(path) or "mission", message)
 
 
 def _file_path(path: str) -> str:
@@ -88,58 +103,58 @@ def _file_path(path: str) -> str:
     if not path:
         return path
     head = re.split(r"[.\[]", path, maxsplit=1)[0]
-    if head in ("units", "models", "checkpoint", "permissions", "env"):
+    if head in _TABLES:
         return path
     return f"mission.{path}"
 
 
-def _locate(text: str, path: str) -> int | None:
-    """Best-effort line number of a field path such as `units[2].after` in the TOML text."""
-    parts = [m.group(1) or int(m.group(2)) for m in _PATH_PART.finditer("." + path)]
-    if not parts:
-        return None
-    table, index = str(parts[0]), 0
-    if len(parts) > 1 and isinstance(parts[1], int):
-        index, rest = parts[1], parts[2:]
-    else:
-        rest = parts[1:]
-    key = next((p for p in rest if isinstance(p, str)), None)
-    if key is None:
-        return _line_of(text, table, index)
-    start = _line_of(text, table, index) or 1
+_HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def locate_field(text: str, path: str) -> int | None:
+    """Best-effort line number of a field path such as `units[2].after` or `models.require.tools`.
+
+    Walks the path down the file's table headers (`[[units]]`, `[models.require]`); the first part
+    that has no header of its own is looked up as `key =` inside the table found so far.
+    """
+    parts: list[str | int] = [m.group(1) or int(m.group(2)) for m in _PATH_PART.finditer("." + path)]
     lines = text.splitlines()
-    for number in range(start, len(lines) + 1):
-        if re.match(rf"\s*{re.escape(key)}\s*=", lines[number - 1]):
-            return number
-        if number > start and re.match(r"\s*\[", lines[number - 1]):
-            break
-    return start
-
-
-def _line_of(text: str, table: str, index: int) -> int | None:
-    seen = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if stripped in (f"[[{table}]]", f"[{table}]") or re.match(rf"{re.escape(table)}\s*=", stripped):
-            if seen == index:
-                return number
-            seen += 1
-    return None
+    headers = [(n, m.group(1)) for n, line in enumerate(lines) if (m := _HEADER.match(line))]
+    best: int | None = None
+    table, start = "", 0
+    for i, part in enumerate(parts):
+        if isinstance(part, int):
+            continue
+        name = f"{table}.{part}" if table else part
+        following = parts[i + 1] if i + 1 < len(parts) else None
+        index = following if isinstance(following, int) else 0
+        found = [n for n, h in headers if h == name and n >= start]
+        if len(found) > index:
+            best, table, start = found[index], name, found[index] + 1
+            continue
+        if any(h.startswith(name + ".") for n, h in headers if n >= start):
+            table = name  # a super-table only named by its sub-tables' headers
+            continue
+        stop = next((n for n, _ in headers if n >= start), len(lines))
+        key = re.compile(rf"\s*[\"']?{re.escape(part)}[\"']?\s*=")
+        line = next((n for n in range(start, stop) if key.match(lines[n])), None)
+        if line is not None:
+            best = line
+        break
+    return None if best is None else best + 1
 
 
 def _check_graph(spec: MissionSpec, filename: str, text: str) -> None:
     def fail(index: int, field: str, message: str) -> MissionFileError:
-        path = f"units[{index}].{field}"
-        line = _locate(text, path)
-        return MissionFileError(f"{filename}:{line}: {path}: {message}" if line else f"{filename}: {path}: {message}")
+        return _error(filename, text, f"units[{index}].{field}", message)
 
     if not spec.agent or not spec.agent[0]:
-        raise MissionFileError(f"{filename}:{_locate(text, 'mission.agent') or '?'}: mission.agent: "
-                               "the agent command is empty")
+        raise _error(filename, text, "mission.agent", "the agent command is empty")
     if spec.max_parallel < 1:
-        raise MissionFileError(f"{filename}: mission.max_parallel: must be at least 1, got {spec.max_parallel}")
+        raise _error(filename, text, "mission.max_parallel", f"must be at least 1, got {spec.max_parallel}")
     if not spec.units and not spec.plan:
-        raise MissionFileError(f"{filename}: units: no [[units]] given and plan = false; nothing to do")
+        raise MissionFileError(f"{filename}:{locate_field(text, 'mission') or 1}: units: no [[units]] given and "
+                               "plan = false; nothing to do")
     seen: dict[str, int] = {}
     for index, unit in enumerate(spec.units):
         if not _ID.match(unit.id):

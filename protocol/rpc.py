@@ -16,17 +16,23 @@ JSONRPC = "2.0"
 Id = int | str
 
 
+def _version() -> str:
+    return JSONRPC
+
+
+# `jsonrpc` gets its default from a factory: omit_defaults leaves out plain defaults (absent params are
+# not sent), but every message must carry "jsonrpc": "2.0".
 class Request(msgspec.Struct, frozen=True, omit_defaults=True):
     method: str
     id: Id
     params: Any = None
-    jsonrpc: str = JSONRPC
+    jsonrpc: str = msgspec.field(default_factory=_version)
 
 
 class Notification(msgspec.Struct, frozen=True, omit_defaults=True):
     method: str
     params: Any = None
-    jsonrpc: str = JSONRPC
+    jsonrpc: str = msgspec.field(default_factory=_version)
 
 
 class ErrorObject(msgspec.Struct, frozen=True, omit_defaults=True):

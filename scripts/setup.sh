@@ -13,8 +13,8 @@ if [[ "${1:-}" == "--system" ]]; then
   if ((${#need[@]})); then
     echo "setup: installing Debian packages: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
 fi
 
@@ -24,8 +24,13 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 stamp=.venv/.keel-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp || constraints.txt -nt $stamp ]]; then
-  .venv/bin/python -m pip install -q --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+  log=.venv/setup.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip setuptools wheel &&
+         .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"; } >"$log" 2>&1; then
+    grep -v '^WARNING: Location' "$log" | tail -n 40 >&2
+    echo "setup: pip install failed (full log: $log)" >&2
+    exit 1
+  fi
   .venv/bin/python -c "import keel.server.cli" && touch "$stamp"
 fi
 echo "setup: environment ready at $ROOT/.venv"

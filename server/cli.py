@@ -44,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.USAGE
     try:
         return int(args.run(args))
+    except BrokenPipeError:
+        return Exit.OK
     except KeelError as exc:
         if args.debug:
             traceback.print_exc()
@@ -51,8 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_for(exc)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return Exit.OK
+    except Exception as exc:  # a bug, not bad input: still one line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"keel: internal error: {type(exc).__name__}: {exc} (run with --debug for details)",
+              file=sys.stderr)
+        return Exit.FAILURE
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ Depends on keel.protocol and lmdb only. Knows nothing of LSP, processes or the e
 records, checks every byte it reads, and keeps what was committed intact when the disk fills up.
 """
 
-from keel.storage.errors import CorruptRecordError, StoreError, StoreFullError, StoreTooNewError
+from keel.storage.errors import CorruptRecordError, StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB
 from keel.storage.store import Store
 from keel.storage.txn import Txn
 
-__all__ = ["DB", "CorruptRecordError", "Store", "StoreError", "StoreFullError", "StoreTooNewError", "Txn"]
+__all__ = ["DB", "CorruptRecordError", "Store", "StoreDamagedError", "StoreError", "StoreFullError",
+           "StoreTooNewError", "Txn"]

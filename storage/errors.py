@@ -21,6 +21,12 @@ class CorruptRecordError(StoreError):
         self.reason = reason
 
 
+class StoreDamagedError(StoreError):
+    """The LMDB file's own structure is damaged (LMDB keeps no checksums; keel's records do)."""
+
+    code = ErrorCode.CORRUPT_RECORD
+
+
 class StoreFullError(StoreError):
     """The disk is full or the map reached its ceiling; everything committed before is intact."""
 
@@ -32,16 +38,23 @@ class StoreTooNewError(StoreError):
 
 
 def render_key(key: bytes) -> str:
-    """A key as a person reads it: text parts joined by '/', a trailing 8-byte sequence as a number."""
-    parts = key.split(b"\x00")
-    out: list[str] = []
-    for part in parts:
-        try:
-            text = part.decode("ascii")
-            if text.isprintable():
-                out.append(text)
-                continue
-        except UnicodeDecodeError:
-            pass
-        out.append(str(int.from_bytes(part, "big")) if len(part) == 8 else part.hex())
+    """A key as a person reads it: text parts joined by '/', a trailing 8-byte sequence as a number.
+
+    A log key is `part NUL part NUL seq8`; a sequence number's top byte is always zero (no log reaches
+    2**56 entries) while ids never start with NUL, which tells the two apart.
+    """
+    seq: int | None = None
+    if len(key) > 8 and key[-9] == 0 and key[-8] == 0:
+        key, seq = key[:-9], int.from_bytes(key[-8:], "big")
+    out = [_render_part(part) for part in key.split(b"\x00")] if key or seq is None else []
+    if seq is not None:
+        out.append(str(seq))
     return "/".join(out)
+
+
+def _render_part(part: bytes) -> str:
+    try:
+        text = part.decode("ascii")
+    except UnicodeDecodeError:
+        return part.hex()
+    return text if text.isprintable() else part.hex()

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 import lmdb
 
 from keel.protocol import __version__
-from keel.storage.errors import StoreError, StoreFullError, StoreTooNewError
+from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB
+from keel.storage.location import prepare_keel_dir
 from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn
 
@@ -27,6 +28,7 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _SCHEMA_KEY = b"schema"
+_RESIZE_RETRIES = 10
 
 
 class Store:
@@ -36,14 +38,15 @@ class Store:
         self._env = env
         self.path = path
         self.max_map_size = max_map_size
-        self._dbs = {db: env.open_db(db.value.encode()) for db in DB}
+        self._dbs = _open_dbs(env)
         self._resize = threading.Lock()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
              max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True) -> Store:
         path = Path(path)
-        if not create and not (path / "data.mdb").exists():
+        creating = not (path / "data.mdb").exists()
+        if creating and not create:
             raise StoreError(f"no keel store at {path}")
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -53,9 +56,18 @@ class Store:
             raise _translate(exc, f"cannot open store at {path}") from None
         except OSError as exc:
             raise _translate(exc, f"cannot open store at {path}") from None
-        env.reader_check()  # clear reader slots left by killed processes
-        store = cls(env, path, max(max_map_size, map_size))
-        store._ensure_schema()
+        try:
+            env.reader_check()  # clear reader slots left by killed processes
+            store = cls(env, path, max(max_map_size, map_size))
+            store._ensure_schema()
+        except lmdb.Error as exc:
+            env.close()
+            raise _translate(exc, f"cannot open store at {path}") from None
+        except BaseException:
+            env.close()
+            raise
+        if creating:
+            prepare_keel_dir(path)
         return store
 
     def close(self) -> None:
@@ -72,6 +84,8 @@ class Store:
         txn = self._begin(write=False)
         try:
             return fn(Txn(txn, self._dbs, write=False))
+        except lmdb.Error as exc:
+            raise _translate(exc, "read failed") from None
         finally:
             txn.abort()
 
@@ -94,7 +108,7 @@ class Store:
                 raise
 
     def _begin(self, write: bool) -> lmdb.Transaction:
-        for _ in range(3):
+        for _ in range(_RESIZE_RETRIES):
             try:
                 return self._env.begin(write=write, buffers=False)
             except lmdb.MapResizedError:
@@ -119,6 +133,11 @@ class Store:
 
     def map_size(self) -> int:
         return int(self._env.info()["map_size"])
+
+    def reader_pids(self) -> set[int]:
+        """Processes holding LMDB reader slots (diagnostics; slots of dead processes are cleared on open)."""
+        rows = str(self._env.readers()).splitlines()[1:]  # "pid thread txnid" rows after a header
+        return {int(row.split()[0]) for row in rows if row.strip()}
 
     def stat(self) -> dict[str, Any]:
         return {"path": str(self.path), **self._env.info(), **self._env.stat()}
@@ -148,13 +167,26 @@ class Store:
             self.write(run)
 
 
+def _open_dbs(env: lmdb.Environment) -> dict[DB, Any]:
+    """Open the named databases; adopt a map another process grew meanwhile (MDB_MAP_RESIZED)."""
+    for _ in range(_RESIZE_RETRIES):
+        try:
+            return {db: env.open_db(db.value.encode()) for db in DB}
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)
+    raise StoreError("store map keeps being resized by another process")
+
+
+# LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).
+_DAMAGE = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError, lmdb.BadValsizeError,
+           lmdb.BadTxnError, lmdb.PanicError, lmdb.IncompatibleError, lmdb.VersionMismatchError)
+
+
 def _translate(exc: BaseException, context: str) -> StoreError:
     code = getattr(exc, "errno", None)
     text = str(exc)
     if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "Disk quota" in text:
         return StoreFullError(f"{context}: disk full ({text}); nothing committed was lost")
-    if isinstance(exc, lmdb.CorruptedError | lmdb.InvalidError | lmdb.PageNotFoundError | lmdb.BadValsizeError):
-        err = StoreError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
-        err.code = err.code.CORRUPT_RECORD
-        return err
+    if isinstance(exc, _DAMAGE):
+        return StoreDamagedError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
     return StoreError(f"{context}: {text}")

@@ -103,6 +103,7 @@ def _verify(txn: Txn) -> Report:
         if isinstance(point, RestorePoint) and not txn.exists(DB.BLOBS, point.checkpoint.encode()):
             missing(DB.POINTS, key, f"restore point {point.id} refers to missing checkpoint "
                                     f"{point.checkpoint[:16]}")
+    report.problems = list(dict.fromkeys(report.problems))  # a record reached twice is reported once
     return report
 
 

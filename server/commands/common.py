@@ -10,21 +10,30 @@ from typing import Any
 
 import msgspec
 
+from keel.protocol.errors import NotFoundError
 from keel.storage import Store
-from keel.storage.errors import StoreError
-from keel.storage.location import default_store_path, prepare_keel_dir
+from keel.storage.location import default_store_path
 
 
 def store_path(args: argparse.Namespace) -> Path:
     return Path(args.store) if getattr(args, "store", None) else default_store_path()
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+def store_exists(args: argparse.Namespace) -> bool:
+    return (store_path(args) / "data.mdb").exists()
+
+
+def require_store(args: argparse.Namespace) -> Path:
+    """The store's folder; a missing store is NotFoundError (exit 6), said plainly."""
     path = store_path(args)
-    if not create and not (path / "data.mdb").exists():
-        raise StoreError(f"no keel store at {path} (run a mission first, or pass --store DIR)")
-    if create:
-        prepare_keel_dir(path)
+    if not (path / "data.mdb").exists():
+        raise NotFoundError(f"no keel store at {path} (run a mission first, or pass --store DIR)")
+    return path
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """Open the store the flags name; creating one gives its `.keel/` folder a .gitignore."""
+    path = store_path(args) if create else require_store(args)
     return Store.open(path, create=create)
 
 

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from keel.server.commands.common import open_store, print_json
+from keel.server.commands.common import open_store, print_json, store_exists
 from keel.server.exits import Exit
 from keel.storage import missions as m
 
@@ -20,8 +20,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run_missions(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        records = store.read(m.list_missions)
+    records = []
+    if store_exists(args):  # no store yet simply means no missions yet
+        with open_store(args) as store:
+            records = store.read(m.list_missions)
     if args.json:
         print_json(records)
         return Exit.OK

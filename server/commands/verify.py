@@ -1,23 +1,44 @@
-"""`keel verify`: check every record and reference of a store; exit 5 on any problem."""
+"""`keel verify`: check every record and reference of a store; exit 5 on any problem.
+
+LMDB keeps no checksums of its own: a damaged B-tree page can make it abort the process (an assertion)
+or loop. So the walk runs in a child process with a time limit; a child that dies or overruns becomes a
+reported problem ("the LMDB file is damaged"), never a crash or a hang of `keel verify` itself.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from keel.server.commands.common import open_store, print_json
+import msgspec
+
+from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.commands.common import print_json, require_store
 from keel.server.exits import Exit
-from keel.storage.verify import verify_all
+from keel.storage import Store
+from keel.storage.errors import CorruptRecordError, StoreDamagedError, render_key
+from keel.storage.verify import Problem, Report, verify_all
+
+_CHILD = "import sys; from keel.server.commands.verify import child_main; sys.exit(child_main(sys.argv[1]))"
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", parents=[common], help="check every record of the store")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give up (and report the store as damaged) after S seconds "
+                        "(default: 60 s plus 10 s per 100 MB of store)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        report = verify_all(store)
+    path = require_store(args)
+    timeout = args.timeout or 60.0 + (path / "data.mdb").stat().st_size / 10e6
+    report = verify_in_child(path, timeout)
     if args.json:
         print_json({"ok": report.ok, "records": report.records, "problems": report.problems})
     else:
@@ -25,3 +46,50 @@ def run(args: argparse.Namespace) -> int:
             print(f"CORRUPT {problem.db}/{problem.key}: {problem.message}")
         print(f"{report.records} records checked, {len(report.problems)} problems")
     return Exit.OK if report.ok else Exit.INTEGRITY
+
+
+def verify_in_child(path: Path, timeout: float) -> Report:
+    """Run verify_all on `path` in a child process; its death or a timeout is reported as damage."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return _damaged(f"verification did not finish within {timeout:.0f} s (a damaged B-tree can loop)")
+    if proc.returncode < 0:
+        detail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        name = signal.Signals(-proc.returncode).name
+        return _damaged(f"LMDB stopped the reader with {name}: {detail[0]}".rstrip(": "))
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise KeelError(f"verification failed: {tail[0]}") from None
+    if "error" in answer:
+        error = KeelError(answer["error"]["message"])
+        error.code = ErrorCode(answer["error"]["code"])
+        raise error
+    return msgspec.convert(answer["report"], Report)
+
+
+def _damaged(message: str) -> Report:
+    return Report(problems=[Problem(db="*", key="", message=f"the LMDB file is damaged: {message}")])
+
+
+def child_main(path: str) -> int:
+    """The child's side: open, verify, print one JSON answer on stdout."""
+    answer: dict[str, Any]
+    try:
+        with Store.open(path, create=False) as store:
+            answer = {"report": verify_all(store)}
+    except (StoreDamagedError, CorruptRecordError) as exc:
+        answer = {"report": Report(problems=[_problem_of(exc)])}
+    except KeelError as exc:
+        answer = {"error": {"code": int(exc.code), "message": exc.message}}
+    sys.stdout.buffer.write(msgspec.json.encode(answer))
+    return 0
+
+
+def _problem_of(exc: KeelError) -> Problem:
+    if isinstance(exc, CorruptRecordError):
+        return Problem(db=exc.db, key=render_key(exc.key), message=exc.reason)
+    return Problem(db="*", key="", message=exc.message)

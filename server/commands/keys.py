@@ -1,0 +1,52 @@
+"""`keel key set PROVIDER [--stdin]` and `keel key delete PROVIDER`: API keys in the OS keyring.
+
+The key is read without echo (getpass) or, for scripts, as one line on stdin; it is stored under
+service "keel", username PROVIDER, and is never printed, logged or written to the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from typing import Any
+
+from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.exits import Exit
+from keel.server.providers.secrets import SERVICE, KeyringSecrets
+
+
+class KeyUsageError(KeelError):
+    code = ErrorCode.USAGE
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("key", parents=[common], help="store or delete a provider's API key in the OS keyring")
+    verbs = p.add_subparsers(dest="key_verb", metavar="set|delete", required=True)
+    s = verbs.add_parser("set", parents=[common], help="store PROVIDER's key (prompted without echo)")
+    s.add_argument("provider", help="the provider name from [[providers]] name = ...")
+    s.add_argument("--stdin", action="store_true", help="read the key as one line from standard input")
+    s.set_defaults(run=run_set)
+    d = verbs.add_parser("delete", parents=[common], help="delete PROVIDER's key")
+    d.add_argument("provider")
+    d.set_defaults(run=run_delete)
+
+
+def run_set(args: argparse.Namespace) -> int:
+    if args.stdin:
+        value = sys.stdin.readline().strip()
+    else:
+        value = getpass.getpass(f"API key for {args.provider} (not echoed): ").strip()
+    if not value:
+        raise KeyUsageError(f"no key given for {args.provider}; nothing stored")
+    KeyringSecrets().set(args.provider, value)
+    print(f"stored the key of {args.provider} in the OS keyring (service {SERVICE!r})", file=sys.stderr)
+    return Exit.OK
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    if KeyringSecrets().delete(args.provider):
+        print(f"deleted the key of {args.provider} from the OS keyring", file=sys.stderr)
+        return Exit.OK
+    print(f"no key stored for {args.provider}", file=sys.stderr)
+    return Exit.NOT_FOUND

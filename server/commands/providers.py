@@ -1,0 +1,77 @@
+"""`keel providers [--json]`: every configured provider and endpoint with its health, last error, cooldown
+and whether it served the last call — as the running hosts recorded it in the store (DB.PROVIDERS).
+
+Reads configuration from the workspace (`--workspace`, default the current folder) and the user's file;
+never reads keys (it only says where a key would come from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from keel.server.commands.common import print_json, store_path
+from keel.server.exits import Exit
+from keel.server.providers.config import ProviderSettings, load_provider_config
+from keel.server.providers.health import EndpointHealth
+from keel.server.providers.healthstore import list_health
+from keel.storage import Store
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("providers", parents=[common], help="show providers, endpoints and their health")
+    p.add_argument("--workspace", metavar="DIR", help="workspace whose .keel/config.toml to read (default: .)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = load_provider_config(Path(args.workspace or os.getcwd()))
+    rows = provider_rows(settings, _stored_health(args))
+    if args.json:
+        print_json({"sources": settings.sources, "endpoints": rows})
+        return Exit.OK
+    if not rows:
+        print("no providers configured (add [[providers]] to .keel/config.toml or ~/.config/keel/config.toml)")
+    now = time.time()
+    for row in rows:
+        flag = "*" if row["active"] else " "
+        cool = f"  cooling {row['cooldown_until'] - now:.0f}s" if row["cooldown_until"] > now else ""
+        where = "" if row["configured"] else "  (not in configuration)"
+        print(f"{flag} {row['provider']}/{row['endpoint']}  {row['state']:<12} {row['model']}  {row['url']}"
+              f"{cool}{where}")
+        if row["last_error"]:
+            print(f"    last error ({row['last_error_kind']}): {row['last_error']}")
+    return Exit.OK
+
+
+def provider_rows(settings: ProviderSettings, stored: list[EndpointHealth]) -> list[dict[str, Any]]:
+    """Configured endpoints (with stored health where there is some), then stored-only endpoints."""
+    by_key = {(h.provider, h.endpoint): h for h in stored}
+    rows: list[dict[str, Any]] = []
+    for p in settings.providers:
+        key_source = f"env {p.api_key_env}" if p.api_key_env else "keyring"
+        for index, endpoint in enumerate(p.endpoints):
+            health = by_key.pop((p.name, p.endpoint_id(index)), None) or \
+                EndpointHealth(provider=p.name, endpoint=p.endpoint_id(index), url=endpoint.url, model=p.model)
+            rows.append(_row(health, configured=True, kind=p.kind, key=key_source,
+                             capabilities=msgspec.to_builtins(p.capabilities)))
+    rows += [_row(h, configured=False) for h in by_key.values()]
+    return rows
+
+
+def _row(health: EndpointHealth, configured: bool, **extra: Any) -> dict[str, Any]:
+    fields = {f: getattr(health, f) for f in health.__struct_fields__}
+    return {**msgspec.to_builtins(fields), "configured": configured, **extra}
+
+
+def _stored_health(args: argparse.Namespace) -> list[EndpointHealth]:
+    path = store_path(args)
+    if not (path / "data.mdb").exists():
+        return []
+    with Store.open(path, create=False) as store:
+        return store.read(list_health)

@@ -1,0 +1,194 @@
+"""ProviderRouter: serve one `model/complete` under a mission's ModelPolicy, with retry and failover.
+
+For each candidate (policy.py) and each of its endpoints that is not cooling down: call it, retrying
+what retry.CLASSIFICATION says to retry; on a failover-class failure move on to the next endpoint or
+model, emitting a `failover` event (from, to, reason). A context-window failure moves only to models
+with a larger window. When every candidate failed at the connection level the call raises OfflineError;
+with failover = "never" a persistent failure of the preferred model raises PolicyPauseError. Health
+changes go to `on_event` and, when a store is given, to DB.PROVIDERS (healthstore.py).
+
+The router never writes a key anywhere: keys go only into request headers, and every message passes
+through errors.redact. Depends on keel.protocol, keel.storage and the providers package only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from keel.protocol.agent import ModelCompleteParams, ModelCompleteResult
+from keel.protocol.spec import ModelPolicy
+from keel.server.providers import anthropic, openai
+from keel.server.providers.config import ProviderConfig, ProviderSettings
+from keel.server.providers.errors import OfflineError, PolicyPauseError, ProviderError, redact
+from keel.server.providers.health import EndpointHealth, EndpointTracker, ProviderEvent
+from keel.server.providers.healthstore import put_health
+from keel.server.providers.policy import candidates
+from keel.server.providers.probe import ProbeState, probe_endpoint
+from keel.server.providers.retry import CONNECTION_LEVEL, Action, AttemptFailure, Backoff, FailureKind, retry_call
+from keel.server.providers.secrets import KeyringSecrets, Secrets, resolve_key
+from keel.storage import Store
+from keel.storage.errors import StoreError
+
+log = logging.getLogger("keel.providers")
+ADAPTERS = {"openai-compatible": openai.complete, "anthropic": anthropic.complete}
+
+
+class ProviderRouter:
+    def __init__(self, config: ProviderSettings, policy: ModelPolicy, secrets: Secrets | None = None,
+                 on_event: Callable[[ProviderEvent], None] | None = None, store: Store | None = None) -> None:
+        self.config = config
+        self.policy = policy
+        self._secrets: Secrets = secrets if secrets is not None else KeyringSecrets()
+        self._on_event = on_event
+        self._store = store
+        n = config.network
+        self._backoff = Backoff(n.base_delay_s, n.max_delay_s, n.max_attempts)
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(n.read_timeout_s, connect=n.connect_timeout_s),
+                                         follow_redirects=False)
+        self._trackers: dict[str, list[EndpointTracker]] = {
+            p.name: [EndpointTracker(EndpointHealth(provider=p.name, endpoint=p.endpoint_id(i), url=e.url,
+                                                    model=p.model, updated_at=time.time()),
+                                     n, self._emit, self._persist) for i, e in enumerate(p.endpoints)]
+            for p in config.providers}
+        self._probe = ProbeState(Backoff(n.probe_base_delay_s, n.probe_max_delay_s, max_attempts=1))
+
+    # -- the public interface ---------------------------------------------------------------------
+    async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
+        """Serve the call or raise OfflineError / PolicyPauseError / ProviderError (see docs/providers.md)."""
+        if not self.config.providers:
+            raise PolicyPauseError("no providers are configured: add [[providers]] to .keel/config.toml "
+                                   "or ~/.config/keel/config.toml (see docs/providers.md)")
+        chosen, rejected = candidates(self.config.providers, self.policy, needs_tools=bool(params.tools))
+        if not chosen:
+            raise PolicyPauseError("no configured model meets the mission's requirements"
+                                   + (" (failover = never)" if self.policy.failover == "never" else "")
+                                   + ": " + "; ".join(rejected))
+        failures: list[tuple[str, AttemptFailure]] = []
+        larger_than = 0
+        previous: tuple[EndpointTracker, AttemptFailure] | None = None
+        for provider in chosen:
+            if provider.capabilities.context_window <= larger_than:
+                continue
+            for tracker in self._usable(provider):
+                if previous is not None:
+                    self._failover(previous[0], tracker, previous[1])
+                try:
+                    result = await self._call_endpoint(provider, tracker, params)
+                except AttemptFailure as failure:
+                    failures.append((tracker.name, failure))
+                    previous = (tracker, failure)
+                    if failure.action is Action.FAIL:
+                        raise ProviderError(f"{tracker.name} ({provider.model}) refused the request: "
+                                            f"{failure.message}") from None
+                    if failure.action is Action.FAILOVER_LARGER:
+                        larger_than = max(larger_than, provider.capabilities.context_window)
+                        break
+                    continue
+                self._mark_active(tracker)
+                return result
+        raise self._exhausted(failures, larger_than)
+
+    async def probe(self) -> bool:
+        """One probe round (after the backoff owed by earlier failed rounds): True when any candidate's
+        endpoint answers over HTTP again. Used by the engine to resume offline missions by itself."""
+        await self._probe.wait()
+        chosen, _ = candidates(self.config.providers, self.policy)
+        targets = [(p, t) for p in chosen for t in self._trackers[p.name]]
+        results = await asyncio.gather(*(probe_endpoint(self._client, p, t, self._key(p)[0], self.config.network)
+                                         for p, t in targets))
+        return self._probe.record(any(results))
+
+    def health_snapshot(self) -> list[EndpointHealth]:
+        return [t.health for p in self.config.providers for t in self._trackers[p.name]]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # -- one endpoint -------------------------------------------------------------------------------
+    async def _call_endpoint(self, provider: ProviderConfig, tracker: EndpointTracker,
+                             params: ModelCompleteParams) -> ModelCompleteResult:
+        key, missing = self._key(provider)
+        adapter = ADAPTERS[provider.kind]
+        url = tracker.health.url
+
+        async def attempt() -> ModelCompleteResult:
+            try:
+                result = await adapter(self._client, provider, url, key, params)
+            except AttemptFailure as failure:
+                if failure.kind is FailureKind.AUTH and key is None:
+                    failure = AttemptFailure(failure.kind, f"{failure.message} ({missing})", failure.status)
+                tracker.record_failure(failure)
+                raise failure from None
+            tracker.record_success()
+            return result
+
+        async def before_retry(failure: AttemptFailure, number: int, wait: float) -> bool:
+            if not tracker.available():
+                return False  # it just started cooling down: fail over instead of waiting here
+            log.info("%s: attempt %d failed (%s); retrying in %.2fs", tracker.name, number, failure, wait)
+            self._emit(ProviderEvent(kind="retry", at=time.time(), provider=provider.name,
+                                     endpoint=tracker.health.endpoint, model=provider.model,
+                                     reason=failure.kind.value, attempt=number, delay_s=wait))
+            return True
+
+        return await retry_call(attempt, self._backoff, retry_after_cap_s=self.config.network.retry_after_cap_s,
+                                before_retry=before_retry)
+
+    def _key(self, provider: ProviderConfig) -> tuple[str | None, str]:
+        return resolve_key(provider, self._secrets)
+
+    def _usable(self, provider: ProviderConfig) -> list[EndpointTracker]:
+        """Endpoints not cooling down; if every endpoint of every candidate is, all of this one's (a last
+        resort, so that a call is never refused for cooldowns alone)."""
+        trackers = self._trackers[provider.name]
+        usable = [t for t in trackers if t.available()]
+        if usable:
+            return usable
+        everyone = [t for ts in self._trackers.values() for t in ts]
+        return [] if any(t.available() for t in everyone) else trackers
+
+    # -- outcomes -------------------------------------------------------------------------------------
+    def _exhausted(self, failures: list[tuple[str, AttemptFailure]], larger_than: int) -> ProviderError:
+        detail = "; ".join(f"{name}: {failure}" for name, failure in failures) or "every endpoint is cooling down"
+        if failures and all(f.kind in CONNECTION_LEVEL for _, f in failures):
+            return OfflineError(f"offline: every candidate failed at the connection level ({detail})")
+        if self.policy.failover == "never":
+            return PolicyPauseError(f"the preferred model failed and failover = never: {detail}")
+        if larger_than and failures and failures[-1][1].kind is FailureKind.CONTEXT_EXCEEDED:
+            return ProviderError(f"the prompt does not fit any eligible model's context window "
+                                 f"(largest tried: {larger_than} tokens): {detail}")
+        return ProviderError(f"no candidate could serve the call: {detail}")
+
+    def _failover(self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure) -> None:
+        log.warning("failover %s -> %s (%s)", source.name, target.name, failure)
+        self._emit(ProviderEvent(kind="failover", at=time.time(), provider=source.health.provider,
+                                 endpoint=source.health.endpoint, model=source.health.model,
+                                 reason=failure.kind.value, source=source.name, target=target.name,
+                                 target_model=target.health.model))
+
+    def _mark_active(self, serving: EndpointTracker) -> None:
+        for trackers in self._trackers.values():
+            for tracker in trackers:
+                tracker.set_active(tracker is serving)
+
+    def _emit(self, event: ProviderEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:  # a broken listener must not break model calls
+            log.exception("provider event listener failed on %s", event.kind)
+
+    def _persist(self, tracker: EndpointTracker) -> None:
+        if self._store is None:
+            return
+        health = tracker.health
+        try:
+            self._store.write(lambda txn: put_health(txn, health))
+        except StoreError as exc:
+            log.warning("cannot record health of %s: %s", tracker.name, redact(exc.message))

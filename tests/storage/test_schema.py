@@ -1,0 +1,78 @@
+"""Schema versions: newer stores are refused with a clear message; older ones are migrated on open."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keel.protocol.records import Event
+from keel.storage import DB, Store, StoreTooNewError
+from keel.storage import migrations as mig
+from keel.storage.migrations import SCHEMA_VERSION, SchemaInfo
+from keel.storage.txn import Txn, decode_value
+from tests.storage.rawlmdb import raw_env
+
+
+def write_schema_record(path: Path, version: int, written_by: str) -> None:
+    """Make `path` look like a store written by another keel: its META schema record says `version`."""
+    with Store.open(path) as store:
+        store.write(lambda t: t.put(DB.META, b"schema", SchemaInfo(version=version, written_by=written_by)))
+
+
+def test_newer_store_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    write_schema_record(path, SCHEMA_VERSION + 1, "9.9.9")
+    with pytest.raises(StoreTooNewError) as info:
+        Store.open(path)
+    assert info.value.message == (
+        f"store at {path} has schema {SCHEMA_VERSION + 1}, written by keel 9.9.9; this keel (0.1.0) reads "
+        f"schema {SCHEMA_VERSION} at most; upgrade keel")
+    raw_env(path).close()  # the refused open closed its environment (LMDB allows one per process)
+    with pytest.raises(StoreTooNewError):  # and refusing changed nothing
+        Store.open(path)
+
+
+def test_schema_0_store_is_migrated_forward_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    write_schema_record(path, 0, "")
+    with Store.open(path) as store:
+        store.write(lambda t: t.put(DB.EVENTS, b"old", Event(kind="before", at=1.0)))
+    # (the line above reopened it: the store is now current; go back to 0 to watch the migration itself)
+    write_schema_record(path, 0, "")
+    with Store.open(path) as store:
+        assert store.schema() == SchemaInfo(version=SCHEMA_VERSION, written_by="0.1.0")
+        assert store.read(lambda t: t.get(DB.EVENTS, b"old", Event)) == Event(kind="before", at=1.0)
+
+
+def test_migrations_run_in_order_inside_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s"
+    write_schema_record(path, 0, "")
+    ran: list[int] = []
+
+    def step(n: int, fail: bool = False):  # type: ignore[no-untyped-def]
+        def migrate(txn: Txn) -> None:
+            ran.append(n)
+            txn.put(DB.META, f"migrated-{n}".encode(), SchemaInfo(version=n))
+            if fail:
+                raise RuntimeError(f"migration {n} failed")
+        return migrate
+
+    monkeypatch.setattr(mig, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr("keel.storage.store.SCHEMA_VERSION", 3)
+    monkeypatch.setitem(mig.MIGRATIONS, 0, step(0))
+    monkeypatch.setitem(mig.MIGRATIONS, 1, step(1))
+    monkeypatch.setitem(mig.MIGRATIONS, 2, step(2, fail=True))
+    with pytest.raises(RuntimeError, match="migration 2 failed"):
+        Store.open(path)
+    assert ran == [0, 1, 2]
+    env = raw_env(path)  # the failed attempt left nothing behind: still schema 0, no migration's writes
+    with env.begin(db=env.open_db(b"meta")) as txn:
+        assert sorted(bytes(k) for k, _ in txn.cursor()) == [b"schema"]
+        assert decode_value("meta", b"schema", bytes(txn.get(b"schema")), SchemaInfo).version == 0
+    env.close()
+    monkeypatch.setitem(mig.MIGRATIONS, 2, step(2))
+    ran.clear()
+    with Store.open(path) as store:
+        assert ran == [0, 1, 2] and store.schema().version == 3
+        assert store.read(lambda t: t.get(DB.META, b"migrated-2", SchemaInfo)) == SchemaInfo(version=2)
