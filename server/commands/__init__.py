@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.commands import inspect, keys, pause, providers, run, verify
+from keel.server.commands import bundle, gc, inspect, keys, pause, providers, run, verify
 
-VERBS: list[ModuleType] = [inspect, run, pause, verify, providers, keys]
+VERBS: list[ModuleType] = [inspect, run, pause, verify, providers, keys, bundle, gc]
