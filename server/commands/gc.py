@@ -1,0 +1,46 @@
+"""`keel gc [--keep-last N] [--keep POINT ...] [--dry-run]`: remove what no mission reaches any more.
+
+The work is storage/gc.py's, in one write transaction; this module parses the policy and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.commands.common import open_store, print_json
+from keel.server.exits import Exit
+from keel.storage.gc import gc_txn
+
+
+class GcUsageError(KeelError):
+    code = ErrorCode.USAGE
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("gc", parents=[common], help="remove blobs and records that no restore point or HEAD reaches")
+    p.add_argument("--keep-last", type=int, metavar="N", help="keep only each mission's last N restore points "
+                   "(plus the named ones and HEAD's); their whole parent chains stay")
+    p.add_argument("--keep", nargs="+", default=[], metavar="POINT",
+                   help="restore points to keep: p3, a label, or MISSION:p3")
+    p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+    p.set_defaults(run=run_gc)
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    if args.keep_last is not None and args.keep_last < 0:
+        raise GcUsageError(f"--keep-last must be 0 or more (got {args.keep_last})")
+    with open_store(args) as store:
+        report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep),
+                                              dry_run=args.dry_run))
+    if args.json:
+        print_json(report)
+        return Exit.OK
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
+          f"{len(report.points_dropped)} restore points, {report.orphan_records} records of deleted missions; "
+          f"{report.blobs_kept} blobs kept")
+    for point in report.points_dropped:
+        print(f"  dropped restore point {point}")
+    return Exit.OK

@@ -1,0 +1,83 @@
+"""Garbage collection: drop what no mission can reach any more, in one write transaction.
+
+Roots are each mission's HEAD and the restore points the retention policy keeps (all of them when no
+policy is given). Everything a root reaches stays: its manifest, the manifest's whole parent chain, and
+every blob a manifest in that chain names (so a kept point is never orphaned). Removed: blobs nothing
+reaches, restore points the policy drops (never the one at HEAD), and the records (journal, events,
+evidence, control, points, leases, HEAD) of missions that no longer exist. A damaged record aborts the
+collection (CorruptRecordError) before anything is deleted.
+
+Depends on keel.storage only. If a new kind of blob is ever referenced from outside checkpoint
+manifests, `bundle.manifest_refs` must learn it, or gc would remove it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from keel.protocol.records import RestorePoint
+from keel.storage.bundle import reachable_blobs
+from keel.storage.keys import DB, mission_prefix
+from keel.storage.txn import Txn
+
+_MISSION_DBS = (DB.HEADS, DB.POINTS, DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.LEASES)
+
+
+class GcReport(msgspec.Struct):
+    blobs_removed: int = 0
+    bytes_freed: int = 0
+    points_dropped: list[str] = []  # "mission:point"
+    orphan_records: int = 0  # records of missions that no longer exist
+    blobs_kept: int = 0
+    dry_run: bool = False
+
+
+def kept_points(points: list[RestorePoint], head: str | None, keep_last: int | None,
+                keep: tuple[str, ...]) -> list[RestorePoint]:
+    """The points a policy retains: all (no policy), else the last N, the named ones and HEAD's point.
+    A name is a point id (`p3`), a label, or `MISSION:POINT`."""
+    if keep_last is None and not keep:
+        return list(points)
+    tail = points[-keep_last:] if keep_last else []
+    names = set(keep)
+
+    def named(p: RestorePoint) -> bool:
+        return bool({p.id, p.label, f"{p.mission_id}:{p.id}", f"{p.mission_id}:{p.label}"} & names - {""})
+
+    return [p for p in points if p in tail or named(p) or p.checkpoint == head]
+
+
+def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = (), dry_run: bool = False) -> GcReport:
+    from keel.storage import missions as m
+
+    report = GcReport(dry_run=dry_run)
+    missions = {key for key, _ in txn.scan_raw(DB.MISSIONS, b"")}
+    doomed: list[tuple[DB, bytes]] = []
+    for db in _MISSION_DBS:
+        for key, _ in txn.scan_raw(db, b""):
+            if key.split(b"\x00", 1)[0] not in missions:
+                doomed.append((db, key))
+    report.orphan_records = len(doomed)
+    roots: list[str] = []
+    for mission_key in sorted(missions):
+        mission_id = mission_key.decode()
+        head = m.head(txn, mission_id)
+        roots += [head] if head else []
+        points = [(k, p) for k, p in txn.scan(DB.POINTS, mission_prefix(mission_id), RestorePoint)]
+        kept = kept_points([p for _, p in points], head, keep_last, keep)
+        roots += [p.checkpoint for p in kept]
+        for key, point in points:
+            if point not in kept:
+                doomed.append((DB.POINTS, key))
+                report.points_dropped.append(f"{mission_id}:{point.id}")
+    live = reachable_blobs(txn.get_blob, roots)
+    report.blobs_kept = len(live)
+    for key, raw in txn.scan_raw(DB.BLOBS, b""):
+        if key.decode(errors="replace") not in live:
+            doomed.append((DB.BLOBS, key))
+            report.blobs_removed += 1
+            report.bytes_freed += len(raw)
+    if not dry_run:
+        for db, key in doomed:
+            txn.delete(db, key)
+    return report
