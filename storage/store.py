@@ -29,8 +29,17 @@ DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _SCHEMA_KEY = b"schema"
 
 
+class _Shared:
+    """One LMDB environment per path per process (LMDB forbids opening it twice), shared by refcount."""
+
+    lock = threading.Lock()
+    envs: dict[Path, tuple[lmdb.Environment, int]] = {}
+
+
 class Store:
-    """One open LMDB store. Safe to share between threads; several processes may open the same path."""
+    """One open LMDB store. Safe to share between threads; several processes may open the same path.
+
+    Opening the same path again in one process shares the environment; it closes with its last user."""
 
     def __init__(self, env: lmdb.Environment, path: Path, max_map_size: int) -> None:
         self._env = env
@@ -38,6 +47,7 @@ class Store:
         self.max_map_size = max_map_size
         self._dbs = {db: env.open_db(db.value.encode()) for db in DB}
         self._resize = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
@@ -45,6 +55,12 @@ class Store:
         path = Path(path)
         if not create and not (path / "data.mdb").exists():
             raise StoreError(f"no keel store at {path}")
+        key = path.resolve()
+        with _Shared.lock:
+            shared = _Shared.envs.get(key)
+            if shared is not None:
+                _Shared.envs[key] = (shared[0], shared[1] + 1)
+                return cls(shared[0], path, max(max_map_size, map_size))
         try:
             path.mkdir(parents=True, exist_ok=True)
             env = lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512,
@@ -54,11 +70,23 @@ class Store:
         except OSError as exc:
             raise _translate(exc, f"cannot open store at {path}") from None
         env.reader_check()  # clear reader slots left by killed processes
+        with _Shared.lock:
+            _Shared.envs[key] = (env, 1)
         store = cls(env, path, max(max_map_size, map_size))
         store._ensure_schema()
         return store
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        key = self.path.resolve()
+        with _Shared.lock:
+            env, users = _Shared.envs.get(key, (self._env, 1))
+            if users > 1:
+                _Shared.envs[key] = (env, users - 1)
+                return
+            _Shared.envs.pop(key, None)
         self._env.close()
 
     def __enter__(self) -> Store:
