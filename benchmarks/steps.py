@@ -207,6 +207,9 @@ def _table(r: dict, steps: int) -> None:  # type: ignore[type-arg]
           f"{b['step_ms_median'] / raw['commit_ms_median']:>11.2f}x")
     print(f"  (the read_file tool itself takes {k['tool_ms_median']:.3f} ms of each keel tool step)")
     for name, peer in r["peers"].items():
+        if "error" in peer:
+            print(f"{name:<44} did not run: {peer['error']}")
+            continue
         print(f"{name:<44} {peer['step_ms_median']:>12.3f} {peer['step_ms_p99']:>8.3f} "
               f"{peer['step_ms_median'] / raw['commit_ms_median']:>11.2f}x  "
               f"(keel is {peer['step_ms_median'] / k['step_ms_median']:.1f}x cheaper)")
@@ -214,7 +217,7 @@ def _table(r: dict, steps: int) -> None:  # type: ignore[type-arg]
     print(f"restore in a fresh process: {rs['restore_ms']:.2f} ms reading ({rs['restore_with_imports_ms']:.1f} ms "
           f"with imports, {rs['process_ms']:.0f} ms with interpreter start)")
     for name, peer in r["peers"].items():
-        if "restore_ms" in peer:
+        if "restore_ms" in peer and "error" not in peer:
             print(f"  {name} restore: {peer['restore_ms']:.2f} ms")
     p = r["pause"]
     print(f"pause acknowledged: p50 {p['pause_ack_ms_p50']:.1f} ms, p99 {p['pause_ack_ms_p99']:.1f} ms "
