@@ -11,6 +11,7 @@ Prints one JSON object: {name: {step_ms_median, step_ms_p99, restore_ms}}.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sqlite3
 import statistics
@@ -53,7 +54,7 @@ def bench_langgraph(folder: Path, steps: int) -> dict[str, float]:
     config = {"configurable": {"thread_id": "bench"}, "recursion_limit": steps * 2 + 10}
     graph.invoke({"i": 0, "last": ""}, config, durability="sync")
     conn.close()
-    gaps = [(b - a) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
     t0 = time.perf_counter()
     fresh = sqlite3.connect(db, check_same_thread=False)
     state = builder.compile(checkpointer=SqliteSaver(fresh)).get_state({"configurable": {"thread_id": "bench"}})
@@ -92,7 +93,7 @@ def bench_dbos(folder: Path, steps: int) -> dict[str, float]:
         assert len(recorded) == steps
     finally:
         DBOS.destroy()
-    gaps = [(b - a) * 1000 for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [(b - a) * 1000 for a, b in itertools.pairwise(stamps)]
     return {"step_ms_median": statistics.median(gaps), "step_ms_p99": _pct(gaps, 99), "restore_ms": restore}
 
 

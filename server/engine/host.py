@@ -17,6 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
 from keel.protocol.records import Event, HostInfo, MissionRecord, Question
@@ -135,8 +137,16 @@ class MissionHost:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
         finally:
+            with contextlib.suppress(Exception):
+                await self.writer.commit(self._release)
             await asyncio.to_thread(self.writer.close)
             self.progress.finish()
+
+    def _release(self, txn: Txn) -> None:
+        """A host that stops says so: the record no longer names it (host_alive is then False)."""
+        current = m.get_mission(txn, self.mission_id)
+        if current.host is not None and current.host.host_id == self.host_id:
+            m.put_mission(txn, msgspec.structs.replace(current, host=None))
 
     async def _drive(self) -> MissionState:
         tasks: dict[asyncio.Task[Outcome], str] = {}
