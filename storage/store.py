@@ -31,8 +31,17 @@ _SCHEMA_KEY = b"schema"
 _RESIZE_RETRIES = 10
 
 
+class _Shared:
+    """One LMDB environment per path per process (LMDB forbids opening it twice), shared by refcount."""
+
+    lock = threading.Lock()
+    envs: dict[Path, tuple[lmdb.Environment, int]] = {}
+
+
 class Store:
-    """One open LMDB store. Safe to share between threads; several processes may open the same path."""
+    """One open LMDB store. Safe to share between threads; several processes may open the same path.
+
+    Opening the same path again in one process shares the environment; it closes with its last user."""
 
     def __init__(self, env: lmdb.Environment, path: Path, max_map_size: int) -> None:
         self._env = env
@@ -40,6 +49,7 @@ class Store:
         self.max_map_size = max_map_size
         self._dbs = _open_dbs(env)
         self._resize = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
@@ -48,6 +58,12 @@ class Store:
         creating = not (path / "data.mdb").exists()
         if creating and not create:
             raise StoreError(f"no keel store at {path}")
+        key = path.resolve()
+        with _Shared.lock:
+            shared = _Shared.envs.get(key)
+            if shared is not None:
+                _Shared.envs[key] = (shared[0], shared[1] + 1)
+                return cls(shared[0], path, max(max_map_size, map_size))
         try:
             path.mkdir(parents=True, exist_ok=True)
             env = lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512,
@@ -66,11 +82,23 @@ class Store:
         except BaseException:
             env.close()
             raise
+        with _Shared.lock:
+            _Shared.envs[key] = (env, 1)
         if creating:
             prepare_keel_dir(path)
         return store
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        key = self.path.resolve()
+        with _Shared.lock:
+            env, users = _Shared.envs.get(key, (self._env, 1))
+            if users > 1:
+                _Shared.envs[key] = (env, users - 1)
+                return
+            _Shared.envs.pop(key, None)
         self._env.close()
 
     def __enter__(self) -> Store:

@@ -45,6 +45,10 @@ class Txn:
         self._dbs = dbs
         self.write = write
 
+    def snapshot_id(self) -> int:
+        """The id of the committed transaction this one sees (a read may briefly trail Store.txn_id())."""
+        return int(self._txn.id())
+
     # -- single records -------------------------------------------------------------------------
     def get(self, db: DB, key: bytes, type_: type[T]) -> T | None:
         data = self._txn.get(key, db=self._dbs[db])

@@ -50,30 +50,29 @@ def run_mission(args: argparse.Namespace) -> int:
     prepare_keel_dir(path)
     with Store.open(path) as store:
         record = control.create_mission(store, Path(args.file))
-    if args.detach:
-        control.spawn_host(path, record.id)
-        print(record.id)
-        return Exit.OK
-    progress = Progress.for_terminal(args.json, args.plain)
-    progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
-    return _foreground(path, record.id, progress)
+        if args.detach:
+            control.spawn_host(path, record.id)
+            print(record.id)
+            return Exit.OK
+        progress = Progress.for_terminal(args.json, args.plain)
+        progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
+        return _foreground(path, record.id, progress, store)
 
 
 def resume_mission(args: argparse.Namespace) -> int:
     path = store_path(args)
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-    if args.detach:
-        control.resume(path, mission_id, detach=True)
-        print(mission_id)
-        return Exit.OK
-    return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain))
+        if args.detach:
+            control.resume(path, mission_id, detach=True)
+            print(mission_id)
+            return Exit.OK
+        return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain), store)
 
 
-def _foreground(path: Path, mission_id: str, progress: Progress) -> int:
-    state = run_host_blocking(path, mission_id, progress)
-    with Store.open(path, create=False) as store:
-        record = store.read(lambda t: m.get_mission(t, mission_id))
+def _foreground(path: Path, mission_id: str, progress: Progress, store: Store) -> int:
+    state = run_host_blocking(path, mission_id, progress, store)
+    record = store.read(lambda t: m.get_mission(t, mission_id))
     if record.question is not None and state == MissionState.WAITING_INPUT:
         progress.line(f"mission {mission_id} waits for an answer: {record.question.text}\n"
                       f"  answer with: keel answer {mission_id} TEXT")

@@ -49,12 +49,12 @@ def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
     prepare_keel_dir(store_path)
     with Store.open(store_path) as store:
         record = create_mission(store, mission_file)
-    if detach:
-        spawn_host(store_path, record.id)
-    else:
-        from keel.server.engine.host import run_host_blocking
+        if not detach:
+            from keel.server.engine.host import run_host_blocking
 
-        run_host_blocking(store_path, record.id)
+            run_host_blocking(store_path, record.id, store=store)
+            return record.id
+    spawn_host(store_path, record.id)
     return record.id
 
 
@@ -99,16 +99,16 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int | N
     """Continue a paused, failed or crashed mission. Detached: returns the host's pid."""
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
+        if not detach:
+            from keel.server.engine.host import run_host_blocking
+
+            run_host_blocking(store_path, record.id, store=store)
+            return None
     if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
     if record.state == MissionState.CANCELLED:
         raise InvalidTransitionError(f"mission {record.id} was cancelled; it cannot be resumed")
-    if detach:
-        return spawn_host(store_path, record.id)
-    from keel.server.engine.host import run_host_blocking
-
-    run_host_blocking(store_path, record.id)
-    return None
+    return spawn_host(store_path, record.id)
 
 
 def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bool = True) -> MissionRecord:

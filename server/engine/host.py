@@ -17,6 +17,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
 from keel.protocol.records import Event, HostInfo, MissionRecord, Question
@@ -135,8 +137,16 @@ class MissionHost:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
         finally:
+            with contextlib.suppress(Exception):
+                await self.writer.commit(self._release)
             await asyncio.to_thread(self.writer.close)
             self.progress.finish()
+
+    def _release(self, txn: Txn) -> None:
+        """A host that stops says so: the record no longer names it (host_alive is then False)."""
+        current = m.get_mission(txn, self.mission_id)
+        if current.host is not None and current.host.host_id == self.host_id:
+            m.put_mission(txn, msgspec.structs.replace(current, host=None))
 
     async def _drive(self) -> MissionState:
         tasks: dict[asyncio.Task[Outcome], str] = {}
@@ -166,6 +176,7 @@ class MissionHost:
         self.graph.start(uid)
         session = UnitSession(self, self.graph.units[uid])
         self.sessions[uid] = session
+        self.writer.parallel = len(self.sessions)
         self.stats["units_run"] += 1
         attempt = self.graph.mark(uid).attempts
         self.progress.event("unit_started", unit=uid, attempt=attempt)
@@ -175,6 +186,7 @@ class MissionHost:
 
     async def _unit_finished(self, uid: str, outcome: Outcome) -> None:
         session = self.sessions.pop(uid)
+        self.writer.parallel = len(self.sessions)
         if outcome.kind == "stopped":
             self.graph.suspend(uid)
             return
@@ -220,16 +232,16 @@ class MissionHost:
     async def _watch_controls(self) -> None:
         seen_txn = -1
         while not self._stop.is_set():
-            txn_id = self.store.txn_id()
-            if txn_id != seen_txn:
-                seen_txn = txn_id
-                controls = self.store.read(self._unseen_controls)
+            if self.store.txn_id() != seen_txn:
+                seen_txn, controls = self.store.read(self._unseen_controls)
                 if controls:
                     await self._on_controls(controls)
             await asyncio.sleep(POLL_S)
 
-    def _unseen_controls(self, txn: Txn) -> list[tuple[int, Any]]:
-        return m.controls_after(txn, self.mission_id, self.record.control_seen)
+    def _unseen_controls(self, txn: Txn) -> tuple[int, list[tuple[int, Any]]]:
+        # remember the snapshot actually read: LMDB publishes a commit's id a moment before new read
+        # transactions see it, and a control committed in that moment must not be skipped
+        return txn.snapshot_id(), m.controls_after(txn, self.mission_id, self.record.control_seen)
 
     async def _on_controls(self, controls: list[tuple[int, Any]]) -> None:
         last = controls[-1][0]
@@ -284,17 +296,20 @@ class MissionHost:
         self.progress.status(counts.get("succeeded", 0), len(self.graph.units), sorted(self.sessions), self._step)
 
 
-def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | None = None) -> MissionState:
-    """Run a mission's host in this process until it completes, fails or pauses."""
+def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | None = None,
+                      store: Store | None = None) -> MissionState:
+    """Run a mission's host in this process until it completes, fails or pauses. Pass the store this
+    process already has open (an LMDB environment is opened once per process)."""
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
     lock.acquire()
+    own = store is None
     try:
-        with Store.open(store_path, create=False) as store:
-            host = MissionHost(store, store_path, mission_id, progress or Progress("plain"))
-            state = asyncio.run(host.run())
-            summary = {**host.stats, "state": state.value}
-            (progress or Progress("plain")).event("host_exit", mission=mission_id, **summary)
-            return state
+        store = store or Store.open(store_path, create=False)
+        host = MissionHost(store, store_path, mission_id, progress or Progress("plain"))
+        state = asyncio.run(host.run())
+        (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
+        return state
     finally:
+        if own and store is not None:
+            store.close()
         lock.release()
-

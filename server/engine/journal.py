@@ -63,6 +63,7 @@ class JournalWriter:
         self.window_s = window_s
         self.commits = 0
         self.items = 0
+        self.parallel = 1  # how many units may add entries right now; alone, nobody waits for a batch
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="keel-journal", daemon=True)
         self._thread.start()
@@ -87,7 +88,8 @@ class JournalWriter:
             if first is None:
                 return
             batch = [first]
-            deadline = time.monotonic() + (0.0 if first.urgent else self.window_s)
+            alone = self.parallel <= 1
+            deadline = time.monotonic() + (0.0 if first.urgent or alone else self.window_s)
             stop = False
             while True:
                 try:

@@ -168,3 +168,24 @@ def test_restore_rewinds_with_a_new_checkpoint_and_keeps_history(tmp_path: Path)
     assert keel("resume", mid, store=store).returncode == 3
     assert record(store, mid).question is not None
     assert side.read_text().split().count("a") == 1  # the rewound unit replays its effects from the journal
+
+
+def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> None:
+    from keel.server.engine import control
+
+    side = tmp_path / "side.log"
+    units = [{"id": "plan", "params": {"steps": [
+        {"evidence": {"kind": "note", "summary": "planning"}},
+        {"add_units": [{"id": "later", "params": {"steps": [
+            {"tool": "run", "args": {"cmd": f"echo later >> {side}"}}]}}]}]}}]
+    store = tmp_path / "store"
+    mid = control.start_mission(store, write_mission(tmp_path, units), detach=True)
+    wait_for(lambda: (store / "data.mdb").exists() and record(store, mid).state == MissionState.COMPLETED,
+             timeout=30)
+    head = read(store, lambda t: m.head_checkpoint(t, mid))
+    assert set(head.units) == {"plan", "later"} and head.units["later"].state.value == "succeeded"
+    assert side.read_text().split() == ["later"]
+    assert [e.summary for _, e in read(store, lambda t: list(m.evidence_after(t, mid)))][0] == "planning"
+    assert "plan: plan added 1" in [p.reason for p in read(store, lambda t: m.restore_points(t, mid))]
+    wait_for(lambda: not control.host_alive(record(store, mid)))
+    assert (tmp_path / "logs" / f"{mid}.log").exists()  # the detached host's own log file
