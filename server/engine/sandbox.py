@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, KeelError
@@ -49,6 +50,23 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
         if proc.returncode != 0:
             raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
         return target
-    shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(".keel"))
+    shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True, ignore=_keel_files(target))
     return target
+
+
+def _keel_files(target: Path) -> Callable[[str, list[str]], set[str]]:
+    """What a copied sandbox leaves out: `.keel`, and keel's own folders wherever the store was put
+    (a store given with --store may sit inside the workspace: copying it, or the sandboxes folder the
+    copy goes into, would copy keel into itself)."""
+    keel_dir = target.parent.parent.resolve()
+    own = {keel_dir / name for name in ("sandboxes", "logs", "locks")}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n == ".keel"}
+        for name in names:
+            path = Path(folder, name)
+            if path.resolve() in own or (path / "data.mdb").exists():
+                skipped.add(name)
+        return skipped
+
+    return ignore
