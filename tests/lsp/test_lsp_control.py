@@ -4,7 +4,6 @@ failures, changes made by other processes, host supervision and stranded mission
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
@@ -53,7 +52,7 @@ async def test_question_answered_through_show_message_request(env: Env) -> None:
     waiting = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "waiting_input")
     assert waiting["question"]["text"] == "Ship it?" and waiting["question"]["choices"] == ["yes", "no"]
     await _until(lambda: len(env.questions) == 1)
-    _host_leaves(waiting)
+    await _host_leaves(env, mid)
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     assert len(env.questions) == 1
     assert env.questions[0].message == "keel · asks asks: Ship it?"
@@ -65,9 +64,9 @@ async def test_question_answered_through_show_message_request(env: Env) -> None:
 async def test_dismissed_question_then_keel_answer(env: Env) -> None:
     mid = (await env.command("keel.startMission", env.write_mission("later", [
         {"id": "q", "steps": [{"ask": "Which?", "choices": ["left", "right"]}]}])))["id"]
-    waiting = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "waiting_input")
+    await env.wait_for(lambda c: c["id"] == mid and c["state"] == "waiting_input")
     await _until(lambda: len(env.questions) == 1)
-    _host_leaves(waiting)
+    await _host_leaves(env, mid)
     try:
         await env.command("keel.answer", mid, "up")
         raise AssertionError("an answer outside the choices was taken")
@@ -142,12 +141,9 @@ async def test_stranded_mission_is_flagged(env: Env) -> None:
     assert any(f"mission {mid} is stranded" in line for line in shown), shown
 
 
-def _host_leaves(summary: dict) -> None:  # type: ignore[type-arg]
-    """The engine's host does not exit by itself in waiting_input yet (its stop waits for the ask step,
-    which never finishes); a host that leaves there is what it should do, so the test makes it leave.
-    The answer is then applied by the host that `answer` or the supervisor starts."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(summary["host"]["pid"], signal.SIGKILL)
+async def _host_leaves(env: Env, mid: str) -> None:
+    """A host stops by itself once its mission waits for input (it checkpoints and exits 3)."""
+    await env.wait_for(lambda c: c["id"] == mid and not (c.get("host") or {}).get("alive"), timeout=15)
 
 
 async def _until(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]

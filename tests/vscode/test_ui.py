@@ -22,17 +22,16 @@ from keel.storage import missions as m
 from .conftest import ARTIFACTS, kill_hosts, mission_file, workspace
 
 ANSWER = "use structlog everywhere"
-HOST_GRACE_S = 3.0
+HOST_GRACE_S = 10.0
 
 
 def stop_host_left_waiting(store: Path, driver: threading.Thread) -> int:
     """While the browser works: a host still alive HOST_GRACE_S after its mission entered waiting_input
     is killed (SIGKILL), and the number of such kills returned.
 
-    The engine's host does not exit by itself in waiting_input yet (its stop waits for the ask step);
-    leaving is what it should do, and a killed host is the crash keel is built to survive: the answer
-    from the input box starts a new host, which replays the journal. Once the engine's host exits by
-    itself, this never fires.
+    A host checkpoints and exits by itself when its mission waits for input, so this must never fire;
+    it exists so that a host that stays is reported as such (the test asserts zero kills) instead of
+    surfacing as an answer that is never applied.
     """
     kills = 0
     waiting_since: float | None = None
@@ -83,8 +82,7 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     finally:
         driver.join()
         kill_hosts(store)
-    out = {**result, "hostKills": kills}
-    took = time.monotonic() - started
+    out = {**result, "hostKills": kills, "seconds": round(time.monotonic() - started, 1)}
     (ARTIFACTS / "ui.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], f"{out.get('error')}\n" + "\n".join(out.get("console", [])[-40:]) + server.log_tail()
     seen = out["seen"]
@@ -115,5 +113,4 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     assert history == ["running", "paused", "running", "waiting_input", "running", "completed"], states
     asks = [e for e in journal if e.kind == "human/ask"]
     assert len(asks) == 1 and ANSWER in json.dumps(asks[0].result), asks
-    assert kills <= 1
-    assert took < 90, f"the UI scenario took {took:.1f} s"
+    assert kills == 0, "the host stayed alive in waiting_input"
