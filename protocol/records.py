@@ -56,6 +56,35 @@ class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     control_seen: int = 0  # the last Control record the host has acted on
 
 
+class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A running unit's lease in the subagent registry (storage/leases.py): who runs it, and the fencing
+    token (`epoch`) every journal write and the completion of that unit must match.
+
+    `state`: "running" (heartbeating), "orphaned" (the worker saw its parent die and stopped),
+    "expired" (taken over: the heartbeat went stale), "done" (completion recorded: `result`, `commit`).
+    """
+
+    unit: str
+    lane: str
+    epoch: int
+    host_id: str
+    state: str = "running"
+    pid: int = 0
+    hostname: str = ""
+    heartbeat: float = 0.0
+    ttl_s: float = 15.0
+    started_at: float = 0.0
+    sandbox: str = ""
+    branch: str = ""
+    base: str = ""  # the mission-branch commit (or tree digest, for copies) the sandbox started from
+    tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
+    last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
+    result: Any = None
+    commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
+    merged: bool = False
+    resolution: str = ""  # a person's answer to a merge conflict: "rerun" or "skip"
+
+
 class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):
     wall_ms: float = 0.0
     tokens: int = 0

@@ -21,7 +21,7 @@ import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
-from keel.protocol.records import Event, HostInfo, MissionRecord, Question
+from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, places
 from keel.server.engine.agentproc import HandlerError
@@ -31,6 +31,7 @@ from keel.server.engine.hostlock import HostLock
 from keel.server.engine.journal import JournalWriter
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
+from keel.server.engine.registry import Registry
 from keel.server.engine.sandbox import ensure_sandbox
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn
@@ -60,6 +61,7 @@ class MissionHost:
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
         self.sessions: dict[str, UnitSession] = {}
+        self.registry = Registry(self)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._tree = TreeDigest()
@@ -121,6 +123,10 @@ class MissionHost:
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
         if manifest is None:
             await self.checkpoint("started")
+        for held in await self.registry.recover():  # finished by a subagent after the last checkpoint
+            self.graph.start(held.unit)
+            await self._unit_finished(held.unit, Outcome("succeeded", result=held.result),
+                                      note=f"recovered from subagent epoch {held.epoch}")
         return None
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -129,14 +135,16 @@ class MissionHost:
             final = await self.start()
             if final is not None:
                 return final
-            watcher = asyncio.create_task(self._watch_controls())
+            watchers = [asyncio.create_task(self._watch_controls()), asyncio.create_task(self.registry.watch())]
             try:
                 return await self._drive()
             finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                for watcher in watchers:
+                    watcher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await watcher
         finally:
+            await self.registry.close()
             with contextlib.suppress(Exception):
                 await self.writer.commit(self._release)
             await asyncio.to_thread(self.writer.close)
@@ -184,22 +192,45 @@ class MissionHost:
         self.writer.submit(lambda txn: m.add_event(txn, self.mission_id, event))
         return asyncio.create_task(session.run())
 
-    async def _unit_finished(self, uid: str, outcome: Outcome) -> None:
-        session = self.sessions.pop(uid)
+    async def _unit_finished(self, uid: str, outcome: Outcome, note: str = "") -> None:
+        session = self.sessions.pop(uid, None)
         self.writer.parallel = len(self.sessions)
-        if outcome.kind == "stopped":
+        if outcome.kind in ("stopped", "expired"):
             self.graph.suspend(uid)
             return
+        merged: Any = None
         if outcome.kind == "succeeded":
+            conflict = await self.registry.merge(uid)
+            if conflict is not None:
+                await self._merge_conflict(uid, conflict)
+                return
             self.graph.succeed(uid, outcome.result)
+            merged = self.registry.merged(uid)
         else:
             self.graph.fail(uid, outcome.error)
-        event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind, message=outcome.error[:500])
-        await self.checkpoint(f"unit {outcome.kind}: {uid}",
-                              extra=lambda txn: m.add_event(txn, self.mission_id, event))
-        self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed,
-                            executed=session.executed, error=outcome.error)
+        event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind,
+                      message=(outcome.error or note)[:500])
+
+        def extra(txn: Txn) -> None:
+            m.add_event(txn, self.mission_id, event)
+            if merged is not None:
+                merged(txn)
+
+        await self.checkpoint(f"unit {outcome.kind}: {uid}", extra=extra)
+        self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed if session else 0,
+                            executed=session.executed if session else 0, error=outcome.error)
         self._draw()
+
+    async def _merge_conflict(self, uid: str, conflict: Exception) -> None:
+        """A finished unit whose changes collide with the mission branch: the person decides."""
+        self.graph.suspend(uid)
+        text = (f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun), or "
+                f"keep its result without its file changes (skip)?")
+        item = Evidence(kind="merge-conflict", at=time.time(), unit=uid, summary=str(conflict),
+                        data={"paths": getattr(conflict, "paths", [])})
+        await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
+        await self.wait_for_input(Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"),
+                                           kind="merge-conflict"))
 
     async def _conclude(self) -> MissionState:
         if self.graph.all_succeeded():

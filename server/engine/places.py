@@ -39,3 +39,8 @@ def lock_path(store_path: Path, mission_id: str) -> Path:
 
 def sandbox_path(store_path: Path, mission_id: str) -> Path:
     return keel_dir(store_path) / "sandboxes" / mission_id
+
+
+def unit_sandbox_path(store_path: Path, mission_id: str, lane: str) -> Path:
+    """A unit's own sandbox (one per journal lane): `.keel/sandboxes/<mission>-units/<lane>`."""
+    return keel_dir(store_path) / "sandboxes" / f"{mission_id}-units" / lane.replace("#", "-e")

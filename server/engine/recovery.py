@@ -15,7 +15,7 @@ from keel.protocol.agent import ToolRunResult
 from keel.protocol.records import HostInfo, JournalEntry, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine.toolcalls import RERUN_APPROVED
-from keel.storage import Txn
+from keel.storage import Txn, leases
 from keel.storage import missions as m
 
 S = MissionState
@@ -50,6 +50,11 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     """Turn the person's answer into the journal entry the unit's agent will receive by replay."""
     lane = question.lane or question.unit
     now = time.time()
+    if question.kind == "merge-conflict":  # the registry acts on it when the unit is recovered
+        held = leases.get(txn, mission_id, question.unit)
+        if held is not None:
+            leases.put(txn, mission_id, msgspec.structs.replace(held, resolution=text))
+        return
     if question.kind == "uncertain-effect":
         intent = m.journal_get(txn, mission_id, lane, question.seq)
         if intent is None:

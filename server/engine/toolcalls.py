@@ -33,7 +33,7 @@ class ToolCalls:
         from keel.server.tools import ToolContext
 
         host = self.session.host
-        return ToolContext(sandbox=host.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
+        return ToolContext(sandbox=self.session.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
                            env=scrubbed_env(host.spec.env))
 
     async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,

@@ -11,20 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol import rpc
+from keel.protocol.errors import KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.server.engine import places
-from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError
+from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
+from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import NondeterminismError, fingerprint, lane
 from keel.server.engine.toolcalls import ToolCalls
-from keel.storage import Txn
+from keel.storage import Txn, leases
 from keel.storage import missions as m
 
 if TYPE_CHECKING:
@@ -34,7 +38,7 @@ MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying 
 
 
 class Outcome(msgspec.Struct, frozen=True):
-    kind: str  # "succeeded" | "failed" | "stopped"
+    kind: str  # "succeeded" | "failed" | "stopped" | "expired" (its lease was taken over)
     result: Any = None
     error: str = ""
 
@@ -51,6 +55,10 @@ class UnitSession:
         self.executed = 0
         self.inflight = 0
         self.stopping = False
+        self.expired = False
+        self.epoch = 0  # the lease epoch of the current worker: fences this session's journal writes
+        self.sandbox = host.sandbox
+        self._tree = TreeDigest()
         self.fatal: Exception | None = None
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
@@ -60,10 +68,17 @@ class UnitSession:
     # -- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> Outcome:
         error = ""
+        try:
+            self.sandbox = Path((placement := await self.host.registry.prepare(self.unit.id)).sandbox)
+        except KeelError as exc:
+            return Outcome("failed", error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
+                self.epoch = (await self.host.registry.grant(self.unit.id, placement)).epoch
                 return await self._run_once(start)
             except AgentError as exc:
+                if self.expired:
+                    return Outcome("expired")
                 if self.stopping:
                     return Outcome("stopped")
                 if self.fatal is not None:
@@ -73,6 +88,8 @@ class UnitSession:
                 error = exc.message
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
+                if self.expired:
+                    return Outcome("expired")
                 if self.stopping:
                     return Outcome("stopped")
                 return Outcome("failed", error=str(self.fatal or f"agent failed the unit: {exc.message}"))
@@ -88,13 +105,17 @@ class UnitSession:
         self.entries = {e.seq: e for e in entries}
         self.seq = 0
         host = self.host
+        worker = (sys.executable, "-m", "keel.server.engine.subagent", "--store", str(host.store_path),
+                  "--mission", host.mission_id, "--unit", self.unit.id, "--epoch", str(self.epoch),
+                  "--sandbox", str(self.sandbox), "--ttl", str(host.registry.ttl), "--",
+                  *resolve_command(host.spec.agent))
         proc = self.proc = await AgentProcess.start(
-            host.spec.agent, cwd=host.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
+            worker, cwd=self.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id))
         if self.stopping:
             return Outcome("stopped")
         init = ap.InitializeParams(protocol_version=ap.PROTOCOL_VERSION, mission_id=host.mission_id,
-                                   goal=host.spec.goal, sandbox=str(host.sandbox))
+                                   goal=host.spec.goal, sandbox=str(self.sandbox))
         await asyncio.wait_for(proc.request("initialize", init), timeout=30)
         params = ap.UnitRunParams(unit=self.unit, attempt=start, state=self._saved_state(),
                                   replaying=bool(self.entries))
@@ -114,6 +135,15 @@ class UnitSession:
         await self._idle.wait()
         await self._close()
 
+    def expire(self) -> AgentProcess | None:
+        """The lease was taken over: stop waiting for this worker (it is fenced, not killed); the caller
+        keeps the returned process to kill when the host stops."""
+        self.expired = True
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc._fail(AgentError(f"the lease of unit {self.unit.id} expired", died=True))
+        return proc
+
     async def _close(self) -> None:
         if self.proc is not None:
             proc, self.proc = self.proc, None
@@ -123,7 +153,7 @@ class UnitSession:
     async def handle(self, method: str, params: Any) -> Any:
         if method not in ap.AGENT_METHODS:
             raise HandlerError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
-        if self.stopping or self.fatal is not None:
+        if self.stopping or self.expired or self.fatal is not None:
             await asyncio.Event().wait()  # never answered: the agent is about to be stopped
         self.seq += 1
         seq = self.seq
@@ -198,8 +228,13 @@ class UnitSession:
                              cost=StepCost(wall_ms=round(wall_ms, 3), tokens=tokens), summary=summary)
         host = self.host
         mission_id = host.mission_id
+        epoch = self.epoch
+        changes: dict[str, Any] = {"last_checkpoint": seq}
+        if phase == "done" and tool_class in ("effectful", "idempotent"):  # files may have changed
+            changes["tree"] = await asyncio.to_thread(self._tree, self.sandbox)
 
         def write(txn: Txn) -> None:
+            leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here
             m.journal_put(txn, mission_id, self.lane, entry)
             for item in evidence or ():
                 m.add_evidence(txn, mission_id, item)

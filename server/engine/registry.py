@@ -1,0 +1,221 @@
+"""The host's side of the subagent registry: unit sandboxes, leases, takeover, recovery and merging.
+
+Each running unit gets a lease (storage/leases.py) with a new epoch every time a worker starts for it,
+and its own sandbox (merge.py). While the host runs, `watch` turns a lease whose heartbeat went stale
+into `resumable` and the unit is started again under a new epoch; the old worker is left alone, fenced.
+When a host starts, `recover` looks at every unfinished unit's lease: a stale worker still alive on this
+machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
+sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
+re-executed from scratch on a new journal lane, with evidence saying why. Depends on storage and the
+engine's merge, places and journal modules; the host calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from keel.protocol.records import Event, Evidence, SubagentLease
+from keel.protocol.states import UnitState
+from keel.server.engine import merge, places
+from keel.server.engine.checkpoint import TreeDigest
+from keel.server.engine.journal import lane
+from keel.storage import Txn, leases
+from keel.storage import missions as m
+
+if TYPE_CHECKING:
+    from keel.server.engine.agentproc import AgentProcess
+    from keel.server.engine.host import MissionHost
+    from keel.server.engine.unitrun import UnitSession
+
+DEFAULT_TTL_S = 10.0
+
+
+class Placement(msgspec.Struct, frozen=True):
+    sandbox: str
+    branch: str
+    base: str
+    tree: str
+
+
+class Registry:
+    def __init__(self, host: MissionHost) -> None:
+        self.host = host
+        self.ttl = float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
+        self.zombies: list[AgentProcess] = []
+        self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
+
+    @property
+    def mission_id(self) -> str:
+        return self.host.mission_id
+
+    def lane_of(self, uid: str) -> str:
+        return lane(uid, self.host.graph.mark(uid).epoch)
+
+    def _lease(self, uid: str) -> SubagentLease | None:
+        return self.host.store.read(lambda t: leases.get(t, self.mission_id, uid))
+
+    # -- starting a worker --------------------------------------------------------------------------
+    async def prepare(self, uid: str) -> Placement:
+        """The unit's sandbox: the one its lane already has, or a fresh one from the mission branch."""
+        unit_lane = self.lane_of(uid)
+        lease = await asyncio.to_thread(self._lease, uid)
+        path = places.unit_sandbox_path(self.host.store_path, self.mission_id, unit_lane)
+        branch = merge.unit_branch(self.mission_id, unit_lane)
+        if lease and lease.lane == unit_lane and lease.state != "done" and path.exists() and lease.base:
+            return Placement(str(path), branch, lease.base, lease.tree)
+        async with self.git_lock:
+            base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
+        tree = await asyncio.to_thread(TreeDigest(), path)
+        return Placement(str(path), branch, base, tree)
+
+    async def grant(self, uid: str, where: Placement) -> SubagentLease:
+        unit_lane = self.lane_of(uid)
+
+        def write(txn: Txn) -> SubagentLease:
+            old = leases.get(txn, self.mission_id, uid)
+            mark = old.last_checkpoint if old and old.lane == unit_lane else 0
+            return leases.grant(txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id,
+                                ttl_s=self.ttl, sandbox=where.sandbox, branch=where.branch, base=where.base,
+                                tree=where.tree, last_checkpoint=mark)
+
+        return await self.host.writer.commit(write)  # type: ignore[no-any-return]
+
+    # -- while the host runs --------------------------------------------------------------------------
+    async def watch(self) -> None:
+        """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
+        while True:
+            await asyncio.sleep(max(0.05, self.ttl / 4))
+            current = {x.unit: x for x in await asyncio.to_thread(
+                self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))}
+            now = time.time()
+            for uid, session in list(self.host.sessions.items()):
+                held = current.get(uid)
+                if held and held.epoch == session.epoch and session.proc is not None and leases.expired(held, now):
+                    await self._take_over(session, held)
+
+    async def _take_over(self, session: UnitSession, held: SubagentLease) -> None:
+        proc = session.expire()
+        if proc is not None:
+            self.zombies.append(proc)
+        event = Event(kind="lease", at=time.time(), unit=held.unit, state="expired",
+                      message=f"lease epoch {held.epoch} (pid {held.pid}) expired: no heartbeat for "
+                              f"{time.time() - held.heartbeat:.1f} s; the unit is resumable")
+
+        def write(txn: Txn) -> None:
+            with contextlib.suppress(leases.StaleLeaseError):
+                leases.update(txn, self.mission_id, held.unit, held.epoch, state="expired")
+            m.add_event(txn, self.mission_id, event)
+
+        await self.host.writer.commit(write)
+        self.host.progress.line(event.message)
+
+    async def close(self) -> None:
+        for proc in self.zombies:
+            with contextlib.suppress(Exception):
+                await proc.kill()
+        self.zombies.clear()
+
+    # -- after a restart ------------------------------------------------------------------------------
+    async def recover(self) -> list[SubagentLease]:
+        """Returns the leases of units whose completion a subagent recorded since the last checkpoint."""
+        finished = []
+        graph = self.host.graph
+        for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
+            uid = held.unit
+            if uid not in graph.units or graph.mark(uid).state == UnitState.SUCCEEDED:
+                continue
+            if held.lane != self.lane_of(uid):
+                continue
+            await asyncio.to_thread(terminate, held, self.mission_id)
+            if held.state == "done" and held.resolution == "rerun":
+                await self.reexecute(uid, held, "a person chose to run it again after a merge conflict")
+            elif held.state == "done" and (held.commit or held.merged or Path(held.sandbox).exists()):
+                finished.append(held)
+            else:
+                why = await asyncio.to_thread(self._sandbox_problem, held)
+                if why:
+                    await self.reexecute(uid, held, why)
+        return finished
+
+    def _sandbox_problem(self, held: SubagentLease) -> str:
+        path = Path(held.sandbox)
+        if not held.sandbox or not path.exists():
+            return f"its sandbox {held.sandbox or '(none)'} is missing"
+        entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, held.lane))
+        if held.tree and not any(e.phase == "intent" for e in entries):
+            found = TreeDigest()(path)
+            if found != held.tree:
+                return (f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
+                        f"entry (recorded {held.tree[:12]}, found {found[:12]})")
+        return ""
+
+    async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
+        """Start the unit afresh on a new journal lane and sandbox; the evidence says why."""
+        graph = self.host.graph
+        mark = graph.mark(uid)
+        if mark.state == UnitState.RUNNING:
+            graph.suspend(uid)
+        graph.update(uid, epoch=mark.epoch + 1, journal_hwm=0, agent_state="")
+        async with self.git_lock:
+            await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)
+        item = Evidence(kind="reexecuted", at=time.time(), unit=uid,
+                        summary=f"unit {uid} is executed again from scratch: {why}",
+                        data={"reason": why, "lane": held.lane, "epoch": held.epoch, "sandbox": held.sandbox,
+                              "recorded_tree": held.tree})
+        self.host.progress.line(item.summary)
+        await self.host.checkpoint(f"re-execute {uid}", tree=False,
+                                   extra=lambda txn: m.add_evidence(txn, self.mission_id, item))
+
+    # -- merging ----------------------------------------------------------------------------------------
+    async def merge(self, uid: str) -> merge.MergeConflict | None:
+        held = await asyncio.to_thread(self._lease, uid)
+        if held is None or held.merged or held.resolution == "skip":
+            return None
+        async with self.git_lock:
+            try:
+                await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(held.sandbox), uid, held.commit)
+            except merge.MergeConflict as conflict:
+                return conflict
+        return None
+
+    def merged(self, uid: str) -> Any:
+        """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
+        def write(txn: Txn) -> None:
+            held = leases.get(txn, self.mission_id, uid)
+            if held is not None and not held.merged:
+                leases.put(txn, self.mission_id, msgspec.structs.replace(held, merged=True))
+        return write
+
+
+def terminate(held: SubagentLease, mission_id: str) -> bool:
+    """Kill a worker of an earlier host that is still alive on this machine; True if one was."""
+    if not held.pid or held.hostname != os.uname().nodename or held.pid == os.getpid():
+        return False
+    try:
+        cmdline = Path(f"/proc/{held.pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    if b"keel.server.engine.subagent" not in cmdline or mission_id.encode() not in cmdline:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(held.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _alive(held.pid):
+        time.sleep(0.01)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

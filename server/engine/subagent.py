@@ -1,0 +1,198 @@
+"""A subagent: the worker process that runs one unit's agent in the unit's own sandbox, under a lease.
+
+    python -m keel.server.engine.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T -- AGENT...
+
+The host speaks the agent protocol to this process's stdin/stdout exactly as to an agent; the worker
+passes every frame through to the real agent (its child, working in DIR) and adds what needs a process
+of its own next to the agent:
+- a heartbeat on its lease (storage/leases.py), fenced by its epoch: once another epoch holds the
+  lease, this worker stops (after a short grace) without writing anything;
+- the unit's completion: when the agent answers `unit/run`, the unit's changes are committed on its
+  branch and the completion (result, commit, tree digest) is recorded in ONE transaction that checks the
+  epoch — a stale worker's late completion is rejected, logged as an event, and never reaches the host;
+- parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
+  and exit within 2 s. Journal entries stay with the host (its group-committing writer).
+Depends on storage, protocol and the engine's merge/checkpoint helpers; never on the host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from keel.protocol import rpc
+from keel.protocol.errors import KeelError
+from keel.protocol.framing import frame, read_frame
+from keel.protocol.records import Event
+from keel.server.engine.checkpoint import TreeDigest
+from keel.server.engine.merge import commit_unit
+from keel.storage import Store, Txn, leases
+from keel.storage import missions as m
+
+EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE = 70, 71, 72
+GRACE_S = 1.0
+
+
+class Worker:
+    def __init__(self, store: Store, args: argparse.Namespace) -> None:
+        self.store = store
+        self.mission: str = args.mission
+        self.unit: str = args.unit
+        self.epoch: int = args.epoch
+        self.sandbox = Path(args.sandbox)
+        self.ttl: float = args.ttl
+        self.command: list[str] = args.agent
+        self.out: BinaryIO = sys.stdout.buffer
+        self.parent = os.getppid()
+        self.run_id: Any = None
+        self.exit_code: int | None = None
+        self.finished = threading.Event()
+        self._out_lock = threading.Lock()
+        self.agent: subprocess.Popen[bytes] | None = None
+
+    # -- the three loops ------------------------------------------------------------------------------
+    def run(self) -> int:
+        try:
+            self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, pid=os.getpid(),
+                                                     hostname=os.uname().nodename, heartbeat=time.time()))
+        except leases.StaleLeaseError as exc:
+            self._log(exc.message)
+            return EXIT_LEASE_LOST
+        self.agent = subprocess.Popen(self.command, cwd=str(self.sandbox), stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, bufsize=0)
+        for target in (self._from_host, self._from_agent, self._heartbeat):
+            threading.Thread(target=target, daemon=True).start()
+        self.finished.wait()
+        self._stop_agent()
+        return self.exit_code or 0
+
+    def _finish(self, code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = code
+        self.finished.set()
+
+    def _from_host(self) -> None:
+        assert self.agent is not None and self.agent.stdin is not None
+        stdin = sys.stdin.buffer
+        try:
+            while (body := read_frame(stdin)) is not None:
+                message = rpc.decode(body)
+                if isinstance(message, rpc.Request) and message.method == "unit/run":
+                    self.run_id = message.id
+                self.agent.stdin.write(frame(body))
+                self.agent.stdin.flush()
+        except (OSError, KeelError, ValueError) as exc:
+            self._log(f"host connection ended: {exc}")
+        self._orphaned("its parent closed the pipe")
+
+    def _from_agent(self) -> None:
+        assert self.agent is not None and self.agent.stdout is not None
+        try:
+            while (body := read_frame(self.agent.stdout)) is not None:
+                message = rpc.decode(body)
+                finishing = isinstance(message, rpc.Response) and self.run_id is not None \
+                    and message.id == self.run_id
+                if finishing and not self._complete(message.result):  # type: ignore[union-attr]
+                    self._finish(EXIT_LEASE_LOST)
+                    return
+                with self._out_lock:
+                    self.out.write(frame(body))
+                    self.out.flush()
+        except (OSError, KeelError, ValueError) as exc:
+            self._log(f"agent connection ended: {exc}")
+        self._finish(EXIT_AGENT_GONE)
+
+    def _heartbeat(self) -> None:
+        while not self.finished.wait(max(0.05, self.ttl / 4)):
+            if os.getppid() != self.parent:
+                self._orphaned("its parent process is gone")
+                return
+            try:
+                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch,
+                                                         heartbeat=time.time()))
+            except leases.StaleLeaseError as exc:
+                self._log(f"lease lost: {exc.message}")
+                if not self.finished.wait(GRACE_S):
+                    self._finish(EXIT_LEASE_LOST)
+                return
+
+    # -- completion and parent death --------------------------------------------------------------------
+    def _complete(self, result: Any) -> bool:
+        """Record the unit's completion once, fenced by this worker's epoch."""
+        try:
+            self.store.read(lambda t: leases.check(t, self.mission, self.unit, self.epoch))
+            commit = commit_unit(self.sandbox, self.unit)
+            tree = TreeDigest()(self.sandbox)
+            payload = result.get("result") if isinstance(result, dict) else None
+            self.store.write(lambda t: leases.complete(t, self.mission, self.unit, self.epoch, result=payload,
+                                                       commit=commit, tree=tree))
+            return True
+        except leases.StaleLeaseError as exc:
+            self._log(f"completion rejected: {exc.message}")
+            event = Event(kind="lease", at=time.time(), unit=self.unit, state="rejected",
+                          message=f"late completion of epoch {self.epoch} rejected (pid {os.getpid()}): "
+                                  f"{exc.message}")
+            self.store.write(lambda t: m.add_event(t, self.mission, event))
+            return False
+
+    def _orphaned(self, why: str) -> None:
+        if self.finished.is_set():
+            return
+        self._log(f"stopping: {why}")
+
+        def write(txn: Txn) -> None:
+            leases.update(txn, self.mission, self.unit, self.epoch, state="orphaned", heartbeat=time.time())
+
+        try:
+            self.store.write(write)
+        except KeelError as exc:
+            self._log(f"could not record the orphaned lease: {exc.message}")
+        self._finish(EXIT_ORPHANED)
+
+    def _stop_agent(self) -> None:
+        agent = self.agent
+        if agent is None or agent.poll() is not None:
+            return
+        if agent.stdin is not None:
+            with contextlib.suppress(OSError):
+                agent.stdin.close()
+        try:
+            agent.wait(timeout=0.8)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait(timeout=5)
+
+    def _log(self, text: str) -> None:
+        sys.stderr.write(f"keel subagent {self.mission}/{self.unit} epoch {self.epoch}: {text}\n")
+        sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="keel-subagent")
+    for name in ("store", "mission", "unit", "sandbox"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--epoch", type=int, required=True)
+    parser.add_argument("--ttl", type=float, default=15.0)
+    parser.add_argument("agent", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
+    if not args.agent:
+        parser.error("no agent command after --")
+    store = Store.open(args.store, create=False)
+    try:
+        code = Worker(store, args).run()
+    finally:
+        store.close()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

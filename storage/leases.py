@@ -1,0 +1,80 @@
+"""The subagent registry: one lease per (mission, unit) in DB.LEASES, with an epoch as fencing token.
+
+Every write a subagent's work makes (journal entries, heartbeats, its completion) runs `check` in the
+same transaction, so a worker whose lease was taken over (a new epoch granted) can never overwrite
+newer work: its write raises `StaleLeaseError` and commits nothing. Knows nothing of processes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from keel.protocol.errors import ErrorCode, KeelError
+from keel.protocol.records import SubagentLease
+from keel.storage.keys import DB, mission_prefix, unit_prefix
+from keel.storage.txn import Txn
+
+
+class StaleLeaseError(KeelError):
+    """A write fenced by a lease epoch that is no longer the unit's current one."""
+
+    code = ErrorCode.INVALID_STATE
+
+
+def _key(mission_id: str, unit_id: str) -> bytes:
+    return unit_prefix(mission_id, unit_id)[:-1]
+
+
+def get(txn: Txn, mission_id: str, unit_id: str) -> SubagentLease | None:
+    return txn.get(DB.LEASES, _key(mission_id, unit_id), SubagentLease)
+
+
+def put(txn: Txn, mission_id: str, lease: SubagentLease) -> None:
+    txn.put(DB.LEASES, _key(mission_id, lease.unit), lease)
+
+
+def list_leases(txn: Txn, mission_id: str) -> list[SubagentLease]:
+    return [lease for _, lease in txn.scan(DB.LEASES, mission_prefix(mission_id), SubagentLease)]
+
+
+def grant(txn: Txn, mission_id: str, unit_id: str, *, lane: str, host_id: str, ttl_s: float,
+          **fields: object) -> SubagentLease:
+    """A new lease for the unit with the next epoch: every earlier holder is fenced off from now on."""
+    old = get(txn, mission_id, unit_id)
+    now = time.time()
+    lease = SubagentLease(unit=unit_id, lane=lane, epoch=(old.epoch + 1) if old else 1, host_id=host_id,
+                          heartbeat=now, started_at=now, ttl_s=ttl_s, **fields)  # type: ignore[arg-type]
+    put(txn, mission_id, lease)
+    return lease
+
+
+def check(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> SubagentLease:
+    """The current lease when `epoch` still holds it (and it is not finished); else StaleLeaseError."""
+    lease = get(txn, mission_id, unit_id)
+    if lease is None or lease.epoch != epoch:
+        now = lease.epoch if lease else 0
+        raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
+                              f"(current epoch {now}); this worker's write is rejected")
+    if lease.state == "done":
+        raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: epoch {epoch} already completed")
+    return lease
+
+
+def update(txn: Txn, mission_id: str, unit_id: str, epoch: int, **changes: object) -> SubagentLease:
+    """A fenced change of the holder's own lease (heartbeat, pid, tree digest, state)."""
+    lease = msgspec.structs.replace(check(txn, mission_id, unit_id, epoch), **changes)
+    put(txn, mission_id, lease)
+    return lease
+
+
+def complete(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: object, commit: str,
+             tree: str) -> SubagentLease:
+    """The unit's completion, exactly once: only the current epoch may record it, only once."""
+    return update(txn, mission_id, unit_id, epoch, state="done", result=result, commit=commit, tree=tree,
+                  heartbeat=time.time())
+
+
+def expired(lease: SubagentLease, now: float | None = None) -> bool:
+    return lease.state == "running" and ((now or time.time()) - lease.heartbeat) > lease.ttl_s
