@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from keel.protocol import rpc
-from keel.protocol.errors import KeelError
+from keel.protocol.errors import KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.server.engine.checkpoint import TreeDigest
@@ -105,9 +105,23 @@ class Worker:
                 with self._out_lock:
                     self.out.write(frame(body))
                     self.out.flush()
+        except ProtocolError as exc:  # pass it on as what it is: not a frame (the host fails the unit)
+            self._log(f"agent wrote garbage: {exc.message}")
+            with self._out_lock, contextlib.suppress(OSError):
+                self.out.write(f"the agent wrote garbage: {exc.message}\n\n".encode())
+                self.out.flush()
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"agent connection ended: {exc}")
-        self._finish(EXIT_AGENT_GONE)
+        self._finish(self._agent_exit_code())
+
+    def _agent_exit_code(self) -> int:
+        """The agent's own exit code, so that the host reports what the agent did."""
+        assert self.agent is not None
+        try:
+            code = self.agent.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return EXIT_AGENT_GONE
+        return code if code >= 0 else 128 - code
 
     def _heartbeat(self) -> None:
         while not self.finished.wait(max(0.05, self.ttl / 4)):
