@@ -76,5 +76,10 @@ def complete(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: obj
                   heartbeat=time.time())
 
 
+STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting (imports, git worktree)
+
+
 def expired(lease: SubagentLease, now: float | None = None) -> bool:
-    return lease.state == "running" and ((now or time.time()) - lease.heartbeat) > lease.ttl_s
+    """A running lease whose heartbeat is older than its ttl (or than the start-up allowance)."""
+    allowed = lease.ttl_s if lease.pid else max(lease.ttl_s, STARTUP_S)
+    return lease.state == "running" and ((now or time.time()) - lease.heartbeat) > allowed

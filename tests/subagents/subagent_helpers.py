@@ -1,0 +1,82 @@
+"""Helpers for the subagent tests: lease reads, process liveness, the person's checkout fingerprint."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from engine_helpers import read
+
+from keel.protocol.records import SubagentLease
+from keel.storage import Store, leases
+
+
+def lease(store: Path, mid: str, unit: str) -> SubagentLease | None:
+    return read(store, lambda t: leases.get(t, mid, unit))  # type: ignore[no-any-return]
+
+
+def all_leases(store: Path, mid: str) -> list[SubagentLease]:
+    return read(store, lambda t: leases.list_leases(t, mid))  # type: ignore[no-any-return]
+
+
+def alive(pid: int) -> bool:
+    """Running (or stopped), not a zombie and not gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def store_writable(store: Path, timeout: float = 0.5) -> bool:
+    """A write transaction gets through (a process stopped while holding LMDB's write lock blocks it)."""
+    code = ("import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
+            "s.write(lambda t: None); s.close()")
+    try:
+        subprocess.run([os.environ.get("PYTHON", "python"), "-c", code, str(store)], timeout=timeout, check=True,
+                       capture_output=True)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "person", "GIT_AUTHOR_EMAIL": "p@example.invalid",
+           "GIT_COMMITTER_NAME": "person", "GIT_COMMITTER_EMAIL": "p@example.invalid"}
+    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, check=True,
+                          env=env).stdout
+
+
+def checkout_fingerprint(repo: Path) -> dict[str, Any]:
+    """Everything of the person's that a mission must never change: the working tree byte for byte,
+    the index, HEAD, .git/config, their refs (keel's own `refs/heads/keel/` branches aside) and
+    `git status --porcelain` (read last: status may refresh the index's stat cache)."""
+    tree = {}
+    for path in sorted(repo.rglob("*")):
+        rel = path.relative_to(repo)
+        if rel.parts[0] != ".git" and path.is_file():
+            tree[str(rel)] = path.read_bytes()
+    dot = repo / ".git"
+    out = {"tree": tree, "index": (dot / "index").read_bytes(), "HEAD": (dot / "HEAD").read_bytes(),
+           "config": (dot / "config").read_bytes(),
+           "refs": [line for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+                    if not line.startswith("refs/heads/keel/")]}
+    out["status"] = git(repo, "status", "--porcelain", "--untracked-files=all")
+    return out
+
+
+def wait_gone(pid: int, timeout: float) -> float:
+    """Seconds until the process is gone; AssertionError after `timeout`."""
+    start = time.monotonic()
+    while alive(pid):
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"process {pid} still alive after {timeout} s")
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def open_store(store: Path) -> Store:
+    return Store.open(store, create=False)

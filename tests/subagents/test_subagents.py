@@ -1,0 +1,181 @@
+"""Subagents with real processes: a zombie worker, parent death, lost and tampered sandboxes, merging
+into the mission branch, and the person's checkout left alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_helpers import (
+    files,
+    keel,
+    kill,
+    mission_id_of,
+    read,
+    record,
+    start_keel,
+    unit_events,
+    wait_for,
+    write_mission,
+)
+from subagent_helpers import alive, all_leases, checkout_fingerprint, git, lease, store_writable, wait_gone
+
+from keel.protocol.states import MissionState
+from keel.storage import missions as m
+
+FAST_LEASES = {"KEEL_LEASE_TTL_S": "1.0"}
+
+
+def _events(store: Path, mid: str, kind: str) -> list[Any]:
+    return [e for _, e in read(store, lambda t: m.events_after(t, mid)) if e.kind == kind]
+
+
+def _evidence(store: Path, mid: str, kind: str) -> list[Any]:
+    return [e for _, e in read(store, lambda t: list(m.evidence_after(t, mid))) if e.kind == kind]
+
+
+def _stop_outside_a_commit(store: Path, pid: int) -> None:
+    """SIGSTOP the worker, but not while it holds LMDB's write lock (that would stop every writer)."""
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        if store_writable(store):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("the worker always held the write lock")
+
+
+def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
+    units = [{"id": "slow", "params": {"steps": [
+                {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
+                {"now": True}, {"sleep": 2.5}]}},
+             {"id": "long", "params": {"steps": [{"sleep": 8.0}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=FAST_LEASES)
+    try:
+        mid = mission_id_of(host)
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.pid > 0 and x.last_checkpoint >= 2)
+        zombie = lease(store, mid, "slow")
+        assert zombie is not None
+        _stop_outside_a_commit(store, zombie.pid)
+        # the lease expires, the unit is taken over under epoch 2 and completes there
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=20)
+        winner = lease(store, mid, "slow")
+        assert winner is not None and winner.epoch > zombie.epoch and winner.pid != zombie.pid
+        assert alive(zombie.pid), "the host must fence the old worker, not rely on killing it"
+        os.kill(zombie.pid, signal.SIGCONT)  # its agent answered unit/run meanwhile: it tries to complete
+        wait_gone(zombie.pid, timeout=5)
+        host.communicate(timeout=30)
+        assert host.returncode == 0
+    finally:
+        kill(host)
+    rejected = _events(store, mid, "lease")
+    assert any(e.state == "expired" and e.unit == "slow" for e in rejected), rejected
+    assert any(e.state == "rejected" and f"epoch {zombie.epoch}" in e.message for e in rejected), rejected
+    final = lease(store, mid, "slow")
+    assert final is not None and (final.epoch, final.pid, final.state) == (winner.epoch, winner.pid, "done")
+    assert unit_events(store, mid).count(("slow", "succeeded")) == 1
+    assert record(store, mid).state == MissionState.COMPLETED
+
+
+def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp_path: Path) -> None:
+    units = [{"id": u, "params": {"steps": [{"now": True}, {"sleep": 4.0}, {"random": True}]}} for u in ("a", "b")]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: all(x.pid > 0 and x.last_checkpoint >= 1 for x in all_leases(store, mid))
+             and len(all_leases(store, mid)) == 2)
+    workers = [x.pid for x in all_leases(store, mid)]
+    kill(host)
+    took = [wait_gone(pid, timeout=2.0) for pid in workers]
+    assert max(took) < 2.0
+    assert {x.state for x in all_leases(store, mid)} == {"orphaned"}
+    keel("resume", mid, store=store, check_rc=0)
+    head = read(store, lambda t: m.head_checkpoint(t, mid))
+    assert {u: mk.state.value for u, mk in head.units.items()} == {"a": "succeeded", "b": "succeeded"}
+    assert {x.state for x in all_leases(store, mid)} == {"done"}
+
+
+@pytest.mark.parametrize("damage", ["deleted", "tampered"])
+def test_a_lost_or_tampered_sandbox_is_executed_again_with_evidence(tmp_path: Path, damage: str) -> None:
+    side = tmp_path / "side.log"
+    units = [{"id": "a", "params": {"steps": [
+        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+        {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}}, {"sleep": 30}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
+    held = lease(store, mid, "a")
+    assert held is not None
+    kill(host)
+    wait_gone(held.pid, timeout=2.0)
+    sandbox = Path(held.sandbox)
+    if damage == "deleted":
+        shutil.rmtree(sandbox)
+    else:
+        (sandbox / "a.txt").write_text("edited by someone else\n")
+    resumed = start_keel("resume", mid, store=store)
+    wait_for(lambda: len(side.read_text().split()) == 2)  # from scratch: its journal is not replayed
+    kill(resumed)
+    evidence = _evidence(store, mid, "reexecuted")
+    assert len(evidence) == 1, evidence
+    expected = "is missing" if damage == "deleted" else "no longer matches the tree digest"
+    assert expected in evidence[0].summary and evidence[0].unit == "a"
+    assert lease(store, mid, "a").lane == "a#1"  # type: ignore[union-attr]
+    head = read(store, lambda t: m.head_checkpoint(t, mid))
+    assert head.units["a"].epoch == 1
+
+
+def test_the_persons_checkout_is_unchanged_and_units_merge_in_dependency_order(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "base.txt").write_text("base\n")
+    (ws / "notes.txt").write_text("uncommitted\n")  # the person's own work in progress
+    git(ws, "add", "base.txt")
+    git(ws, "commit", "-q", "-m", "base")
+    (ws / "base.txt").write_text("base, edited but not committed\n")
+
+    def writes(uid: str) -> dict[str, Any]:
+        return {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid}\n"}}
+
+    units = [{"id": "a", "params": {"steps": [writes("a")]}}, {"id": "b", "params": {"steps": [writes("b")]}},
+             {"id": "c", "after": ["a", "b"], "params": {"steps": [
+                 {"tool": "read_file", "args": {"path": "a.txt"}}, writes("c")]}}]
+    before = checkout_fingerprint(ws)
+    store = tmp_path / "store"
+    keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=0)
+    assert checkout_fingerprint(ws) == before
+    mid = read(store, m.list_missions)[0].id
+    sandbox = Path(record(store, mid).sandbox)
+    assert {k: v for k, v in files(sandbox).items()} == {
+        "base.txt": b"base\n", "a.txt": b"a\n", "b.txt": b"b\n", "c.txt": b"c\n"}
+    merges = git(sandbox, "log", "--merges", "--format=%s", f"keel/{mid}").splitlines()
+    assert merges[0] == "keel: merge unit c" and sorted(merges[1:]) == ["keel: merge unit a", "keel: merge unit b"]
+    assert {x.unit: x.merged for x in all_leases(store, mid)} == {"a": True, "b": True, "c": True}
+
+
+def test_a_merge_conflict_asks_the_person_and_rerun_resolves_it(tmp_path: Path) -> None:
+    units = [{"id": u, "params": {"steps": [
+        {"tool": "write_file", "args": {"path": "same.txt", "content": f"{u}\n"}}, {"sleep": 0.3 if u == "b" else 0}]}}
+        for u in ("a", "b")]
+    store = tmp_path / "store"
+    keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=3)
+    mid = read(store, m.list_missions)[0].id
+    question = record(store, mid).question
+    assert record(store, mid).state == MissionState.WAITING_INPUT
+    assert question is not None and question.kind == "merge-conflict" and "same.txt" in question.text
+    loser = question.unit
+    keel("answer", mid, "rerun", "--no-resume", store=store, check_rc=0)
+    keel("resume", mid, store=store, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert files(Path(record(store, mid).sandbox))["same.txt"] == f"{loser}\n".encode()
+    assert [e.unit for e in _evidence(store, mid, "merge-conflict")] == [loser]
+    assert [e.unit for e in _evidence(store, mid, "reexecuted")] == [loser]
+    assert unit_events(store, mid).count((loser, "succeeded")) == 1
