@@ -8,6 +8,7 @@ from typing import Any
 
 from keel.server.commands.common import open_store, print_json, store_exists
 from keel.server.exits import Exit
+from keel.storage import leases
 from keel.storage import missions as m
 
 
@@ -44,7 +45,7 @@ def run_status(args: argparse.Namespace) -> int:
             record = m.get_mission(txn, mid)
             manifest = m.head_checkpoint(txn, mid)
             return {"mission": record, "units": manifest.units if manifest else {},
-                    "points": len(m.restore_points(txn, mid))}
+                    "points": len(m.restore_points(txn, mid)), "subagents": leases.list_leases(txn, mid)}
         data = store.read(read)
     if args.json:
         print_json(data)
@@ -59,7 +60,20 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"  restore points {data['points']}")
     for unit_id, mark in data["units"].items():
         print(f"  {mark.state.value:<10} {unit_id}" + (f"  {mark.error}" if mark.error else ""))
+    _print_subagents(data["subagents"])
     return Exit.OK
+
+
+def _print_subagents(held: list[Any]) -> None:
+    """The registry: one line per unit that ran under a lease (state, epoch, pid, heartbeat, sandbox)."""
+    if not held:
+        return
+    print("  subagents")
+    now = time.time()
+    for lease in held:
+        state = "expired" if leases.expired(lease, now) else lease.state
+        print(f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
+              f"heartbeat {_ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}")
 
 
 def _ago(at: float) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from keel.protocol.records import Event, RestorePoint
+from keel.protocol.records import Event, RestorePoint, SubagentLease
 from keel.protocol.states import UnitState
 from keel.server.lsp.snapshot import MissionView
 
@@ -93,6 +93,33 @@ class RestorePointPayload(msgspec.Struct, frozen=True, rename="camel"):
     reason: str
     created_at: float
     label: str
+
+
+class SubagentPayload(msgspec.Struct, frozen=True, rename="camel"):
+    unit: str
+    lane: str
+    state: str  # running | expired (heartbeat stale or taken over) | orphaned | done
+    epoch: int
+    pid: int
+    host_id: str
+    hostname: str
+    heartbeat: float
+    lease_age: float  # seconds since the last heartbeat
+    ttl: float
+    sandbox: str
+    branch: str
+    last_checkpoint: int
+    merged: bool
+
+
+def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
+    from keel.storage.leases import expired
+
+    return SubagentPayload(
+        unit=lease.unit, lane=lease.lane, state="expired" if expired(lease, now) else lease.state,
+        epoch=lease.epoch, pid=lease.pid, host_id=lease.host_id, hostname=lease.hostname,
+        heartbeat=lease.heartbeat, lease_age=round(max(0.0, now - lease.heartbeat), 3), ttl=lease.ttl_s,
+        sandbox=lease.sandbox, branch=lease.branch, last_checkpoint=lease.last_checkpoint, merged=lease.merged)
 
 
 def summary(view: MissionView) -> MissionSummary:
