@@ -10,6 +10,7 @@ import { onPythonInterpreterChanged } from "./interpreter";
 import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { RestorePointsProvider } from "./pointsTree";
+import { SubagentsProvider } from "./subagentsTree";
 import { KeelStatusBar } from "./statusBar";
 
 export interface KeelApi {
@@ -17,6 +18,7 @@ export interface KeelApi {
   model: MissionModel;
   missions: MissionsTreeProvider;
   restorePoints: RestorePointsProvider;
+  subagents: SubagentsProvider;
   statusBar: KeelStatusBar;
 }
 
@@ -34,6 +36,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     treeDataProvider: missions, showCollapseAll: true,
   });
   const pointsView = vscode.window.createTreeView("keel.restorePoints", { treeDataProvider: restorePoints });
+  const subagents = new SubagentsProvider(model, connection);
+  const subagentsView = vscode.window.createTreeView("keel.subagents", { treeDataProvider: subagents });
+  context.subscriptions.push(subagents, subagentsView);
   missionsView.onDidChangeSelection((e) => {
     const node = e.selection[0];
     if (node !== undefined) {
@@ -63,7 +68,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     context.subscriptions.push(pythonWatch);
   }
   void connection.start();
-  return { connection, model, missions, restorePoints, statusBar };
+  return { connection, model, missions, restorePoints, subagents, statusBar };
 }
 
 /** Stop the server before the extension host goes away (VS Code waits for the returned promise). */

@@ -93,6 +93,15 @@ async function pointRows(api: KeelApi, id: string): Promise<unknown[]> {
   });
 }
 
+async function subagentRows(api: KeelApi, id: string): Promise<unknown[]> {
+  api.model.select(id);
+  const nodes = await api.subagents.getChildren();
+  return nodes.map((n) => {
+    const item = api.subagents.getTreeItem(n);
+    return { label: label(item), description: item.description, contextValue: item.contextValue };
+  });
+}
+
 function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePython: string }): [string, () => Promise<void>][] {
   return [
     ["commands are registered", async () => {
@@ -118,6 +127,13 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
         points[m.id] = await pointRows(api, m.id);
       }
       observed["restorePoints"] = points;
+    }],
+    ["the Subagents tree shows the selected mission's subagents", async () => {
+      const rows: Record<string, unknown> = {};
+      for (const m of api.model.list()) {
+        rows[m.id] = await subagentRows(api, m.id);
+      }
+      observed["subagents"] = rows;
     }],
     ["the status bar shows the mission that needs attention", async () => {
       observed["statusBar"] = { text: api.statusBar.text, command: api.statusBar.command?.command,

@@ -82,7 +82,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 10
+    assert len(suite["results"]) == 11
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -108,6 +108,11 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     with Store.open(store) as opened:
         stored = opened.read(lambda t: m.restore_points(t, ids["gamma"]))
     assert [p["label"].split()[0] for p in points] == [p.id for p in reversed(stored)]
+
+    subagents = seen["subagents"][ids["gamma"]]
+    assert [(r["label"], r["contextValue"]) for r in subagents] == [("u1", "subagent-done")]
+    assert subagents[0]["description"].startswith("done · ") and "-units" in subagents[0]["description"]
+    assert [r["label"] for r in seen["subagents"][ids["alpha"]]] == ["u1"]  # running u1 under its lease
 
     assert seen["statusBar"] == {"text": "$(question) keel: beta needs input", "command": "keel.answer",
                                  "arguments": [ids["beta"]]}

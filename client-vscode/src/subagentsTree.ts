@@ -1,0 +1,92 @@
+/**
+ * The Subagents view: the lease registry (`keel/subagents`) of the mission selected in the Missions view —
+ * one row per unit that ran under a lease, with its state, lease age and sandbox. Refetches when the
+ * selection or the selected mission changes, and every 2 s while that mission runs (lease ages move).
+ * Must not send commands.
+ */
+import * as vscode from "vscode";
+import type { KeelConnection } from "./connection";
+import type { MissionModel } from "./model";
+
+export interface Subagent {
+  unit: string;
+  lane: string;
+  state: "running" | "expired" | "orphaned" | "done";
+  epoch: number;
+  pid: number;
+  hostId: string;
+  hostname: string;
+  heartbeat: number;
+  leaseAge: number;
+  ttl: number;
+  sandbox: string;
+  branch: string;
+  lastCheckpoint: number;
+  merged: boolean;
+}
+
+export interface SubagentNode {
+  readonly kind: "subagent";
+  readonly missionId: string;
+  readonly subagent: Subagent;
+}
+
+const ICONS: Record<Subagent["state"], string> = {
+  running: "sync~spin", expired: "warning", orphaned: "debug-disconnect", done: "pass",
+};
+
+export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>, vscode.Disposable {
+  private readonly emitter = new vscode.EventEmitter<SubagentNode | undefined>();
+  private readonly subscriptions: vscode.Disposable[];
+  private readonly timer: ReturnType<typeof setInterval>;
+  private shownVersion = "";
+  readonly onDidChangeTreeData = this.emitter.event;
+
+  constructor(private readonly model: MissionModel, private readonly connection: KeelConnection) {
+    this.subscriptions = [model.onDidChange(() => this.onChange()), model.onDidChangeSelection(() => this.onChange())];
+    this.timer = setInterval(() => {
+      if (this.model.selected?.state === "running") {
+        this.emitter.fire(undefined);
+      }
+    }, 2000);
+  }
+
+  async getChildren(element?: SubagentNode): Promise<SubagentNode[]> {
+    const mission = this.model.selected;
+    if (element !== undefined || mission === undefined) {
+      return [];
+    }
+    const rows = await this.connection.request<Subagent[]>("keel/subagents", { id: mission.id });
+    return rows.map((subagent) => ({ kind: "subagent", missionId: mission.id, subagent }));
+  }
+
+  getTreeItem(node: SubagentNode): vscode.TreeItem {
+    const s = node.subagent;
+    const item = new vscode.TreeItem(s.unit, vscode.TreeItemCollapsibleState.None);
+    item.id = `subagent:${node.missionId}:${s.unit}`;
+    const age = s.state === "done" ? "" : ` · lease ${s.leaseAge.toFixed(1)}s`;
+    item.description = `${s.state}${age} · ${s.sandbox}`;
+    item.iconPath = new vscode.ThemeIcon(ICONS[s.state] ?? "circle-outline");
+    item.contextValue = `subagent-${s.state}`;
+    item.tooltip = `unit ${s.unit} (journal lane ${s.lane}): ${s.state}\nlease epoch ${s.epoch}, pid ${s.pid} ` +
+      `on ${s.hostname}, heartbeat ${s.leaseAge.toFixed(1)} s ago (ttl ${s.ttl} s)\n` +
+      `journal up to entry ${s.lastCheckpoint}\nsandbox ${s.sandbox}\nbranch ${s.branch}` +
+      (s.merged ? "\nmerged into the mission branch" : "");
+    return item;
+  }
+
+  dispose(): void {
+    clearInterval(this.timer);
+    this.subscriptions.forEach((d) => d.dispose());
+    this.emitter.dispose();
+  }
+
+  private onChange(): void {
+    const m = this.model.selected;
+    const version = m === undefined ? "" : `${m.id}:${m.updatedAt}:${m.state}`;
+    if (version !== this.shownVersion) {
+      this.shownVersion = version;
+      this.emitter.fire(undefined);
+    }
+  }
+}
