@@ -95,7 +95,7 @@ class Worker:
     def _from_agent(self) -> None:
         assert self.agent is not None and self.agent.stdout is not None
         try:
-            while (body := read_frame(self.agent.stdout)) is not None:
+            while (body := read_frame(self.agent.stdout)) is not None:  # type: ignore[arg-type]
                 message = rpc.decode(body)
                 finishing = isinstance(message, rpc.Response) and self.run_id is not None \
                     and message.id == self.run_id
