@@ -98,7 +98,12 @@ class UnitSession:
         await asyncio.wait_for(proc.request("initialize", init), timeout=30)
         params = ap.UnitRunParams(unit=self.unit, attempt=start, state=self._saved_state(),
                                   replaying=bool(self.entries))
-        result = await proc.request("unit/run", params)
+        try:
+            result = await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
+        except TimeoutError:
+            limit = self.unit.timeout_s
+            self.fatal = TimeoutError(f"unit {self.unit.id} took longer than its timeout_s of {limit} s")
+            return Outcome("failed", error=str(self.fatal))
         if self.fatal is not None:
             return Outcome("failed", error=str(self.fatal))
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)

@@ -188,7 +188,7 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert set(head.units) == {"plan", "later"} and head.units["later"].state.value == "succeeded"
     assert side.read_text().split() == ["later"]
-    assert [e.summary for _, e in read(store, lambda t: list(m.evidence_after(t, mid)))][0] == "planning"
+    assert next(e.summary for _, e in read(store, lambda t: list(m.evidence_after(t, mid)))) == "planning"
     assert "plan: plan added 1" in [p.reason for p in read(store, lambda t: m.restore_points(t, mid))]
     wait_for(lambda: not control.host_alive(record(store, mid)))
     assert (tmp_path / "logs" / f"{mid}.log").exists()  # the detached host's own log file
