@@ -60,6 +60,7 @@ class MissionHost:
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
         self.sessions: dict[str, UnitSession] = {}
+        self.tool_env: dict[str, str] | None = None  # commands' environment: no secrets (built once)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._tree = TreeDigest()
