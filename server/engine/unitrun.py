@@ -182,7 +182,11 @@ class UnitSession:
                 return await self.record(seq, method, fp, {}, begin, evidence=[item])
             case "state/save":
                 state = msgspec.convert(params or {}, ap.StateSaveParams).state
-                return await self.record(seq, method, fp, {"state": state}, begin)
+                digest: list[str] = []  # the agent state as a shared blob, named in the next checkpoint
+                result = await self.record(seq, method, fp, {"state": state}, begin,
+                                           extra=lambda txn: digest.append(txn.put_object(state)))
+                self.host.graph.update(self.unit.id, agent_state=digest[-1])
+                return result
             case "plan/add":
                 return await self.host.plan_add(self, seq, fp, msgspec.convert(params, ap.PlanAddParams), begin)
             case "model/complete":
