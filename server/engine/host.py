@@ -14,14 +14,15 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from keel.protocol import agent as ap
-from keel.protocol.errors import InvalidTransitionError, KeelError
-from keel.protocol.records import Event, HostInfo, MissionRecord, Question
+from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError
+from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, places
 from keel.server.engine.agentproc import HandlerError
@@ -38,6 +39,16 @@ from keel.storage import missions as m
 
 S = MissionState
 POLL_S = 0.02
+
+
+class ModelClient(Protocol):
+    """What the host calls for `model/complete` (the providers' router): retries, failover, keys."""
+
+    async def complete(self, params: ap.ModelCompleteParams) -> ap.ModelCompleteResult: ...
+
+
+#: Builds a host's model client on its first model call; set by whoever wires providers in (None: none).
+MODEL_CLIENT_FACTORY: Callable[[MissionHost], ModelClient | None] | None = None
 
 
 class StaleHostError(KeelError):
@@ -60,6 +71,9 @@ class MissionHost:
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
         self.sessions: dict[str, UnitSession] = {}
+        self.model_client: ModelClient | None = None
+        self._offline_reason = ""
+        self.tool_env: dict[str, str] | None = None  # commands' environment: no secrets (built once)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._tree = TreeDigest()
@@ -225,7 +239,9 @@ class MissionHost:
         final = self._stop_state or S.PAUSED
         if final == S.PAUSED:
             await self._set_state(S.PAUSED, pause_reason=PauseReason.OPERATOR)
-        await self.checkpoint("paused" if final == S.PAUSED else "waiting for input")
+        elif final == S.OFFLINE:
+            await self._set_state(S.OFFLINE, pause_reason=PauseReason.OFFLINE, error=self._offline_reason)
+        await self.checkpoint({S.PAUSED: "paused", S.OFFLINE: "offline"}.get(final, "waiting for input"))
         return final
 
     # -- pause and questions --------------------------------------------------------------------------
@@ -281,8 +297,30 @@ class MissionHost:
                                     summary=f"added {', '.join(added)}")
 
     async def model_complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
-        raise HandlerError(ap.ERR_MODEL_UNAVAILABLE,
-                           "no model provider is configured for this host (model/complete is not available)")
+        """A model call through the host's model client (the agent never sees a key); recorded with the
+        model that actually served it. Offline: the mission checkpoints and stops (state offline)."""
+        if self.model_client is None and MODEL_CLIENT_FACTORY is not None:
+            self.model_client = MODEL_CLIENT_FACTORY(self)
+        if self.model_client is None:
+            raise HandlerError(ap.ERR_MODEL_UNAVAILABLE,
+                               "no model provider is configured for this host (model/complete is not available)")
+        call = msgspec.convert(params, ap.ModelCompleteParams)
+        try:
+            result: ap.ModelCompleteResult = await self.model_client.complete(call)
+        except KeelError as exc:
+            if exc.code == ErrorCode.OFFLINE:
+                self._offline_reason = exc.message
+                self._request_stop(S.OFFLINE)  # the agent is stopped; the call runs again after the resume
+                raise HandlerError(ap.ERR_PAUSING, f"the mission is going offline: {exc.message}") from None
+            raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
+        tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+        evidence = Evidence(kind="model", at=time.time(), unit=session.unit.id,
+                            summary=f"{call.purpose or 'model call'}: served by {result.model}",
+                            data={"model": result.model, "provider": result.provider, "tokens": tokens,
+                                  "finish_reason": result.finish_reason})
+        return await session.record(seq, "model/complete", fp, msgspec.to_builtins(result), begin, tokens=tokens,
+                                    served_model=result.model, summary=f"model {result.model}",
+                                    evidence=[evidence])
 
     def step_recorded(self, session: UnitSession, method: str, summary: str, wall_ms: float) -> None:
         self._step = f"{session.unit.id}: {summary or method}"
