@@ -73,14 +73,14 @@ def spawn_host(store_path: Path, mission_id: str) -> int:
 
 def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     """Record a pause; a running host acknowledges it (state pausing) within ~50 ms and stops at a
-    consistent point. A mission whose host is gone, or that is offline (nothing runs; it must then never
-    be resumed by a prober), is marked paused directly."""
+    consistent point. A mission whose host is gone is marked paused directly (an offline one too: it
+    must then never be resumed by a prober); a host waiting out a network loss sees the control itself."""
 
     def txn_fn(txn: Txn) -> MissionRecord:
         seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
         record = m.get_mission(txn, mission_id)
-        if record.state == MissionState.OFFLINE or (record.state in (
-                MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING) and not host_alive(record)):
+        if record.state in (MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE) \
+                and not host_alive(record):
             record = m.set_mission_state(txn, mission_id, MissionState.PAUSED,
                                          pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None)
         return record

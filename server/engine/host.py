@@ -138,7 +138,11 @@ class MissionHost:
     async def run(self) -> MissionState:
         try:
             final = await self._run_mission()
-            while final == S.OFFLINE and self.wait_online and self.spec.models.auto_resume:
+            while final == S.OFFLINE:
+                if not (self.wait_online and self.spec.models.auto_resume):
+                    state: MissionState = await self.writer.commit(
+                        lambda txn: offline.honour_pause(txn, self.mission_id))
+                    return state
                 self.progress.event("waiting_online", mission=self.mission_id)
                 online = await offline.wait_online(self.store, self.mission_id, self.models.router().probe,
                                                    self.writer.commit)
@@ -272,6 +276,8 @@ class MissionHost:
 
     async def _on_controls(self, controls: list[tuple[int, Any]]) -> None:
         last = controls[-1][0]
+        if self.record.state == S.OFFLINE and any(c.action == "pause" for _, c in controls):
+            return  # left unseen for offline.honour_pause: a paused mission is never resumed by the prober
         if any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
             await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
             self._request_stop(S.PAUSED)

@@ -39,7 +39,7 @@ async def wait_online(store: Store, mission_id: str, probe: Callable[[], Corouti
                 attempt.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await attempt
-                await commit(lambda txn: _pause_by_person(txn, mission_id))
+                await commit(lambda txn: honour_pause(txn, mission_id))
                 log.info("mission %s: a person paused it while offline; not resuming", mission_id)
                 return False
             if attempt.result():
@@ -68,10 +68,12 @@ def _stepped_in(txn: Txn, mission_id: str) -> tuple[int, bool]:
     return txn.snapshot_id(), pause or record.state != MissionState.OFFLINE
 
 
-def _pause_by_person(txn: Txn, mission_id: str) -> None:
+def honour_pause(txn: Txn, mission_id: str) -> MissionState:
+    """An offline mission with a pause it has not acted on becomes paused (reason operator); returns the
+    mission's state. Run by a host before it leaves an offline mission, and when its probing stops."""
     record = m.get_mission(txn, mission_id)
     controls = m.controls_after(txn, mission_id, record.control_seen)
-    last = controls[-1][0] if controls else record.control_seen
-    if record.state == MissionState.OFFLINE:
-        m.set_mission_state(txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR,
-                            control_seen=last)
+    if record.state == MissionState.OFFLINE and any(c.action == "pause" for _, c in controls):
+        record = m.set_mission_state(txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR,
+                                     control_seen=controls[-1][0])
+    return record.state
