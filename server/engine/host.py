@@ -119,6 +119,8 @@ class MissionHost:
         units = self.store.read(lambda t: checkpoint.load_graph(t, manifest.graph)) if manifest else \
             list(self.spec.units)
         self.graph = Graph(units, manifest.units if manifest else {})
+        if manifest is not None:
+            self.store.read(lambda t: self.models.carry_on(t, manifest.config))
         self.graph.reopen_after_crash()
         if decision == "paused":
             await self.checkpoint("paused", tree=False)

@@ -70,6 +70,12 @@ class ModelCalls:
         except ProviderConfigError as exc:
             return exc
 
+    def carry_on(self, txn: Txn, config_digest: str) -> None:
+        """A host taking a mission up again starts from the active model its HEAD checkpoint recorded."""
+        config = txn.get_object(config_digest, dict) if config_digest else None
+        if isinstance(config, dict) and isinstance(config.get("active_model"), str):
+            self.active_model = config["active_model"]
+
     @property
     def hidden_env(self) -> frozenset[str]:
         """Environment variables that hold provider keys (`api_key_env`): never passed to an agent."""
