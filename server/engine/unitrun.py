@@ -90,6 +90,7 @@ class UnitSession:
         host = self.host
         proc = self.proc = await AgentProcess.start(
             host.spec.agent, cwd=host.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
+            hide_env=host.models.hidden_env,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id))
         if self.stopping:
             return Outcome("stopped")
