@@ -123,7 +123,7 @@ def test_sigkill_the_host_at_random_points(tmp_path: Path) -> None:
         folder.mkdir()
         return _run_to_completion(folder, i)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         outcomes = list(pool.map(iteration, range(ITERATIONS)))
     for i, outcome in enumerate(outcomes):
         assert outcome["files"] == reference["files"], f"iteration {i}: workspace differs"
