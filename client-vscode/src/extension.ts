@@ -11,6 +11,7 @@ import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { RestorePointsProvider } from "./pointsTree";
 import { SubagentsProvider } from "./subagentsTree";
+import { ProvidersTreeProvider } from "./providersTree";
 import { KeelStatusBar } from "./statusBar";
 
 export interface KeelApi {
@@ -20,6 +21,7 @@ export interface KeelApi {
   restorePoints: RestorePointsProvider;
   subagents: SubagentsProvider;
   statusBar: KeelStatusBar;
+  providers: ProvidersTreeProvider;
 }
 
 let active: KeelConnection | undefined;
@@ -32,6 +34,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   const missions = new MissionsTreeProvider(model);
   const restorePoints = new RestorePointsProvider(model);
   const statusBar = new KeelStatusBar(model, connection);
+  const providers = new ProvidersTreeProvider(connection, log);
+  const providersView = vscode.window.createTreeView("keel.providers", { treeDataProvider: providers });
   const missionsView = vscode.window.createTreeView<MissionTreeNode>("keel.missions", {
     treeDataProvider: missions, showCollapseAll: true,
   });
@@ -50,7 +54,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     pointsView.message = m === undefined ? "Select a mission to see its restore points." : undefined;
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
-    ...registerCommands(connection, model, log));
+    ...registerCommands(connection, model, log), providers, providersView);
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {
@@ -68,7 +72,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     context.subscriptions.push(pythonWatch);
   }
   void connection.start();
-  return { connection, model, missions, restorePoints, subagents, statusBar };
+  return { connection, model, missions, restorePoints, subagents, statusBar, providers };
 }
 
 /** Stop the server before the extension host goes away (VS Code waits for the returned promise). */

@@ -62,10 +62,12 @@ class Policy:
         self.last_snapshot = time.monotonic()
 
 
-def config_of(spec: MissionSpec) -> dict[str, Any]:
-    """What a checkpoint keeps as configuration: permissions, policies, model selection."""
+def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
+    """What a checkpoint keeps as configuration: permissions, policies, model selection, and the model
+    ("provider/model") serving the mission now — the only part that a failover changes."""
     return {"permissions": msgspec.to_builtins(spec.permissions), "models": msgspec.to_builtins(spec.models),
-            "checkpoint": msgspec.to_builtins(spec.checkpoint), "max_parallel": spec.max_parallel}
+            "checkpoint": msgspec.to_builtins(spec.checkpoint), "max_parallel": spec.max_parallel,
+            "active_model": active_model}
 
 
 def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], marks: dict[str, UnitMark],

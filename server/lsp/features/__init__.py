@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.lsp.features import control, missions, notices, progress, questions, subagents, supervision
+from keel.server.lsp.features import (
+    control,
+    missions,
+    notices,
+    progress,
+    providers,
+    questions,
+    subagents,
+    supervision,
+)
 
-FEATURES: list[ModuleType] = [missions, control, progress, questions, notices, supervision, subagents]
+FEATURES: list[ModuleType] = [missions, control, progress, questions, notices, supervision, subagents, providers]
