@@ -62,6 +62,10 @@ SAMPLES: dict[type[Any], Any] = {
         mission_id="m1", number=4, reason="paused", created_at=5.0, graph="a" * 64, units={"u1": MARK},
         config="b" * 64, parent="c" * 64, sandbox_tree="tree", context="d" * 64, evidence_hwm=11,
         state=MissionState.PAUSED),
+    records.SubagentLease: records.SubagentLease(
+        unit="u1", lane="l2", epoch=3, host_id="h1", state="done", pid=42, hostname="vm", heartbeat=9.0,
+        ttl_s=5.0, started_at=8.0, sandbox="/s/u1", branch="keel/u1", base="a" * 40, tree="t" * 64,
+        last_checkpoint=7, result={"ok": 1}, commit="c" * 40, merged=True, resolution="rerun"),
     records.RestorePoint: records.RestorePoint(id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused",
                                                created_at=5.0, label="before failover"),
     records.Control: records.Control(action="answer", at=6.0, text="yes", source="cli"),
