@@ -105,7 +105,7 @@ class TreeDigest:
     """Digest of a sandbox's files (not .git), re-hashing only files whose size or mtime changed."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[int, int, str]] = {}
+        self._cache: dict[str, tuple[int, int, int, str]] = {}
 
     def __call__(self, root: Path) -> str:
         total = hashlib.blake2b(digest_size=16, person=b"keel-tree")
@@ -118,11 +118,12 @@ class TreeDigest:
                 except OSError:
                     continue
                 cached = self._cache.get(path)
-                if cached and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
-                    digest = cached[2]
+                # the inode too: a file replaced by a rename within one clock tick keeps size and mtime
+                if cached and cached[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                    digest = cached[3]
                 else:
                     digest = _file_digest(path)
-                    self._cache[path] = (st.st_size, st.st_mtime_ns, digest)
+                    self._cache[path] = (st.st_ino, st.st_size, st.st_mtime_ns, digest)
                 total.update(os.path.relpath(path, root).encode() + b"\x00" + digest.encode() + b"\n")
         return total.hexdigest()
 

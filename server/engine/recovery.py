@@ -64,9 +64,19 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
                                                     "note": "a person said the effect had already happened"})
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(
                 intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"))
+            _forget_tree(txn, mission_id, question.unit, lane)
         else:
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, summary=RERUN_APPROVED))
         return
     m.journal_put(txn, mission_id, lane, JournalEntry(seq=question.seq, kind="human/ask",
                                                       fingerprint=question.fingerprint,
                                                       result={"answer": text}, at=now, summary="answered"))
+
+
+def _forget_tree(txn: Txn, mission_id: str, unit: str, lane: str) -> None:
+    """After a person's "skip" the sandbox holds whatever the effect left there, which no digest recorded:
+    the lease's tree becomes unknown (the registry takes the sandbox as it is when the unit resumes), so
+    that recovery does not mistake the effect's files for tampering and run the unit again from scratch."""
+    held = leases.get(txn, mission_id, unit)
+    if held is not None and held.lane == lane and held.tree:
+        leases.put(txn, mission_id, msgspec.structs.replace(held, tree=""))

@@ -70,7 +70,9 @@ class Registry:
         path = places.unit_sandbox_path(self.host.store_path, self.mission_id, unit_lane)
         branch = merge.unit_branch(self.mission_id, unit_lane)
         if lease and lease.lane == unit_lane and lease.state != "done" and path.exists() and lease.base:
-            return Placement(str(path), branch, lease.base, lease.tree)
+            # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
+            tree = lease.tree or await asyncio.to_thread(TreeDigest(), path)
+            return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
         tree = await asyncio.to_thread(TreeDigest(), path)
