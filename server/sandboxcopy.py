@@ -6,7 +6,7 @@ commit the sandbox was created from (the base). The patch is made with a tempora
 sandbox's own index is never touched. Without git the sandbox is a copy, and a bundle carries every
 file. Import re-creates the sandbox under the importing store (`git worktree add` at the base, then
 `git apply --binary`), checking every path first. Depends on storage/bundle.py and git; nothing of the
-mission engine but the sandbox's place.
+mission engine but keel's git identity.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keel.server.engine.merge import GIT_IDENTITY
 from keel.storage.bundle import PATCH_KEY, WORKSPACE_DB, Bundle, BundleError, WorkspaceSection, check_relative_path
 
 _SKIP = (".git", ".keel")
@@ -145,6 +146,10 @@ def _rebuild_git(bundle: Bundle, workspace: Path, target: Path, mission_id: str)
     if ws.paths:
         _git(target, "apply", "--binary", "--whitespace=nowarn", "-", data=bundle.workspace_payload(PATCH_KEY),
              check="the bundle's changes do not apply to the base commit")
+        # committed on the mission branch, as on the exporting side: unit sandboxes branch off from HEAD
+        _git(target, "add", "-A", "--", ".", *_EXCLUDE, check=f"cannot commit the imported changes in {target}")
+        _git(target, "commit", "-q", "--no-verify", "-m", f"keel: changes of mission {mission_id} (imported)",
+             env=GIT_IDENTITY, check=f"cannot commit the imported changes in {target}")
 
 
 def _rebuild_files(bundle: Bundle, target: Path) -> None:

@@ -20,7 +20,7 @@ import msgspec
 from keel.protocol.states import TERMINAL_MISSION_STATES
 from keel.server import sandboxcopy, signing
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine import places
+from keel.server.engine import merge, places, registry
 from keel.server.engine.control import host_alive
 from keel.server.exits import Exit
 from keel.storage import Store
@@ -52,7 +52,9 @@ def run_export(args: argparse.Namespace) -> int:
             raise b.BundleError(f"mission {mission_id} is running; pause it first "
                                 f"(`keel pause {mission_id} --wait 30`), then export")
         records = store.read(lambda t: b.collect_records(t, mission_id))
-    sandbox = Path(record.sandbox or places.sandbox_path(store_path(args), mission_id))
+        sandbox = Path(record.sandbox or places.sandbox_path(store_path(args), mission_id))
+        if record.state not in TERMINAL_MISSION_STATES:
+            _carry_unit_work(store, mission_id, sandbox)
     section, payloads = sandboxcopy.capture(sandbox, Path(record.workspace or "."), args.base)
     records += [(b.WORKSPACE_DB, key, data) for key, data in payloads]
     key = signing.signing_key()
@@ -71,6 +73,19 @@ def run_export(args: argparse.Namespace) -> int:
         if key is None:
             print("keel: note: the bundle is NOT signed (no signing key; `keel key set --signing`)", file=sys.stderr)
     return Exit.OK
+
+
+def _carry_unit_work(store: Store, mission_id: str, sandbox: Path) -> None:
+    """A bundle carries the mission sandbox only: unfinished units' work goes into it first."""
+    try:
+        carried = registry.carry_unfinished(store, mission_id, sandbox)
+    except merge.MergeConflict as conflict:
+        raise b.BundleError(f"cannot export mission {mission_id}: {conflict} (work of an unfinished unit, "
+                            f"which the bundle would lose); resume the mission until that unit finishes, "
+                            f"then export") from None
+    if carried:
+        print(f"keel: merged the unfinished work of unit(s) {', '.join(carried)} into the mission sandbox "
+              f"(their sandboxes stay on this machine)", file=sys.stderr)
 
 
 def run_import(args: argparse.Namespace) -> int:

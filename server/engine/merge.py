@@ -102,6 +102,13 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
     _merge_copy(mission_sandbox, target, unit)
 
 
+def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> None:
+    """Bring a unit's work so far, finished or not, into the mission sandbox: committed on its branch
+    first (git), then merged like a finished unit's (idempotent); MergeConflict merges nothing."""
+    if target.is_dir():
+        merge_unit(mission_sandbox, target, unit, commit or commit_unit(target, unit))
+
+
 def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:
     base = json.loads(_base_file(target).read_text())
     mine = file_digests(target)

@@ -27,7 +27,7 @@ from keel.protocol.states import UnitState
 from keel.server.engine import merge, places
 from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
-from keel.storage import Txn, leases
+from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
 if TYPE_CHECKING:
@@ -195,6 +195,25 @@ class Registry:
             if held is not None and not held.merged:
                 leases.put(txn, self.mission_id, msgspec.structs.replace(held, merged=True))
         return write
+
+
+def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> list[str]:
+    """Merge the work of every unit not yet succeeded (and not yet merged) from its own sandbox into the
+    mission sandbox, so that the mission sandbox holds all of the mission's work (export: a bundle carries
+    only the mission sandbox). Only while no host runs the mission. Returns the units carried; a conflict
+    raises MergeConflict (the units before it stay carried, that one merged nothing)."""
+    head = store.read(lambda t: m.head_checkpoint(t, mission_id))
+    marks = head.units if head else {}
+    carried = []
+    for held in store.read(lambda t: leases.list_leases(t, mission_id)):
+        mark = marks.get(held.unit)
+        if mark is None or mark.state == UnitState.SUCCEEDED or held.merged or held.resolution == "skip" \
+                or held.lane != lane(held.unit, mark.epoch) or not held.sandbox:
+            continue
+        if Path(held.sandbox).is_dir():
+            merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
+            carried.append(held.unit)
+    return carried
 
 
 def terminate(held: SubagentLease, mission_id: str) -> bool:
