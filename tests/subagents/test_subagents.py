@@ -132,6 +132,27 @@ def test_a_lost_or_tampered_sandbox_is_executed_again_with_evidence(tmp_path: Pa
     assert head.units["a"].epoch == 1
 
 
+def test_a_skipped_uncertain_effect_that_changed_files_is_not_mistaken_for_tampering(tmp_path: Path) -> None:
+    side = tmp_path / "side.log"
+    units = [{"id": "a", "params": {"steps": [
+        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+        {"tool": "run", "args": {"cmd": f"echo made > made.txt && echo ran >> {side} && sleep 2"}},
+        {"tool": "read_file", "args": {"path": "made.txt"}}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: side.exists() and side.read_text() == "ran\n")  # the effect happened, no result yet
+    kill(host)
+    time.sleep(2.5)  # the command's own sleep ends: nothing of the killed host is left running
+    keel("resume", mid, store=store, check_rc=3)
+    assert record(store, mid).question.kind == "uncertain-effect"  # type: ignore[union-attr]
+    keel("answer", mid, "skip", "--no-resume", store=store, check_rc=0)
+    keel("resume", mid, store=store, check_rc=0)
+    assert side.read_text() == "ran\n"  # never run again: neither the effect nor the unit from scratch
+    assert _evidence(store, mid, "reexecuted") == []
+    assert files(Path(record(store, mid).sandbox)) == {"a.txt": b"A\n", "made.txt": b"made\n"}
+
+
 def test_the_persons_checkout_is_unchanged_and_units_merge_in_dependency_order(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
