@@ -8,7 +8,6 @@ point in the same one). docs/checkpointing.md explains the policy's cost model. 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -69,7 +68,8 @@ def config_of(spec: MissionSpec) -> dict[str, Any]:
 
 
 def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], marks: dict[str, UnitMark],
-           config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "") -> RestorePoint:
+           config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "",
+           files_restored: bool = False) -> RestorePoint:
     """Write a checkpoint manifest (sharing unchanged blobs), move HEAD, add a restore point."""
     fault_point("CHECKPOINT")
     parent = m.head(txn, mission_id) or ""
@@ -79,7 +79,8 @@ def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], mar
         created_at=time.time(), graph=txn.put_object(list(units)), units=dict(marks),
         config=txn.put_object(config), parent=parent,
         sandbox_tree=sandbox_tree or (previous.sandbox_tree if previous else ""),
-        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state)
+        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state,
+        files_restored=files_restored)
     return m.commit_checkpoint(txn, manifest, label=label)
 
 
@@ -97,43 +98,3 @@ def fault_point(name: str) -> None:
 def load_graph(txn: Txn, digest: str) -> list[UnitSpec]:
     units = txn.get_object(digest, list[UnitSpec])
     return list(units or [])
-
-
-class TreeDigest:
-    """Digest of a sandbox's files (not .git), re-hashing only files whose size or mtime changed."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[int, int, str]] = {}
-
-    def __call__(self, root: Path) -> str:
-        total = hashlib.blake2b(digest_size=16, person=b"keel-tree")
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".keel"))
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                cached = self._cache.get(path)
-                if cached and cached[0] == st.st_size and cached[1] == st.st_mtime_ns:
-                    digest = cached[2]
-                else:
-                    digest = _file_digest(path)
-                    self._cache[path] = (st.st_size, st.st_mtime_ns, digest)
-                total.update(os.path.relpath(path, root).encode() + b"\x00" + digest.encode() + b"\n")
-        return total.hexdigest()
-
-
-def _file_digest(path: str) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    try:
-        if os.path.islink(path):
-            h.update(os.readlink(path).encode())
-        else:
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 16), b""):
-                    h.update(chunk)
-    except OSError:
-        pass
-    return h.hexdigest()

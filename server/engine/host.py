@@ -25,13 +25,14 @@ from keel.protocol.records import Event, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, places
 from keel.server.engine.agentproc import HandlerError
-from keel.server.engine.checkpoint import Policy, TreeDigest
+from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
 from keel.server.engine.journal import JournalWriter
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.sandbox import ensure_sandbox
+from keel.server.engine.trees import Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn
 from keel.storage import missions as m
@@ -62,7 +63,8 @@ class MissionHost:
         self.sessions: dict[str, UnitSession] = {}
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
-        self._tree = TreeDigest()
+        self._files = Snapshotter()
+        self.files_lock = asyncio.Lock()  # held by effectful tool calls; a file snapshot waits for them
         self._step = ""
 
     # -- state --------------------------------------------------------------------------------------
@@ -84,15 +86,18 @@ class MissionHost:
             raise StaleHostError(f"mission {self.mission_id} is now run by another host; this one stops")
 
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
-        units, marks = self.graph.unit_list(), self.graph.marks()
+        async with self.files_lock:  # marks and files from the same moment: no tool call in between
+            units, marks = self.graph.unit_list(), self.graph.marks()
+            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() \
+                else None
         config = checkpoint.config_of(self.spec)
-        tree_digest = await asyncio.to_thread(self._tree, self.sandbox) if tree and self.sandbox.exists() else ""
         state = self.record.state
 
         def write(txn: Txn) -> None:
             self._fence(txn)
             if extra is not None:
                 extra(txn)
+            tree_digest = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
             checkpoint.commit(txn, self.mission_id, reason=reason, units=units, marks=marks, config=config,
                               state=state, sandbox_tree=tree_digest)
 
@@ -118,9 +123,13 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
+        if manifest is not None and manifest.files_restored:
+            from keel.server.engine.restore import check_restored_files
+
+            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
-        if manifest is None:
-            await self.checkpoint("started")
+        if manifest is None or manifest.files_restored:
+            await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         return None
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -288,7 +297,7 @@ class MissionHost:
         self._step = f"{session.unit.id}: {summary or method}"
         self._draw()
         if self.policy.record(wall_ms) and not self._stop.is_set():
-            task = asyncio.create_task(self.checkpoint("snapshot", tree=False))
+            task = asyncio.create_task(self.checkpoint("snapshot"))
             task.add_done_callback(lambda t: t.exception())
 
     def _draw(self) -> None:

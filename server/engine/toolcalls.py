@@ -38,7 +38,7 @@ class ToolCalls:
 
     async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
                   begin: float) -> Any:
-        from keel.server.tools import TOOLS, ToolError
+        from keel.server.tools import TOOLS
 
         s = self.session
         if call.tool not in s.host.spec.permissions.tools:
@@ -50,6 +50,16 @@ class ToolCalls:
         if tool is None:
             return await s.record(seq, "tool/run", fp, {"code": rpc_invalid()}, begin,
                                   error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})")
+        if tool.klass == "read_only":
+            return await self._finish(tool, self._context(), call, seq, fp, begin)
+        async with s.host.files_lock:  # a file snapshot is never taken in the middle of a change
+            return await self._change(tool, call, seq, fp, intent, begin)
+
+    async def _change(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
+                      begin: float) -> Any:
+        from keel.server.tools import ToolError
+
+        s = self.session
         ctx = self._context()
         if intent is not None:
             return await self._recover(tool, ctx, call, seq, fp, intent, begin)
