@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.points import mission_lock
-from keel.server.engine import places, trees
+from keel.server.engine import trees
 from keel.server.engine.apply import apply_result
-from keel.server.engine.restore import blob_reader, fork, load_point
+from keel.server.engine.restore import SANDBOX, fork, point_files
 from keel.server.exits import Exit
-from keel.storage import Store
 from keel.storage import missions as m
 
 
@@ -54,23 +52,11 @@ def run_fork(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def point_files(store: Store, store_path_: Path, mission_id: str, point: str) -> tuple[trees.Files, Any, str]:
-    """(files, blob reader, label) of a restore point, or of the sandbox now when `point` is empty."""
-    if point:
-        _, p, tree = load_point(store, mission_id, point)
-        return trees.tree_files(tree), blob_reader(store), p.id
-    record = store.read(lambda t: m.get_mission(t, mission_id))
-    sandbox = Path(record.sandbox or places.sandbox_path(store_path_, mission_id))
-    files = trees.current_files(sandbox) if sandbox.is_dir() else {}
-    by_digest = {digest: path for path, (_, digest) in files.items()}
-    return files, lambda d: trees.read_bytes(str(sandbox / by_digest[d]), files[by_digest[d]][0]), "sandbox"
-
-
 def run_diff(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         old, old_blob, old_name = point_files(store, store_path(args), mission_id, args.point)
-        new, new_blob, new_name = point_files(store, store_path(args), mission_id, args.point2)
+        new, new_blob, new_name = point_files(store, store_path(args), mission_id, args.point2 or SANDBOX)
         text = trees.unified_diff(old, new, old_blob, new_blob, old_name, new_name)
     if args.json:
         changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))

@@ -93,6 +93,23 @@ def blob_reader(store: Store) -> Callable[[str], bytes]:
     return blob
 
 
+SANDBOX = "sandbox"  # the point name of a mission's sandbox as it is now
+
+
+def point_files(store: Store, store_path: Path, mission_id: str,
+                point: str) -> tuple[trees.Files, Callable[[str], bytes], str]:
+    """(files, reader of their bytes by digest, name) of a restore point, or of the sandbox as it is now
+    when `point` is empty or "sandbox" (freshly hashed: what no checkpoint has seen yet counts)."""
+    if point and point != SANDBOX:
+        _, p, tree = load_point(store, mission_id, point)
+        return trees.tree_files(tree), blob_reader(store), p.id
+    record = store.read(lambda t: m.get_mission(t, mission_id))
+    root = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
+    files = trees.current_files(root) if root.is_dir() else {}
+    paths = {digest: path for path, (_, digest) in files.items()}
+    return files, lambda digest: trees.read_bytes(str(root / paths[digest]), files[paths[digest]][0]), SANDBOX
+
+
 def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str) -> RestorePoint:
     """Put the point's files into the sandbox, verify them, then record the restore (one transaction)."""
     record, point, tree = load_point(store, mission_id, point_id)

@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.lsp.features import control, missions, notices, progress, questions, supervision
+from keel.server.lsp.features import control, missions, notices, progress, questions, rewind, supervision
 
-FEATURES: list[ModuleType] = [missions, control, progress, questions, notices, supervision]
+FEATURES: list[ModuleType] = [missions, control, rewind, progress, questions, notices, supervision]
