@@ -10,6 +10,7 @@ import { onPythonInterpreterChanged } from "./interpreter";
 import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { RestorePointsProvider } from "./pointsTree";
+import { registerRewind } from "./rewind";
 import { KeelStatusBar } from "./statusBar";
 
 export interface KeelApi {
@@ -45,7 +46,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     pointsView.message = m === undefined ? "Select a mission to see its restore points." : undefined;
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
-    ...registerCommands(connection, model, log));
+    ...registerCommands(connection, model, log), ...registerRewind(connection, model, log));
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {
