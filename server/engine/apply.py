@@ -177,10 +177,10 @@ def _head_files(top: Path, paths: list[str]) -> trees.Files:
     found: dict[str, str] = {}
     for row in listing.split(b"\0"):
         if row:
-            meta, path = row.split(b"\t", 1)
-            mode = meta.split()[0].decode()
-            if mode in modes:
-                found[path.decode()] = modes[mode]
+            meta, name = row.split(b"\t", 1)
+            git_mode = meta.split()[0].decode()
+            if git_mode in modes:
+                found[name.decode()] = modes[git_mode]
     if not found:
         return {}
     batch = _git(top, "cat-file", "--batch", data="".join(f"HEAD:{p}\n" for p in found).encode()).stdout

@@ -63,5 +63,5 @@ async def test_fork_diff_files_apply_export_import(env: Env, tmp_path: Path) -> 
         await env.command("keel.import", "out.keel", {"allowUnsigned": True})
     with pytest.raises(JsonRpcException, match="no restore point"):
         await env.request("keel/pointFile", {"id": mid, "point": "p99", "path": "notes.txt"})
-    with pytest.raises(JsonRpcException, match="keel.fork expects a restore point"):
+    with pytest.raises(JsonRpcException, match=r"keel\.fork expects a restore point"):
         await env.command("keel.fork", mid)

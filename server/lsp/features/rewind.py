@@ -95,10 +95,11 @@ def _absolute(ls: KeelServer, text: str) -> Path:
 
 def _params(method: str, params: Any, names: tuple[str, str, str]) -> tuple[str, str, str]:
     values = params._asdict() if hasattr(params, "_asdict") else params if isinstance(params, dict) else {}
-    out = [values.get(name) for name in names]
-    if not all(isinstance(v, str) and v for v in out[:2]) or not isinstance(out[2], str | None):
+    first, second, third = (values.get(name) for name in names)
+    if not (isinstance(first, str) and first and isinstance(second, str) and second) \
+            or not isinstance(third, str | None):
         raise invalid(f"{method} expects params {{{', '.join(repr(n) for n in names)}}} as strings")
-    return out[0], out[1], out[2] or ""
+    return first, second, third or ""
 
 
 def _changes(ls: KeelServer, text: str, point: str, other: str) -> Any:
