@@ -126,8 +126,19 @@ def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str
 def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Path) -> None:
     """A host resuming right after a restore with files: the sandbox must still be the restored one."""
     tree = store.read(lambda t: trees.point_tree(t, manifest, f"checkpoint {manifest.number}"))
-    trees.verify(sandbox, tree, f"the files restored by checkpoint {manifest.number} ({manifest.reason}); "
-                                f"restore them again with `keel restore {manifest.mission_id} POINT --files`")
+    try:
+        trees.verify(sandbox, tree, f"the files restored by checkpoint {manifest.number} ({manifest.reason}); "
+                                    f"restore them again with `keel restore {manifest.mission_id} POINT --files`")
+    except trees.SandboxMismatchError as exc:  # the mission says why it did not start (editor, `keel status`)
+        message = exc.message
+
+        def note(txn: Txn) -> None:
+            state = m.get_mission(txn, manifest.mission_id).state
+            m.set_mission_state(txn, manifest.mission_id, state, error=message[:2000])
+            m.add_event(txn, manifest.mission_id, Event(kind="error", at=time.time(), message=message[:500]))
+
+        store.write(note)
+        raise
 
 
 # -- fork -------------------------------------------------------------------------------------------------

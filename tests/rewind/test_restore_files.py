@@ -38,6 +38,7 @@ def test_restore_files_rewinds_tool_and_shell_edits_then_resumes(tmp_path: Path)
     assert checkout(ws) == person
 
     # resuming runs u2 again on the restored files and ends where the first run ended
+    assert record(store, mid).error == ""
     ok(keel("resume", mid, "--plain", store=store))
     assert sandbox_files(sandbox) == AFTER_U2
     assert record(store, mid).state.value == "completed"
@@ -99,8 +100,10 @@ def test_sandbox_tampered_after_restore_stops_the_resume(tmp_path: Path) -> None
     assert time.monotonic() - started < 20
     state = record(store, mid)
     assert state.state.value == "paused" and state.host is None
+    assert "sub/s.txt: content differs" in state.error  # shown by the editor and `keel status`
     assert [r for r in mission_records(store, mid) if r[0] == "points"] == [r for r in records if r[0] == "points"]
     # restoring the files again makes it resumable
     ok(keel("restore", mid, point_after(store, mid, "unit succeeded: u1"), "--files", store=store))
+    assert record(store, mid).error == ""
     ok(keel("resume", mid, "--plain", store=store))
     assert sandbox_files(sandbox) == AFTER_U2
