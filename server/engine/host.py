@@ -278,13 +278,16 @@ class MissionHost:
 
     # -- steps that change the mission ----------------------------------------------------------------
     async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
-        added = self.graph.add(list(params.units), session.unit.id)
-        units, marks, config = self.graph.unit_list(), self.graph.marks(), checkpoint.config_of(self.spec)
+        async with self.files_lock:
+            added = self.graph.add(list(params.units), session.unit.id)
+            units, marks, config = self.graph.unit_list(), self.graph.marks(), checkpoint.config_of(self.spec)
+            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
         state = self.record.state
 
         def extra(txn: Txn) -> None:  # the graph change is durable with its journal entry
+            tree = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
             checkpoint.commit(txn, self.mission_id, reason=f"plan: {session.unit.id} added {len(added)}",
-                              units=units, marks=marks, config=config, state=state)
+                              units=units, marks=marks, config=config, state=state, sandbox_tree=tree)
 
         return await session.record(seq, "plan/add", fp, {"added": added}, begin, extra=extra,
                                     summary=f"added {', '.join(added)}")
