@@ -47,27 +47,31 @@ class Scan(msgspec.Struct):
     fresh: dict[str, bytes]  # digest -> bytes read in this scan (files that changed since the last one)
 
 
-def walk(root: Path) -> list[tuple[str, str, str]]:
-    """(relative posix path, mode, absolute path) of every file and symlink under root, sorted."""
-    out: list[tuple[str, str, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP and d not in links)
-        for name in [*filenames, *links]:
-            if name in SKIP:
+def walk(root: Path) -> list[tuple[str, str, str, os.stat_result]]:
+    """(relative posix path, mode, absolute path, lstat) of every file and symlink under root, sorted."""
+    out: list[tuple[str, str, str, os.stat_result]] = []
+    stack = [(str(root), "")]
+    while stack:
+        folder, prefix = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name in SKIP:
                 continue
-            full = os.path.join(dirpath, name)
             try:
-                st = os.lstat(full)
+                st = entry.stat(follow_symlinks=False)
             except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                mode = "l"
+                continue  # removed while we looked
+            rel = prefix + entry.name
+            if stat.S_ISDIR(st.st_mode):
+                stack.append((entry.path, rel + "/"))
+            elif stat.S_ISLNK(st.st_mode):
+                out.append((rel, "l", entry.path, st))
             elif stat.S_ISREG(st.st_mode):
-                mode = "x" if st.st_mode & 0o100 else "f"
-            else:
-                continue  # fifos, sockets, devices: not content
-            out.append((Path(os.path.relpath(full, root)).as_posix(), mode, full))
+                out.append((rel, "x" if st.st_mode & 0o100 else "f", entry.path, st))
+            # fifos, sockets, devices: not content
     out.sort()
     return out
 
@@ -85,9 +89,8 @@ class Snapshotter:
     def scan(self, root: Path) -> Scan:
         entries: list[TreeEntry] = []
         fresh: dict[str, bytes] = {}
-        for rel, mode, full in walk(root):
+        for rel, mode, full, st in walk(root):
             try:
-                st = os.lstat(full)
                 key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 cached = self._cache.get(full)
                 if cached is not None and cached[0] == key:
@@ -121,7 +124,7 @@ class Snapshotter:
 def current_files(root: Path) -> Files:
     """Every file of a folder with its mode and content digest, freshly hashed (no cache)."""
     out: Files = {}
-    for rel, mode, full in walk(root):
+    for rel, mode, full, _ in walk(root):
         try:
             out[rel] = (mode, content_digest(read_bytes(full, mode)))
         except OSError:
