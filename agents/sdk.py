@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,7 +31,7 @@ import msgspec
 from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.errors import ProtocolError
-from keel.protocol.framing import frame, read_frame_async
+from keel.protocol.framing import frame, read_frame, read_frame_async
 from keel.protocol.spec import UnitSpec
 
 Handler = Callable[["Context"], Awaitable[Any]]
@@ -141,14 +142,23 @@ class Agent:
             asyncio.run(self._serve(out))
         os._exit(0)
 
+    async def _frames(self) -> Callable[[], Awaitable[bytes | None]]:
+        """A frame reader for stdin: the event loop for pipes and sockets, a thread for anything else
+        (a file or /dev/null cannot be watched by epoll)."""
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+            await asyncio.get_running_loop().connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+            return lambda: read_frame_async(reader)
+        return lambda: asyncio.to_thread(read_frame, sys.stdin.buffer)
+
     async def _serve(self, out: BinaryIO) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        next_frame = await self._frames()
         conn = _Connection(out)
         while True:
             try:
-                body = await read_frame_async(reader)
+                body = await next_frame()
             except ProtocolError as exc:
                 print(f"{self.name}: bad frame from host: {exc.message}", file=sys.stderr)
                 return

@@ -19,7 +19,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter } from "./interpreter";
-import { Notifications, type MissionSummary } from "./protocol";
+import { Notifications, type MissionSummary, type ProvidersPayload } from "./protocol";
 
 const MAX_RESTARTS = 3;
 const RESTART_WINDOW_MS = 3 * 60_000;
@@ -62,10 +62,13 @@ export class KeelConnection implements vscode.Disposable {
   private queue: Promise<void> = Promise.resolve();
   private readonly stateEmitter = new vscode.EventEmitter<ConnectionState>();
   private readonly changeEmitter = new vscode.EventEmitter<MissionSummary>();
+  private readonly providersEmitter = new vscode.EventEmitter<ProvidersPayload>();
   /** Fires after every state change, with the new state. */
   readonly onDidChangeState = this.stateEmitter.event;
   /** Fires for every `keel/missionChanged` notification. */
   readonly onDidChangeMission = this.changeEmitter.event;
+  /** Fires for every `keel/providersChanged` notification. */
+  readonly onDidChangeProviders = this.providersEmitter.event;
   interpreter: Interpreter | undefined;
   /** The command line of the running server (for the log and the tests). */
   serverCommand: string[] = [];
@@ -106,6 +109,7 @@ export class KeelConnection implements vscode.Disposable {
     void this.stop();
     this.stateEmitter.dispose();
     this.changeEmitter.dispose();
+    this.providersEmitter.dispose();
   }
 
   private async running(): Promise<LanguageClient> {
@@ -152,6 +156,7 @@ export class KeelConnection implements vscode.Disposable {
     this.log.info(`starting ${this.serverCommand.join(" ")}`);
     const client = new KeelLanguageClient("keel", "keel", options, this.clientOptions());
     client.onNotification(Notifications.missionChanged, (summary: MissionSummary) => this.changeEmitter.fire(summary));
+    client.onNotification(Notifications.providersChanged, (p: ProvidersPayload) => this.providersEmitter.fire(p));
     try {
       await client.start();
     } catch (err) {

@@ -10,6 +10,7 @@ import { onPythonInterpreterChanged } from "./interpreter";
 import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { RestorePointsProvider } from "./pointsTree";
+import { ProvidersTreeProvider } from "./providersTree";
 import { registerRewind } from "./rewind";
 import { KeelStatusBar } from "./statusBar";
 
@@ -19,6 +20,7 @@ export interface KeelApi {
   missions: MissionsTreeProvider;
   restorePoints: RestorePointsProvider;
   statusBar: KeelStatusBar;
+  providers: ProvidersTreeProvider;
 }
 
 let active: KeelConnection | undefined;
@@ -31,6 +33,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   const missions = new MissionsTreeProvider(model);
   const restorePoints = new RestorePointsProvider(model);
   const statusBar = new KeelStatusBar(model, connection);
+  const providers = new ProvidersTreeProvider(connection, log);
+  const providersView = vscode.window.createTreeView("keel.providers", { treeDataProvider: providers });
   const missionsView = vscode.window.createTreeView<MissionTreeNode>("keel.missions", {
     treeDataProvider: missions, showCollapseAll: true,
   });
@@ -46,7 +50,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     pointsView.message = m === undefined ? "Select a mission to see its restore points." : undefined;
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
-    ...registerCommands(connection, model, log), ...registerRewind(connection, model, log));
+    ...registerCommands(connection, model, log), providers, providersView, ...registerRewind(connection, model, log));
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {
@@ -64,7 +68,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     context.subscriptions.push(pythonWatch);
   }
   void connection.start();
-  return { connection, model, missions, restorePoints, statusBar };
+  return { connection, model, missions, restorePoints, statusBar, providers };
 }
 
 /** Stop the server before the extension host goes away (VS Code waits for the returned promise). */

@@ -48,7 +48,8 @@ function icon([name, color]: [string, string?]): vscode.ThemeIcon {
 /** "paused (operator)", "waiting for input", "running, stranded": the state words of a row. */
 export function stateText(m: MissionSummary): string {
   const base = m.state === "waiting_input" ? "waiting for input" : m.state;
-  const reason = m.state === "paused" && m.pauseReason ? ` (${m.pauseReason})` : "";
+  const reason = m.state === "paused" && m.pauseReason ? ` (${m.pauseReason})`
+    : m.state === "offline" ? " (no model provider answers; resumes by itself)" : "";
   return `${base}${reason}${m.stranded ? ", stranded" : ""}`;
 }
 

@@ -103,12 +103,41 @@ export interface VerifyResult {
   problems: { db: string; key: string; message: string }[];
 }
 
+/** One endpoint of one model provider (`keel/providers`, `keel/providersChanged`; docs/lsp.md). */
+export interface ProviderEndpoint {
+  provider: string;
+  endpoint: string;
+  url: string;
+  model: string;
+  state: "healthy" | "degraded" | "cooling_down" | "down";
+  active: boolean;
+  configured: boolean;
+  kind: string;
+  keySource: string;
+  consecutiveFailures: number;
+  lastError: string;
+  lastErrorKind: string;
+  lastErrorAt: number;
+  lastSuccessAt: number;
+  cooldownUntil: number;
+  lastFailover: string;
+  lastFailoverAt: number;
+  updatedAt: number;
+}
+
+export interface ProvidersPayload {
+  endpoints: ProviderEndpoint[];
+  sources?: string[];
+  configError?: string;
+}
+
 export const Requests = {
   missions: "keel/missions",
   mission: "keel/mission",
   restorePoints: "keel/restorePoints",
   pointChanges: "keel/pointChanges",
   pointFile: "keel/pointFile",
+  providers: "keel/providers",
 } as const;
 
 /** The point name of a mission's sandbox as it is now, in `keel/pointChanges` and `keel/pointFile`. */
@@ -116,6 +145,7 @@ export const SANDBOX = "sandbox";
 
 export const Notifications = {
   missionChanged: "keel/missionChanged",
+  providersChanged: "keel/providersChanged",
 } as const;
 
 /** Commands the server executes (`workspace/executeCommand`); the palette commands carry the same ids. */

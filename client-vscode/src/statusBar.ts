@@ -66,10 +66,17 @@ export class KeelStatusBar implements vscode.Disposable {
           { title: "Answer", command: "keel.answer", arguments: args },
           new vscode.ThemeColor("statusBarItem.warningBackground"));
         return;
-      case "paused":
       case "offline":
+        this.show(`$(debug-disconnect) keel: ${m.name} offline${progress ? ` ${progress}` : ""}`,
+          `${m.name} is offline: no model provider answers; it resumes by itself when one does.\n` +
+          `${m.error ?? ""}\n\nClick to resume now.`,
+          { title: "Resume", command: "keel.resume", arguments: args },
+          new vscode.ThemeColor("statusBarItem.warningBackground"));
+        return;
+      case "paused":
         this.show(`$(debug-pause) keel: ${m.name} ${m.state}${progress ? ` ${progress}` : ""}`,
-          `${m.name} is ${m.state}${m.pauseReason ? ` (${m.pauseReason})` : ""}. Click to resume.`,
+          `${m.name} is ${m.state}${m.pauseReason ? ` (${m.pauseReason})` : ""}` +
+          `${m.error ? `: ${m.error}` : ""}. Click to resume.`,
           { title: "Resume", command: "keel.resume", arguments: args });
         return;
       case "pausing":

@@ -13,7 +13,7 @@ import * as vscode from "vscode";
 import type { KeelApi } from "../src/extension";
 import { ConnectionState } from "../src/connection";
 import type { MissionTreeNode } from "../src/missionsTree";
-import type { ApplyResult, MissionSummary } from "../src/protocol";
+import type { ApplyResult, MissionSummary, ProvidersPayload } from "../src/protocol";
 
 interface CheckResult { name: string; ok: boolean; ms: number; error?: string }
 const observed: Record<string, unknown> = {};
@@ -93,6 +93,33 @@ async function pointRows(api: KeelApi, id: string): Promise<unknown[]> {
   });
 }
 
+function providerRows(api: KeelApi): unknown[] {
+  return api.providers.getChildren().map((n) => {
+    const item = api.providers.getTreeItem(n);
+    return { label: label(item), description: item.description, contextValue: item.contextValue, icon: iconId(item),
+      tooltip: item.tooltip };
+  });
+}
+
+/** The Providers tree after the server's first answer, then after a provider is added to the workspace's
+ * .keel/config.toml (the server notices the file and sends keel/providersChanged). */
+async function checkProviders(api: KeelApi, folder: string): Promise<void> {
+  await waitFor("the providers", () => api.providers.endpoints.length >= 2);
+  observed["providersTree"] = providerRows(api);
+  const notified: ProvidersPayload[] = [];
+  const sub = api.connection.onDidChangeProviders((p) => notified.push(p));
+  try {
+    const config = path.join(folder, ".keel", "config.toml");
+    await fs.appendFile(config, '\n[[providers]]\nname = "c"\nkind = "openai-compatible"\nmodel = "c-model"\n' +
+      'endpoints = [{ url = "http://127.0.0.1:9/v1" }]\n');
+    await waitFor("keel/providersChanged with the new provider",
+      () => notified.some((p) => p.endpoints.some((e) => e.provider === "c")));
+    observed["providersAfterChange"] = { rows: providerRows(api), notifications: notified.length };
+  } finally {
+    sub.dispose();
+  }
+}
+
 function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePython: string }): [string, () => Promise<void>][] {
   return [
     ["commands are registered", async () => {
@@ -122,6 +149,9 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
     ["the status bar shows the mission that needs attention", async () => {
       observed["statusBar"] = { text: api.statusBar.text, command: api.statusBar.command?.command,
         arguments: api.statusBar.command?.arguments };
+    }],
+    ["the Providers tree shows health and follows keel/providersChanged", async () => {
+      await checkProviders(api, vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? "");
     }],
     ["pause through the command; the tree follows keel/missionChanged", async () => {
       const running = await waitFor("a running mission", () => api.model.list().find((m) => m.state === "running"));

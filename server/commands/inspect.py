@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from keel.server.commands.common import open_store, print_json, store_exists
+from keel.server.engine.control import unit_states
 from keel.server.exits import Exit
 from keel.storage import missions as m
 
@@ -44,7 +45,7 @@ def run_status(args: argparse.Namespace) -> int:
             record = m.get_mission(txn, mid)
             manifest = m.head_checkpoint(txn, mid)
             return {"mission": record, "units": manifest.units if manifest else {},
-                    "points": len(m.restore_points(txn, mid))}
+                    "states": unit_states(txn, mid), "points": len(m.restore_points(txn, mid))}
         data = store.read(read)
     if args.json:
         print_json(data)
@@ -57,8 +58,9 @@ def run_status(args: argparse.Namespace) -> int:
     if r.error:
         print(f"  error    {r.error}")
     print(f"  restore points {data['points']}")
-    for unit_id, mark in data["units"].items():
-        print(f"  {mark.state.value:<10} {unit_id}" + (f"  {mark.error}" if mark.error else ""))
+    for unit_id, state in data["states"].items():
+        mark = data["units"].get(unit_id)
+        print(f"  {state:<10} {unit_id}" + (f"  {mark.error}" if mark and mark.error else ""))
     return Exit.OK
 
 

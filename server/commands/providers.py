@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from keel.server.commands.common import print_json, store_path
 from keel.server.exits import Exit
-from keel.server.providers.config import ProviderSettings, load_provider_config
+from keel.server.providers.config import load_provider_config
 from keel.server.providers.health import EndpointHealth
-from keel.server.providers.healthstore import list_health
+from keel.server.providers.view import provider_rows, stored_health
 from keel.storage import Store
 
 
@@ -49,29 +47,9 @@ def run(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def provider_rows(settings: ProviderSettings, stored: list[EndpointHealth]) -> list[dict[str, Any]]:
-    """Configured endpoints (with stored health where there is some), then stored-only endpoints."""
-    by_key = {(h.provider, h.endpoint): h for h in stored}
-    rows: list[dict[str, Any]] = []
-    for p in settings.providers:
-        key_source = f"env {p.api_key_env}" if p.api_key_env else "keyring"
-        for index, endpoint in enumerate(p.endpoints):
-            health = by_key.pop((p.name, p.endpoint_id(index)), None) or \
-                EndpointHealth(provider=p.name, endpoint=p.endpoint_id(index), url=endpoint.url, model=p.model)
-            rows.append(_row(health, configured=True, kind=p.kind, key=key_source,
-                             capabilities=msgspec.to_builtins(p.capabilities)))
-    rows += [_row(h, configured=False) for h in by_key.values()]
-    return rows
-
-
-def _row(health: EndpointHealth, configured: bool, **extra: Any) -> dict[str, Any]:
-    fields = {f: getattr(health, f) for f in health.__struct_fields__}
-    return {**msgspec.to_builtins(fields), "configured": configured, **extra}
-
-
 def _stored_health(args: argparse.Namespace) -> list[EndpointHealth]:
     path = store_path(args)
     if not (path / "data.mdb").exists():
         return []
     with Store.open(path, create=False) as store:
-        return store.read(list_health)
+        return stored_health(store)

@@ -1,7 +1,8 @@
 """`keel run FILE` and `keel resume ID`: run a mission's host in the foreground, or detached.
 
-Exit codes: 0 completed, 3 paused (operator or waiting for an answer), 4 failed, 2 usage (e.g. a host
-already runs this mission), 6 not found.
+Exit codes: 0 completed, 3 paused (operator, waiting for an answer, policy) or offline, 4 failed, 2 usage
+(e.g. a host already runs this mission), 6 not found. With `--wait-online` an offline mission does not
+end the host: it probes the providers and resumes the mission when one answers (docs/providers.md).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _host_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detach", action="store_true", help="run the host as a detached process; print the id")
     p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
+    p.add_argument("--wait-online", action="store_true",
+                   help="when every model provider is unreachable, wait (probing) and resume by itself "
+                        "instead of exiting with code 3")
 
 
 def exit_for_state(state: MissionState) -> int:
@@ -56,7 +60,7 @@ def run_mission(args: argparse.Namespace) -> int:
             return Exit.OK
         progress = Progress.for_terminal(args.json, args.plain)
         progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
-        return _foreground(path, record.id, progress, store)
+        return _foreground(path, record.id, progress, store, args.wait_online)
 
 
 def resume_mission(args: argparse.Namespace) -> int:
@@ -67,15 +71,21 @@ def resume_mission(args: argparse.Namespace) -> int:
             control.resume(path, mission_id, detach=True)
             print(mission_id)
             return Exit.OK
-        return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain), store)
+        return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain), store, args.wait_online)
 
 
-def _foreground(path: Path, mission_id: str, progress: Progress, store: Store) -> int:
-    state = run_host_blocking(path, mission_id, progress, store)
+def _foreground(path: Path, mission_id: str, progress: Progress, store: Store, wait_online: bool) -> int:
+    state = run_host_blocking(path, mission_id, progress, store, wait_online)
     record = store.read(lambda t: m.get_mission(t, mission_id))
     if record.question is not None and state == MissionState.WAITING_INPUT:
         progress.line(f"mission {mission_id} waits for an answer: {record.question.text}\n"
                       f"  answer with: keel answer {mission_id} TEXT")
+    elif state == MissionState.OFFLINE:
+        progress.line(f"mission {mission_id} is offline: {record.error}\n"
+                      f"  continue when a provider answers again: keel resume {mission_id} --wait-online")
+    elif state == MissionState.PAUSED and record.error:
+        progress.line(f"mission {mission_id} paused ({record.pause_reason}): {record.error}\n"
+                      f"  continue with: keel resume {mission_id}")
     elif state == MissionState.PAUSED:
         progress.line(f"mission {mission_id} paused; continue with: keel resume {mission_id}")
     elif state == MissionState.FAILED:

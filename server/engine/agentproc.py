@@ -70,9 +70,10 @@ _PROC_TRANSITIONS = {
 }
 
 
-def agent_env(extra: dict[str, str]) -> dict[str, str]:
-    """The parent's environment without anything that looks like a secret, plus the mission's env."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The parent's environment without anything that looks like a secret (or is named in `hide`, e.g.
+    the providers' `api_key_env` variables), plus the mission's env."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k) and k not in hide}
     env.update({k: v for k, v in extra.items() if not _SECRET.search(k)})
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -101,13 +102,13 @@ class AgentProcess:
 
     @classmethod
     async def start(cls, command: tuple[str, ...], *, cwd: Path, env: dict[str, str], log: Path,
-                    handler: Handler, name: str) -> AgentProcess:
+                    handler: Handler, name: str, hide_env: frozenset[str] = frozenset()) -> AgentProcess:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *resolve_command(command), cwd=str(cwd), env=agent_env(env), stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE, stderr=err, limit=64 * 1024 * 1024)
+                    *resolve_command(command), cwd=str(cwd), env=agent_env(env, hide_env),
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, limit=64 * 1024 * 1024)
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
         return cls(proc, handler, name, log)

@@ -59,25 +59,27 @@ def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
 
 
 def spawn_host(store_path: Path, mission_id: str) -> int:
-    """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log)."""
+    """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log); it
+    waits out a network loss by itself (`--wait-online`, docs/providers.md)."""
     log = places.log_path(store_path, mission_id)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "keel.server.cli", "resume", mission_id, "--store", str(store_path),
-             "--plain"],
+             "--plain", "--wait-online"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True)
     return proc.pid
 
 
 def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     """Record a pause; a running host acknowledges it (state pausing) within ~50 ms and stops at a
-    consistent point. A mission whose host is gone is marked paused directly."""
+    consistent point. A mission whose host is gone is marked paused directly (an offline one too: it
+    must then never be resumed by a prober); a host waiting out a network loss sees the control itself."""
 
     def txn_fn(txn: Txn) -> MissionRecord:
         seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
         record = m.get_mission(txn, mission_id)
-        if record.state in (MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING) \
+        if record.state in (MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE) \
                 and not host_alive(record):
             record = m.set_mission_state(txn, mission_id, MissionState.PAUSED,
                                          pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None)
@@ -88,7 +90,7 @@ def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
 
 def pause_all(store: Store, source: str) -> list[str]:
     """Pause every mission that is running (or about to); returns their ids."""
-    active = {MissionState.RUNNING, MissionState.CREATED}
+    active = {MissionState.RUNNING, MissionState.CREATED, MissionState.OFFLINE}
     ids = [r.id for r in store.read(m.list_missions) if r.state in active]
     for mission_id in ids:
         request_pause(store, mission_id, source)
@@ -164,3 +166,21 @@ def _boot_time() -> float:
             return float(line.split()[1])
     return 0.0
 
+
+
+def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:
+    """Each unit's state for a view (CLI status, the editor): the HEAD checkpoint's marks, with units a
+    live host has started since then shown as running (from the mission's event log)."""
+    record = m.get_mission(txn, mission_id)
+    manifest = m.head_checkpoint(txn, mission_id)
+    states = {uid: mark.state.value for uid, mark in (manifest.units.items() if manifest else ())}
+    for unit in record.spec.units:
+        states.setdefault(unit.id, "pending")
+    if record.state not in (MissionState.RUNNING, MissionState.PAUSING) or not host_alive(record):
+        return states
+    since = manifest.created_at if manifest else 0.0
+    for _, event in m.events_after(txn, mission_id):
+        if event.kind == "unit" and event.at >= since and event.state == "running" \
+                and states.get(event.unit) not in (None, "succeeded", "failed"):
+            states[event.unit] = "running"
+    return states

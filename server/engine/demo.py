@@ -155,7 +155,7 @@ def _report(say: Any, store: Path, repo: Path, mid: str, done_before: list[str],
     say(f"  effects reconciled with sandbox : {exit_event.get('reconciled', 0)}")
     say(f"  verifications recorded          : {sum(1 for e in verified if e.data.get('ok'))} passed, "
         f"{sum(1 for e in verified if not e.data.get('ok'))} failed")
-    say(f"  migrated files in keel/{mid}     : {'all 3 correct' if migrated else 'WRONG'}")
+    say(f"  migrated files (branch keel/...): {'all 3 correct' if migrated else 'WRONG'} on keel/{mid}")
     say(f"  your working tree               : {'untouched' if clean else 'CHANGED'}")
     say(f"demo took {time.monotonic() - started:.1f} s")
     ok = rc == 0 and not rerun and migrated and clean

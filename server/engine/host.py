@@ -2,7 +2,9 @@
 
 Loop: start ready units (up to max_parallel), each in its own agent subprocess; record each finished
 unit with a checkpoint (a restore point); watch the control log for pause requests and stop at a
-consistent point; stop for a person's answer (waiting_input). Mission state moves only through
+consistent point; stop for a person's answer (waiting_input). Model calls go through models.py (provider
+router, failover restore points); when every provider is unreachable the mission stops `offline`, and a
+host started with `wait_online` probes (offline.py) and resumes it by itself. Mission state moves only through
 `_set_state` (storage/missions.set_mission_state, which checks protocol/states.py's table). Completion
 is recorded in a transaction that checks this host's fencing token (MissionRecord.host.host_id).
 """
@@ -23,16 +25,16 @@ from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
 from keel.protocol.records import Event, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
-from keel.server.engine import checkpoint, places
-from keel.server.engine.agentproc import HandlerError
+from keel.server.engine import checkpoint, offline, places
 from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
 from keel.server.engine.journal import JournalWriter
+from keel.server.engine.models import ModelCalls
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.sandbox import ensure_sandbox
-from keel.server.engine.trees import Snapshotter
+from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn
 from keel.storage import missions as m
@@ -46,7 +48,8 @@ class StaleHostError(KeelError):
 
 
 class MissionHost:
-    def __init__(self, store: Store, store_path: Path, mission_id: str, progress: Progress) -> None:
+    def __init__(self, store: Store, store_path: Path, mission_id: str, progress: Progress,
+                 wait_online: bool = False) -> None:
         self.store = store
         self.store_path = store_path
         self.mission_id = mission_id
@@ -61,11 +64,14 @@ class MissionHost:
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
         self.sessions: dict[str, UnitSession] = {}
+        self.tool_env: dict[str, str] | None = None  # commands' environment: no secrets (built once)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._files = Snapshotter()
         self.files_lock = asyncio.Lock()  # held by effectful tool calls; a file snapshot waits for them
         self._step = ""
+        self.wait_online = wait_online
+        self.models = ModelCalls(self)
 
     # -- state --------------------------------------------------------------------------------------
     async def _set_state(self, state: MissionState, **changes: object) -> MissionRecord:
@@ -87,11 +93,20 @@ class MissionHost:
 
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
         async with self.files_lock:  # marks and files from the same moment: no tool call in between
-            units, marks = self.graph.unit_list(), self.graph.marks()
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() \
                 else None
-        config = checkpoint.config_of(self.spec)
-        state = self.record.state
+            write = self._checkpoint_write(reason, extra, scan)
+        await self.writer.commit(write)
+        self.policy.snapshotted()
+
+    def checkpoint_soon(self, reason: str, extra: Any = None) -> None:
+        """A checkpoint queued now, without a file snapshot (none can be taken synchronously): it commits no
+        later than the step being recorded; `restore --files` says that this point has no files."""
+        self.writer.submit(self._checkpoint_write(reason, extra, None))
+
+    def _checkpoint_write(self, reason: str, extra: Any, scan: Scan | None) -> Any:
+        units, marks, state = self.graph.unit_list(), self.graph.marks(), self.record.state
+        config = checkpoint.config_of(self.spec, self.models.active_model)
 
         def write(txn: Txn) -> None:
             self._fence(txn)
@@ -101,8 +116,7 @@ class MissionHost:
             checkpoint.commit(txn, self.mission_id, reason=reason, units=units, marks=marks, config=config,
                               state=state, sandbox_tree=tree_digest)
 
-        await self.writer.commit(write)
-        self.policy.snapshotted()
+        return write
 
     # -- startup ------------------------------------------------------------------------------------
     async def start(self) -> MissionState | None:
@@ -113,9 +127,11 @@ class MissionHost:
         units = self.store.read(lambda t: checkpoint.load_graph(t, manifest.graph)) if manifest else \
             list(self.spec.units)
         self.graph = Graph(units, manifest.units if manifest else {})
+        if manifest is not None:
+            self.store.read(lambda t: self.models.carry_on(t, manifest.config))
         self.graph.reopen_after_crash()
         if decision == "paused":
-            await self.checkpoint("paused", tree=False)
+            await self.checkpoint("paused")
             return S.PAUSED
         if decision in ("waiting", "completed", "cancelled"):
             return self.record.state
@@ -135,21 +151,39 @@ class MissionHost:
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> MissionState:
         try:
-            final = await self.start()
-            if final is not None:
-                return final
-            watcher = asyncio.create_task(self._watch_controls())
-            try:
-                return await self._drive()
-            finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            final = await self._run_mission()
+            while final == S.OFFLINE:
+                if not (self.wait_online and self.spec.models.auto_resume):
+                    state: MissionState = await self.writer.commit(
+                        lambda txn: offline.honour_pause(txn, self.mission_id))
+                    return state
+                self.progress.event("waiting_online", mission=self.mission_id)
+                online = await offline.wait_online(self.store, self.mission_id, self.models.router().probe,
+                                                   self.writer.commit)
+                if not online:
+                    return self.store.read(lambda t: m.get_mission(t, self.mission_id)).state
+                self.progress.event("online", mission=self.mission_id)
+                self._stop, self._stop_state = asyncio.Event(), None
+                final = await self._run_mission()
+            return final
         finally:
             with contextlib.suppress(Exception):
                 await self.writer.commit(self._release)
             await asyncio.to_thread(self.writer.close)
+            await self.models.aclose()
             self.progress.finish()
+
+    async def _run_mission(self) -> MissionState:
+        final = await self.start()
+        if final is not None:
+            return final
+        watcher = asyncio.create_task(self._watch_controls())
+        try:
+            return await self._drive()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
     def _release(self, txn: Txn) -> None:
         """A host that stops says so: the record no longer names it (host_alive is then False)."""
@@ -218,7 +252,7 @@ class MissionHost:
         failed = [uid for uid, mk in self.graph.marks().items() if mk.state.value == "failed"]
         errors = "; ".join(f"{uid}: {self.graph.mark(uid).error}" for uid in failed)
         await self._set_state(S.FAILED, error=errors[:2000])
-        await self.checkpoint("failed", tree=False)
+        await self.checkpoint("failed")
         return S.FAILED
 
     async def _stop_all(self, tasks: dict[asyncio.Task[Outcome], str]) -> MissionState:
@@ -232,9 +266,11 @@ class MissionHost:
             else:
                 await self._unit_finished(uid, outcome)
         final = self._stop_state or S.PAUSED
-        if final == S.PAUSED:
+        if final == S.PAUSED and self.record.state != S.PAUSED:
             await self._set_state(S.PAUSED, pause_reason=PauseReason.OPERATOR)
-        await self.checkpoint("paused" if final == S.PAUSED else "waiting for input")
+        reason = self.record.pause_reason
+        await self.checkpoint({S.WAITING_INPUT: "waiting for input", S.OFFLINE: "offline"}.get(
+            final, "paused" if reason in (None, PauseReason.OPERATOR) else f"paused: {reason.value}"))
         return final
 
     # -- pause and questions --------------------------------------------------------------------------
@@ -254,6 +290,8 @@ class MissionHost:
 
     async def _on_controls(self, controls: list[tuple[int, Any]]) -> None:
         last = controls[-1][0]
+        if self.record.state == S.OFFLINE and any(c.action == "pause" for _, c in controls):
+            return  # left unseen for offline.honour_pause: a paused mission is never resumed by the prober
         if any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
             await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
             self._request_stop(S.PAUSED)
@@ -276,11 +314,22 @@ class MissionHost:
             await self._set_state(S.WAITING_INPUT, pause_reason=PauseReason.WAITING_INPUT, question=question)
         self.progress.event("question", unit=question.unit, text=question.text)
 
+    async def stop_for_provider(self, state: MissionState, message: str) -> None:
+        """No provider may serve a call: stop the mission offline, or paused with reason policy."""
+        if self._stop.is_set():
+            return
+        self._request_stop(state)
+        reason = PauseReason.OFFLINE if state == S.OFFLINE else PauseReason.POLICY
+        with contextlib.suppress(InvalidTransitionError):
+            await self._set_state(state, pause_reason=reason, error=message[:2000])
+        self.progress.event(state.value, reason=reason.value, error=message[:300])
+
     # -- steps that change the mission ----------------------------------------------------------------
     async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
         async with self.files_lock:
             added = self.graph.add(list(params.units), session.unit.id)
-            units, marks, config = self.graph.unit_list(), self.graph.marks(), checkpoint.config_of(self.spec)
+            units, marks = self.graph.unit_list(), self.graph.marks()
+            config = checkpoint.config_of(self.spec, self.models.active_model)
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
         state = self.record.state
 
@@ -293,8 +342,7 @@ class MissionHost:
                                     summary=f"added {', '.join(added)}")
 
     async def model_complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
-        raise HandlerError(ap.ERR_MODEL_UNAVAILABLE,
-                           "no model provider is configured for this host (model/complete is not available)")
+        return await self.models.complete(session, seq, fp, params, begin)
 
     def step_recorded(self, session: UnitSession, method: str, summary: str, wall_ms: float) -> None:
         self._step = f"{session.unit.id}: {summary or method}"
@@ -309,7 +357,7 @@ class MissionHost:
 
 
 def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | None = None,
-                      store: Store | None = None) -> MissionState:
+                      store: Store | None = None, wait_online: bool = False) -> MissionState:
     """Run a mission's host in this process until it completes, fails or pauses. Pass the store this
     process already has open (an LMDB environment is opened once per process)."""
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
@@ -317,7 +365,7 @@ def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | No
     own = store is None
     try:
         store = store or Store.open(store_path, create=False)
-        host = MissionHost(store, store_path, mission_id, progress or Progress("plain"))
+        host = MissionHost(store, store_path, mission_id, progress or Progress("plain"), wait_online)
         state = asyncio.run(host.run())
         (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
         return state

@@ -31,7 +31,8 @@ class Progress:
         if self.mode == "json":
             self._write(json.dumps({"event": kind, "at": round(time.time(), 3), **data}, default=str) + "\n")
             return
-        text = " ".join(f"{k}={v}" for k, v in data.items() if k not in ("mission",) and v not in (None, ""))
+        shown = {k: v for k, v in data.items() if v not in (None, "") and (k != "mission" or kind == "mission")}
+        text = " ".join(f"{k}={v}" for k, v in shown.items())
         self._clear()
         self._write(f"[{time.strftime('%H:%M:%S')}] {kind} {text}\n")
         self._redraw()

@@ -29,7 +29,7 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, Miss
     last = record.control_seen
     for seq, control in m.controls_after(txn, mission_id, record.control_seen):
         last = seq
-        if control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING):
+        if control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING, S.OFFLINE):
             pause = True
         elif control.action == "answer" and question is not None:
             apply_answer(txn, mission_id, question, control.text)

@@ -33,8 +33,10 @@ class ToolCalls:
         from keel.server.tools import ToolContext
 
         host = self.session.host
+        if host.tool_env is None:
+            host.tool_env = scrubbed_env(host.spec.env)
         return ToolContext(sandbox=host.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
-                           env=scrubbed_env(host.spec.env))
+                           env=host.tool_env)
 
     async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
                   begin: float) -> Any:

@@ -90,6 +90,7 @@ class UnitSession:
         host = self.host
         proc = self.proc = await AgentProcess.start(
             host.spec.agent, cwd=host.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
+            hide_env=host.models.hidden_env,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id))
         if self.stopping:
             return Outcome("stopped")
@@ -98,7 +99,12 @@ class UnitSession:
         await asyncio.wait_for(proc.request("initialize", init), timeout=30)
         params = ap.UnitRunParams(unit=self.unit, attempt=start, state=self._saved_state(),
                                   replaying=bool(self.entries))
-        result = await proc.request("unit/run", params)
+        try:
+            result = await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
+        except TimeoutError:
+            limit = self.unit.timeout_s
+            self.fatal = TimeoutError(f"unit {self.unit.id} took longer than its timeout_s of {limit} s")
+            return Outcome("failed", error=str(self.fatal))
         if self.fatal is not None:
             return Outcome("failed", error=str(self.fatal))
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)
@@ -177,7 +183,11 @@ class UnitSession:
                 return await self.record(seq, method, fp, {}, begin, evidence=[item])
             case "state/save":
                 state = msgspec.convert(params or {}, ap.StateSaveParams).state
-                return await self.record(seq, method, fp, {"state": state}, begin)
+                digest: list[str] = []  # the agent state as a shared blob, named in the next checkpoint
+                result = await self.record(seq, method, fp, {"state": state}, begin,
+                                           extra=lambda txn: digest.append(txn.put_object(state)))
+                self.host.graph.update(self.unit.id, agent_state=digest[-1])
+                return result
             case "plan/add":
                 return await self.host.plan_add(self, seq, fp, msgspec.convert(params, ap.PlanAddParams), begin)
             case "model/complete":

@@ -166,6 +166,46 @@ def restore_point(p: RestorePoint) -> RestorePointPayload:
                                created_at=p.created_at, label=p.label)
 
 
+class ProviderEndpointPayload(msgspec.Struct, frozen=True, rename="camel"):
+    """One endpoint of one provider in `keel/providers` (docs/lsp.md)."""
+
+    provider: str
+    endpoint: str
+    url: str
+    model: str
+    state: str
+    active: bool
+    configured: bool
+    kind: str = ""
+    key_source: str = ""
+    consecutive_failures: int = 0
+    last_error: str = ""
+    last_error_kind: str = ""
+    last_error_at: float = 0.0
+    last_success_at: float = 0.0
+    cooldown_until: float = 0.0
+    last_failover: str = ""
+    last_failover_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class ProvidersPayload(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """`keel/providers` and `keel/providersChanged`: every endpoint, where the configuration came from,
+    and the configuration's error when it cannot be read (then only stored endpoints are listed)."""
+
+    endpoints: tuple[ProviderEndpointPayload, ...]
+    sources: tuple[str, ...] = ()
+    config_error: str | None = None
+
+
+def providers(rows: list[dict[str, Any]], sources: tuple[str, ...], config_error: str | None) -> ProvidersPayload:
+    """From server/providers/view.py's rows (snake_case dicts)."""
+    names = set(ProviderEndpointPayload.__struct_fields__)
+    endpoints = tuple(ProviderEndpointPayload(**{k: v for k, v in row.items() if k in names},
+                                              key_source=row.get("key", "")) for row in rows)
+    return ProvidersPayload(endpoints=endpoints, sources=sources, config_error=config_error)
+
+
 def progress_message(view: MissionView) -> str:
     """`u3 Rewrite imports · 2/5` — the current unit and how far the mission is."""
     counts = unit_counts(view)

@@ -60,6 +60,8 @@ class EndpointHealth(msgspec.Struct, frozen=True, omit_defaults=True):
     cooldown_until: float = 0.0
     active: bool = False  # this endpoint served the most recent successful call of its router
     updated_at: float = 0.0
+    last_failover: str = ""  # the last time a call moved away from this endpoint: "-> provider/endpoint (kind)"
+    last_failover_at: float = 0.0
 
 
 class ProviderEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -132,6 +134,11 @@ class EndpointTracker:
             self._set_state(H.COOLING_DOWN, failure.message)
         else:
             self._set_state(H.DEGRADED, failure.message)
+        self._notify()
+
+    def note_failover(self, target: str, reason: str, now: float | None = None) -> None:
+        """A call moved from this endpoint to `target` (health itself is already recorded)."""
+        self._update(last_failover=f"-> {target} ({reason})", last_failover_at=time.time() if now is None else now)
         self._notify()
 
     def set_active(self, active: bool) -> None:

@@ -166,6 +166,7 @@ class ProviderRouter:
 
     def _failover(self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure) -> None:
         log.warning("failover %s -> %s (%s)", source.name, target.name, failure)
+        source.note_failover(target.name, failure.kind.value)
         self._emit(ProviderEvent(kind="failover", at=time.time(), provider=source.health.provider,
                                  endpoint=source.health.endpoint, model=source.health.model,
                                  reason=failure.kind.value, source=source.name, target=target.name,

@@ -79,7 +79,7 @@ def _run_to_completion(folder: Path, seed: int) -> dict[str, Any]:
     mid = mission_id_of(host)
     kills = 0
     if seed >= 0:
-        time.sleep(rng.uniform(0.0, 1.2))
+        time.sleep(rng.uniform(0.0, 1.0))
         kills += host.poll() is None
         kill(host)
     else:

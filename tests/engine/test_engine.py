@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from engine_helpers import (
@@ -56,6 +57,9 @@ def test_run_completes_records_evidence_and_leaves_the_workspace_alone(tmp_path:
     assert kinds.count("tool") == 5 and "verification" in kinds and "diff" in kinds
     verification = next(e for e in evidence if e.kind == "verification")
     assert verification.data["ok"] is True and "py_compile" in verification.data["cmd"]
+    head = read(store, lambda t: m.head_checkpoint(t, mid))
+    assert head.units["b"].agent_state and read(store, lambda t: t.get_object(head.units["b"].agent_state, dict)) \
+        == {"done": 1}
     points = json.loads(keel("points", mid, "--json", store=store, check_rc=0).stdout)
     reasons = [p["reason"] for p in points]
     assert reasons[0] == "started" and reasons[-1] == "completed"
@@ -189,3 +193,26 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     assert "plan: plan added 1" in [p.reason for p in read(store, lambda t: m.restore_points(t, mid))]
     wait_for(lambda: not control.host_alive(record(store, mid)))
     assert (tmp_path / "logs" / f"{mid}.log").exists()  # the detached host's own log file
+
+
+def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    store = tmp_path / "store"
+    units = [{"id": f"w{i}", "params": {"steps": [
+        {"tool": "write_file", "args": {"path": f"w{i}-1.txt", "content": "one\n"}}, {"sleep": 0.4},
+        {"tool": "write_file", "args": {"path": f"w{i}-2.txt", "content": "two\n"}}]}} for i in range(3)]
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: record(store, mid).state == MissionState.RUNNING)
+    time.sleep(0.2)
+    os.kill(host.pid, signal.SIGSTOP)  # frozen: alive, but it cannot see the request
+    keel("pause", mid, store=store, check_rc=0)
+    assert record(store, mid).state == MissionState.RUNNING
+    kill(host)
+    assert keel("resume", mid, store=store).returncode == 3  # the restarted host honours the pause first
+    assert record(store, mid).state == MissionState.PAUSED
+    keel("resume", mid, store=store, check_rc=0)
+    sandbox = sandbox_of(store, mid)
+    assert sorted(p.name for p in sandbox.glob("w*.txt")) == sorted(f"w{i}-{k}.txt" for i in range(3) for k in (1, 2))

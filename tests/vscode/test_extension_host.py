@@ -3,7 +3,8 @@
 The store holds three real missions run by detached hosts with the scripted agent — one running, one
 waiting for input, one completed. code-server loads the extension from the source tree
 (extensionDevelopmentPath) with client-vscode/out/test/suite.js as extensionTestsPath; the suite checks
-commands, tree providers, the status bar, a pause that comes back as keel/missionChanged, the
+commands, tree providers (Missions, Restore Points, Providers after a real failover from a 401 endpoint
+on a loopback fault server), the status bar, a pause that comes back as keel/missionChanged, the
 not-installed path, and the restore-point actions (a diff view of two keel-point documents, fork,
 apply), and writes what it saw; this test asserts on it.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from keel.storage import Store
 from keel.storage import missions as m
+from tests.faultserver import FaultServer, error
 
 from .conftest import ARTIFACTS, ROOT, keel, kill_hosts, mission_file, workspace
 
@@ -45,8 +47,10 @@ def start_missions(ws: Path) -> dict[str, str]:
         "alpha": mission_file(ws, "alpha", [("u1", "Survey", [], '[{ sleep = 120 }]'),
                                             ("u2", "Rewrite", ["u1"], "[]")]),
         "beta": mission_file(ws, "beta", [("u1", "Ask", [], '[{ ask = "Which logger?" }]')]),
-        "gamma": mission_file(ws, "gamma", [("u1", "Only", [], '[{ now = true }, { tool = "write_file", args = '
-                                                                 '{ path = "g.txt", content = "gamma\\n" } }]')]),
+        "gamma": mission_file(ws, "gamma", [("u1", "Only", [], '[{ now = true }, '
+                                            '{ model = { messages = [{ role = "user", content = "hi" }] } }, '
+                                            '{ tool = "write_file", args = '
+                                            '{ path = "g.txt", content = "gamma\\n" } }]')]),
     }
     ids = {name: keel("run", str(path), "--detach", cwd=ws) for name, path in files.items()}
     store = ws / ".keel" / "store"
@@ -66,6 +70,13 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
     (ws / ".vscode-test").mkdir()
     (ws / ".vscode-test" / "config.json").write_text(json.dumps({"barePython": str(bare / "bin" / "python")}))
+    a, b = FaultServer().start(), FaultServer().start()
+    a.push(error(401, "invalid_api_key", "Incorrect API key provided"))
+    (ws / ".keel").mkdir()
+    (ws / ".keel" / "config.toml").write_text("".join(
+        f'[[providers]]\nname = "{name}"\nkind = "openai-compatible"\nmodel = "{name}-model"\n'
+        f'api_key_env = "KEEL_VSCODE_TEST_PASS"\nendpoints = [{{ url = "{server.url}" }}]\n\n'
+        for name, server in (("a", a), ("b", b))))
     try:
         ids = start_missions(ws)
         server = code_server()
@@ -79,13 +90,15 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
         took = time.monotonic() - started
     finally:
         kill_hosts(store)
+        a.stop()
+        b.stop()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "extension-host.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], f"driver failed: {out.get('error')}\n" + "\n".join(out.get("console", []))
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 11
+    assert len(suite["results"]) == 12
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -105,6 +118,15 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert (gamma["contextValue"], gamma["icon"]) == ("mission.completed", "pass")
     assert gamma["description"] == "completed · 1/1"
     assert [(u["label"], u["contextValue"]) for u in gamma["units"]] == [("u1 Only", "unit.succeeded")]
+
+    providers = {r["label"]: r for r in seen["providersTree"]}
+    assert sorted(providers) == ["a/0", "b/0"] and len(b.posts) == 1
+    assert providers["a/0"]["icon"] == "error" and "failover -> b/0 (auth)" in providers["a/0"]["description"]
+    assert "last error (auth)" in providers["a/0"]["tooltip"]
+    assert providers["b/0"]["contextValue"] == "providerEndpoint.active"
+    assert providers["b/0"]["description"].startswith("● active · b-model · healthy")
+    grown = {r["label"]: r for r in seen["providersAfterChange"]["rows"]}
+    assert sorted(grown) == ["a/0", "b/0", "c/0"] and grown["c/0"]["icon"] == "pass"
 
     points = seen["restorePoints"][ids["gamma"]]
     assert points and all(p["contextValue"] == "restorePoint" for p in points)

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.lsp.features import control, missions, notices, progress, questions, rewind, supervision
+from keel.server.lsp.features import (
+    control,
+    missions,
+    notices,
+    progress,
+    providers,
+    questions,
+    rewind,
+    supervision,
+)
 
-FEATURES: list[ModuleType] = [missions, control, rewind, progress, questions, notices, supervision]
+FEATURES: list[ModuleType] = [missions, control, rewind, progress, questions, notices, supervision, providers]

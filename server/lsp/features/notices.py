@@ -1,6 +1,7 @@
 """Failures and logs for any editor: a mission entering `failed` → `window/showMessage` (Error); a pause
-for `offline` or `disk_full` → Warning; every new mission event → `window/logMessage`. Missions the server
-finds when it starts are not replayed: only what happens while it runs is announced."""
+for `offline`, `disk_full` or `policy` (and the state `offline`) → Warning; every new mission event →
+`window/logMessage`. Missions the server finds when it starts are not replayed: only what happens while
+it runs is announced."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import missions as m
 
-WARN_REASONS = frozenset({PauseReason.OFFLINE, PauseReason.DISK_FULL})
+WARN_REASONS = frozenset({PauseReason.OFFLINE, PauseReason.DISK_FULL, PauseReason.POLICY})
 
 
 def register(server: KeelServer) -> None:
@@ -24,7 +25,7 @@ def register(server: KeelServer) -> None:
             if r.state == MissionState.FAILED:
                 server.show(f"keel: mission {r.spec.name} ({r.id}) failed: {r.error or 'no reason recorded'}",
                             types.MessageType.Error)
-            elif r.state == MissionState.PAUSED and r.pause_reason in WARN_REASONS:
+            elif r.state in (MissionState.PAUSED, MissionState.OFFLINE) and r.pause_reason in WARN_REASONS:
                 reason = r.pause_reason.value.replace("_", " ") if r.pause_reason else ""
                 server.show(f"keel: mission {r.spec.name} ({r.id}) paused: {reason}"
                             + (f" — {r.error}" if r.error else ""), types.MessageType.Warning)

@@ -1,0 +1,144 @@
+"""Model calls of a running mission: the agent's `model/complete`, served by the provider router, journaled.
+
+The host hands every `model/complete` that its unit's journal has not recorded to `ModelCalls.complete`.
+It serves the call with one ProviderRouter per host (configuration: the mission workspace's
+`.keel/config.toml` plus the user's file; policy: the mission spec's `models`; endpoint health goes to the
+host's store, where `keel providers` and the editor read it) and turns the outcome into what the mission
+does (docs/providers.md, "What the engine does"):
+
+- a result: one journal entry with the served model and its token cost, committed before the agent
+  sees the result (a replay returns it without any HTTP request);
+- OfflineError: the host stops the mission in state `offline`; the agent hears ERR_PAUSING and nothing
+  is recorded, so the call is made again when the mission resumes;
+- PolicyPauseError, or a provider configuration that cannot be read: the mission pauses with reason
+  `policy`, the error in MissionRecord.error;
+- any other ProviderError: the agent gets ERR_MODEL_UNAVAILABLE (nothing recorded).
+
+Each failover the router reports becomes evidence plus a restore point ("failover: A -> B"), queued on
+the journal writer before the call's own entry. The active model (provider/model) is the only part of a
+checkpoint's configuration that failover changes. Depends on the providers package, storage and the
+engine's own modules; never on the language server.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import msgspec
+
+from keel.protocol import agent as ap
+from keel.protocol import rpc
+from keel.protocol.records import Evidence
+from keel.protocol.states import MissionState
+from keel.server.engine.agentproc import HandlerError
+from keel.server.providers import (
+    OfflineError,
+    PolicyPauseError,
+    ProviderConfigError,
+    ProviderError,
+    ProviderEvent,
+    ProviderRouter,
+    ProviderSettings,
+    load_provider_config,
+)
+from keel.storage import Txn
+from keel.storage import missions as m
+
+if TYPE_CHECKING:
+    from keel.server.engine.host import MissionHost
+    from keel.server.engine.unitrun import UnitSession
+
+_calling_unit: contextvars.ContextVar[str] = contextvars.ContextVar("keel_calling_unit", default="")
+
+
+class ModelCalls:
+    """The host's model provider: one router, the active model, failovers recorded as they happen."""
+
+    def __init__(self, host: MissionHost) -> None:
+        self.host = host
+        self.active_model = ""  # "provider/model" that served (or was failed over to) last
+        self.failovers = 0
+        self._router: ProviderRouter | None = None
+        self._config: ProviderSettings | ProviderConfigError = self._load()
+
+    def _load(self) -> ProviderSettings | ProviderConfigError:
+        try:
+            return load_provider_config(Path(self.host.record.workspace))
+        except ProviderConfigError as exc:
+            return exc
+
+    def carry_on(self, txn: Txn, config_digest: str) -> None:
+        """A host taking a mission up again starts from the active model its HEAD checkpoint recorded."""
+        config = txn.get_object(config_digest, dict) if config_digest else None
+        if isinstance(config, dict) and isinstance(config.get("active_model"), str):
+            self.active_model = config["active_model"]
+
+    @property
+    def hidden_env(self) -> frozenset[str]:
+        """Environment variables that hold provider keys (`api_key_env`): never passed to an agent."""
+        if isinstance(self._config, ProviderConfigError):
+            return frozenset()
+        return frozenset(p.api_key_env for p in self._config.providers if p.api_key_env)
+
+    def router(self) -> ProviderRouter:
+        if isinstance(self._config, ProviderConfigError):
+            raise self._config
+        if self._router is None:
+            self._router = ProviderRouter(self._config, self.host.spec.models, on_event=self._on_event,
+                                          store=self.host.store)
+        return self._router
+
+    async def aclose(self) -> None:
+        if self._router is not None:
+            await self._router.aclose()
+
+    # -- one call -------------------------------------------------------------------------------------
+    async def complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
+        try:
+            call = msgspec.convert(params or {}, ap.ModelCompleteParams)
+        except msgspec.ValidationError as exc:
+            raise HandlerError(rpc.INVALID_PARAMS, f"model/complete: {exc}") from None
+        _calling_unit.set(session.unit.id)
+        try:
+            result = await self.router().complete(call)
+        except OfflineError as exc:
+            await self._stop(MissionState.OFFLINE, exc.message)
+        except (PolicyPauseError, ProviderConfigError) as exc:
+            await self._stop(MissionState.PAUSED, exc.message)
+        except ProviderError as exc:
+            raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
+        self.active_model = f"{result.provider}/{result.model}"
+        tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+        return await session.record(seq, "model/complete", fp, msgspec.to_builtins(result), begin, tokens=tokens,
+                                    served_model=result.model,
+                                    summary=f"{result.provider}/{result.model}: {tokens} tokens")
+
+    async def _stop(self, state: MissionState, message: str) -> NoReturn:
+        """Stop the mission (offline, or paused for policy). The agent hears ERR_PAUSING (the host is
+        stopping it; an error now means "stopped", not "failed"); nothing was journaled, so the call is
+        made again when the mission resumes."""
+        await self.host.stop_for_provider(state, message)
+        raise HandlerError(ap.ERR_PAUSING, f"the mission stops ({state.value}): {message}")
+
+    # -- failover ---------------------------------------------------------------------------------------
+    def _on_event(self, event: ProviderEvent) -> None:
+        if event.kind != "failover":
+            return
+        self.failovers += 1
+        target_provider = event.target.split("/", 1)[0]
+        self.active_model = f"{target_provider}/{event.target_model}"
+        evidence = Evidence(kind="failover", at=event.at, unit=_calling_unit.get(),
+                            summary=f"failover {event.source} -> {event.target} ({event.reason}); "
+                                    f"now serving {self.active_model}",
+                            data=msgspec.to_builtins(event))
+        mission_id = self.host.mission_id
+
+        def add(txn: Txn) -> None:
+            m.add_evidence(txn, mission_id, evidence)
+
+        self.host.checkpoint_soon(f"failover: {event.source} -> {event.target}", extra=add)
+        self.host.progress.event("failover", source=event.source, target=event.target, reason=event.reason,
+                                 model=self.active_model, at=round(time.time(), 3))
