@@ -137,6 +137,23 @@ class CheckpointManifest(msgspec.Struct, frozen=True, omit_defaults=True):
     context: str = ""
     evidence_hwm: int = 0
     state: MissionState = MissionState.RUNNING
+    files_restored: bool = False  # the sandbox was rewritten to sandbox_tree here (restore --files, fork)
+
+
+class TreeEntry(msgspec.Struct, frozen=True, array_like=True):
+    """One file of a sandbox snapshot: relative posix path, mode ("f", "x" executable, "l" symlink whose
+    blob is its target) and the digest of the blob holding its bytes."""
+
+    path: str
+    mode: Literal["f", "x", "l"]
+    blob: str
+
+
+class SandboxTree(msgspec.Struct, frozen=True, tag="keel-tree"):
+    """A content-addressed snapshot of a sandbox's files (`.git` and `.keel` left out), sorted by path;
+    stored as a blob named by its digest and referenced by CheckpointManifest.sandbox_tree."""
+
+    entries: tuple[TreeEntry, ...] = ()
 
 
 class RestorePoint(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -39,6 +39,7 @@ from keel.protocol.records import (
     JournalEntry,
     MissionRecord,
     RestorePoint,
+    SandboxTree,
 )
 from keel.storage.errors import CorruptRecordError, render_key
 from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix
@@ -158,6 +159,8 @@ def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -
         seen.add(digest)
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)
         seen.update(ref for ref in manifest_refs(manifest) if get_blob(ref) is not None)
+        if is_tree_ref(manifest.sandbox_tree) and manifest.sandbox_tree not in seen:
+            seen.update(tree_refs(get_blob, manifest.sandbox_tree))
         stack.append(manifest.parent)
     return seen
 
@@ -165,6 +168,29 @@ def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -
 def manifest_refs(manifest: CheckpointManifest) -> list[str]:
     return [ref for ref in (manifest.graph, manifest.config, manifest.context,
                             *(mark.agent_state for mark in manifest.units.values())) if ref]
+
+
+def is_tree_ref(value: str) -> bool:
+    """A sandbox_tree naming a SandboxTree blob (checkpoints of older keels hold a 32-hex digest of the
+    files instead, which names no blob: those points restore state but not files)."""
+    return len(value) == 64
+
+
+def load_tree(get_blob: Callable[[str], bytes | None], digest: str) -> SandboxTree | None:
+    data = get_blob(digest)
+    if data is None:
+        return None
+    try:
+        return msgspec.msgpack.decode(data, type=SandboxTree)
+    except msgspec.DecodeError as exc:
+        raise CorruptRecordError(DB.BLOBS.value, digest.encode(), f"is not a sandbox tree: {exc}") from None
+
+
+def tree_refs(get_blob: Callable[[str], bytes | None], digest: str) -> list[str]:
+    """The tree blob and every file blob it names (files are not read here: a missing one is found by
+    whoever copies or checks them). An absent tree gives nothing."""
+    tree = load_tree(get_blob, digest)
+    return [] if tree is None else [digest, *(entry.blob for entry in tree.entries)]
 
 
 def write_bundle(mission_id: str, records: list[tuple[str, bytes, bytes]], workspace: WorkspaceSection,
@@ -335,7 +361,10 @@ def _check_chain(mid: str, digest: str, get_blob: Callable[[str], bytes | None],
         if data is None:
             raise BundleError(f"bundle lacks checkpoint {digest[:16]} of mission {mid}: a record was dropped")
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)
-        for ref in manifest_refs(manifest):
+        refs = manifest_refs(manifest)
+        if is_tree_ref(manifest.sandbox_tree):
+            refs += tree_refs(get_blob, manifest.sandbox_tree) or [manifest.sandbox_tree]
+        for ref in refs:
             if get_blob(ref) is None:
                 raise BundleError(f"bundle lacks blob {ref[:16]} that checkpoint {manifest.number} refers to: "
                                   "a record was dropped")

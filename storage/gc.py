@@ -7,8 +7,9 @@ reaches, restore points the policy drops (never the one at HEAD), and the record
 evidence, control, points, leases, HEAD) of missions that no longer exist. A damaged record aborts the
 collection (CorruptRecordError) before anything is deleted.
 
-Depends on keel.storage only. If a new kind of blob is ever referenced from outside checkpoint
-manifests, `bundle.manifest_refs` must learn it, or gc would remove it.
+Depends on keel.storage only. Sandbox file snapshots are reached through each manifest's `sandbox_tree`
+(the tree blob and every file blob it names: `bundle.tree_refs`). If a new kind of blob is ever
+referenced from outside checkpoint manifests, `bundle.manifest_refs` must learn it, or gc would remove it.
 """
 
 from __future__ import annotations

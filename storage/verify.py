@@ -1,7 +1,8 @@
 """Whole-store verification: every record's seal and every reference between records.
 
-References checked: HEAD -> checkpoint manifest -> graph/config/context/agent-state blobs and parent
-manifest; restore point -> manifest; journal, event and evidence logs decode as their types. Each
+References checked: HEAD -> checkpoint manifest -> graph/config/context/agent-state blobs, the sandbox
+tree and every file blob it names, and the parent manifest; restore point -> manifest; journal, event
+and evidence logs decode as their types. Each
 problem is reported; verification never stops at the first one.
 """
 
@@ -23,6 +24,7 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
 )
+from keel.storage.bundle import is_tree_ref, tree_refs
 from keel.storage.errors import CorruptRecordError, StoreError, render_key
 from keel.storage.keys import DB
 from keel.storage.migrations import SchemaInfo
@@ -127,6 +129,11 @@ def _check_chain(txn: Txn, digest: str, head_key: bytes, missing: Callable[[DB, 
             return
         refs = [manifest.graph, manifest.config, manifest.context,
                 *(mark.agent_state for mark in manifest.units.values())]
+        tree = manifest.sandbox_tree
+        if is_tree_ref(tree) and tree not in seen:
+            seen.add(tree)
+            files = check(DB.BLOBS, tree.encode(), partial(tree_refs, txn.get_blob, tree))
+            refs += files if isinstance(files, list) and files else [tree]
         for ref in refs:
             if ref and not txn.exists(DB.BLOBS, ref.encode()):
                 missing(DB.BLOBS, digest.encode(),

@@ -12,6 +12,7 @@ import { MissionModel } from "./model";
 import { RestorePointsProvider } from "./pointsTree";
 import { SubagentsProvider } from "./subagentsTree";
 import { ProvidersTreeProvider } from "./providersTree";
+import { registerRewind } from "./rewind";
 import { KeelStatusBar } from "./statusBar";
 
 export interface KeelApi {
@@ -54,7 +55,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
     pointsView.message = m === undefined ? "Select a mission to see its restore points." : undefined;
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
-    ...registerCommands(connection, model, log), providers, providersView);
+    ...registerCommands(connection, model, log), providers, providersView, ...registerRewind(connection, model, log));
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {

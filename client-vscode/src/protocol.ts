@@ -70,6 +70,33 @@ export interface RestorePoint {
   label: string;
 }
 
+/** `keel/pointChanges`: a file that differs between two points (or a point and the sandbox). */
+export interface FileChange {
+  path: string;
+  status: "added" | "removed" | "modified" | "mode";
+}
+
+/** `keel/pointFile`: one file of a restore point's snapshot, or of the sandbox (point "sandbox"). */
+export interface PointFile {
+  missionId: string;
+  point: string;
+  path: string;
+  exists: boolean;
+  binary: boolean;
+  text: string;
+}
+
+/** `keel.apply`: the files a mission's result changed in the working tree, or the branch it made. */
+export interface ApplyResult {
+  mission: string;
+  target: string;
+  added: string[];
+  modified: string[];
+  removed: string[];
+  branch: string;
+  commit: string;
+}
+
 export interface VerifyResult {
   ok: boolean;
   records: number;
@@ -108,8 +135,13 @@ export const Requests = {
   missions: "keel/missions",
   mission: "keel/mission",
   restorePoints: "keel/restorePoints",
+  pointChanges: "keel/pointChanges",
+  pointFile: "keel/pointFile",
   providers: "keel/providers",
 } as const;
+
+/** The point name of a mission's sandbox as it is now, in `keel/pointChanges` and `keel/pointFile`. */
+export const SANDBOX = "sandbox";
 
 export const Notifications = {
   missionChanged: "keel/missionChanged",
@@ -125,6 +157,10 @@ export const ServerCommands = {
   answer: "keel.answer",
   restore: "keel.restore",
   verifyStore: "keel.verifyStore",
+  fork: "keel.fork",
+  apply: "keel.apply",
+  export: "keel.export",
+  import: "keel.import",
 } as const;
 
 const PAUSABLE: ReadonlySet<MissionState> = new Set(["running", "pausing", "offline", "created"]);

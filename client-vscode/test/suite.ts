@@ -13,7 +13,7 @@ import * as vscode from "vscode";
 import type { KeelApi } from "../src/extension";
 import { ConnectionState } from "../src/connection";
 import type { MissionTreeNode } from "../src/missionsTree";
-import type { MissionSummary, ProvidersPayload } from "../src/protocol";
+import type { ApplyResult, MissionSummary, ProvidersPayload } from "../src/protocol";
 
 interface CheckResult { name: string; ok: boolean; ms: number; error?: string }
 const observed: Record<string, unknown> = {};
@@ -236,6 +236,30 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
       await waitFor("a restart without them", () => !api.connection.serverCommand.includes("--store"));
       await restarted();
       observed["backToDefaultStore"] = { command: api.connection.serverCommand, missions: api.model.list().length };
+    }],
+    ["restore points: Diff opens VS Code's diff of two keel-point documents; Fork and Apply", async () => {
+      const gamma = await waitFor("mission gamma", () => api.model.list().find((m) => m.name === "gamma"));
+      const first = (await api.model.restorePoints(gamma.id))[0]?.id ?? "p1";
+      const menus = ext.packageJSON.contributes.menus["view/item/context"] as { command: string; when: string; group: string }[];
+      observed["pointActions"] = menus.filter((m) => m.when.includes("viewItem == restorePoint") && m.group.startsWith("inline"))
+        .map((m) => m.command);
+      await vscode.commands.executeCommand("keel.diffPoint", gamma.id, first, "g.txt");
+      const tab = await waitFor("a diff editor", () => {
+        const active = vscode.window.tabGroups.activeTabGroup.activeTab;
+        return active?.input instanceof vscode.TabInputTextDiff ? active : undefined;
+      });
+      const input = tab.input as vscode.TabInputTextDiff;
+      const side = async (uri: vscode.Uri) => ({ scheme: uri.scheme, path: uri.path,
+        text: (await vscode.workspace.openTextDocument(uri)).getText() });
+      observed["diff"] = { label: tab.label, left: await side(input.original), right: await side(input.modified) };
+      await vscode.commands.executeCommand("workbench.action.closeActiveEditor");
+      const fork = await vscode.commands.executeCommand<MissionSummary>("keel.fork", gamma.id, first);
+      check(fork?.id !== undefined && fork.id !== gamma.id, `keel.fork returned ${JSON.stringify(fork)}`);
+      await waitFor("the fork in the model", () => api.model.get(fork.id));
+      const applied = await vscode.commands.executeCommand<ApplyResult>("keel.apply", gamma.id);
+      observed["fork"] = { id: fork.id, state: fork.state, name: fork.name, selected: api.model.selected?.id };
+      observed["apply"] = applied;
+      check(applied?.added.includes("g.txt") === true, `keel.apply returned ${JSON.stringify(applied)}`);
     }],
   ];
 }

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.commands import bundle, demo, gc, inspect, keys, pause, points, providers, run, serve, verify
+from keel.server.commands import bundle, demo, gc, inspect, keys, pause, points, providers, rewind, run, serve, verify
 
-VERBS: list[ModuleType] = [run, pause, inspect, points, demo, verify, bundle, gc, providers, keys, serve]
+VERBS: list[ModuleType] = [run, pause, inspect, points, rewind, demo, verify, bundle, gc, providers, keys, serve]

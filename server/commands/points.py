@@ -1,15 +1,18 @@
-"""`keel points ID` lists a mission's restore points; `keel restore ID POINT` rewinds to one."""
+"""`keel points ID` lists a mission's restore points; `keel restore ID POINT [--files]` rewinds to one."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
-from keel.server.engine.restore import restore_txn
+from keel.server.engine.restore import restore_files, restore_txn
 from keel.server.exits import Exit
 from keel.storage import missions as m
 
@@ -21,6 +24,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("restore", parents=[common], help="rewind a mission to a restore point (a new checkpoint)")
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
+    p.add_argument("--files", action="store_true",
+                   help="also put the sandbox's files back as they were at the point (verified afterwards)")
     p.set_defaults(run=run_restore)
 
 
@@ -37,16 +42,31 @@ def run_points(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+@contextlib.contextmanager
+def mission_lock(path: Path, mission_id: str, what: str) -> Iterator[None]:
+    """Hold the mission's host lock for the operation: no host can start while files are rewritten."""
+    lock = HostLock(places.lock_path(path, mission_id), mission_id)
+    try:
+        lock.acquire()
+    except HostBusyError:
+        raise HostBusyError(f"mission {mission_id} is running; pause it before {what}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def run_restore(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-        lock = HostLock(places.lock_path(store_path(args), mission_id), mission_id)
-        if lock.held_elsewhere():
-            raise HostBusyError(f"mission {mission_id} is running; pause it before a restore")
-        point = store.write(lambda t: restore_txn(t, mission_id, args.point))
+        with mission_lock(store_path(args), mission_id, "a restore"):
+            if args.files:
+                point = restore_files(store, store_path(args), mission_id, args.point)
+            else:
+                point = store.write(lambda t: restore_txn(t, mission_id, args.point))
     if args.json:
-        print_json({"mission": mission_id, "point": point.id, "restored_to": args.point})
+        print_json({"mission": mission_id, "point": point.id, "restored_to": args.point, "files": args.files})
     else:
-        print(f"mission {mission_id}: restored to {args.point} as new point {point.id}; "
-              f"continue with `keel resume {mission_id}`")
+        print(f"mission {mission_id}: restored to {args.point}{' with its files' if args.files else ''} as new "
+              f"point {point.id}; continue with `keel resume {mission_id}`")
     return Exit.OK

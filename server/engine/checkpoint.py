@@ -71,7 +71,8 @@ def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
 
 
 def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], marks: dict[str, UnitMark],
-           config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "") -> RestorePoint:
+           config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "",
+           files_restored: bool = False) -> RestorePoint:
     """Write a checkpoint manifest (sharing unchanged blobs), move HEAD, add a restore point."""
     fault_point("CHECKPOINT")
     parent = m.head(txn, mission_id) or ""
@@ -80,8 +81,9 @@ def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], mar
         mission_id=mission_id, number=(previous.number + 1) if previous else 1, reason=reason,
         created_at=time.time(), graph=txn.put_object(list(units)), units=dict(marks),
         config=txn.put_object(config), parent=parent,
-        sandbox_tree=sandbox_tree or (previous.sandbox_tree if previous else ""),
-        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state)
+        sandbox_tree=sandbox_tree,
+        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state,
+        files_restored=files_restored)
     return m.commit_checkpoint(txn, manifest, label=label)
 
 

@@ -26,7 +26,7 @@ from keel.protocol.errors import InvalidTransitionError, KeelError
 from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, offline, places
-from keel.server.engine.checkpoint import Policy, TreeDigest
+from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
 from keel.server.engine.journal import JournalWriter
@@ -35,6 +35,7 @@ from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry
 from keel.server.engine.sandbox import ensure_sandbox
+from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn
 from keel.storage import missions as m
@@ -68,7 +69,8 @@ class MissionHost:
         self.tool_env: dict[str, str] | None = None  # commands' environment: no secrets (built once)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
-        self._tree = TreeDigest()
+        self._files = Snapshotter()
+        self.files_lock = asyncio.Lock()  # held by effectful tool calls; a file snapshot waits for them
         self._step = ""
         self.wait_online = wait_online
         self.models = ModelCalls(self)
@@ -92,15 +94,19 @@ class MissionHost:
             raise StaleHostError(f"mission {self.mission_id} is now run by another host; this one stops")
 
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
-        tree_digest = await asyncio.to_thread(self._tree, self.sandbox) if tree and self.sandbox.exists() else ""
-        await self.writer.commit(self._checkpoint_write(reason, tree_digest, extra))
+        async with self.files_lock:  # marks and files from the same moment: no tool call in between
+            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() \
+                else None
+            write = self._checkpoint_write(reason, extra, scan)
+        await self.writer.commit(write)
         self.policy.snapshotted()
 
     def checkpoint_soon(self, reason: str, extra: Any = None) -> None:
-        """A checkpoint (no tree digest) queued now: it commits no later than the step being recorded."""
-        self.writer.submit(self._checkpoint_write(reason, "", extra))
+        """A checkpoint queued now, without a file snapshot (none can be taken synchronously): it commits no
+        later than the step being recorded; `restore --files` says that this point has no files."""
+        self.writer.submit(self._checkpoint_write(reason, extra, None))
 
-    def _checkpoint_write(self, reason: str, tree_digest: str, extra: Any) -> Any:
+    def _checkpoint_write(self, reason: str, extra: Any, scan: Scan | None) -> Any:
         units, marks, state = self.graph.unit_list(), self.graph.marks(), self.record.state
         config = checkpoint.config_of(self.spec, self.models.active_model)
 
@@ -108,6 +114,7 @@ class MissionHost:
             self._fence(txn)
             if extra is not None:
                 extra(txn)
+            tree_digest = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
             checkpoint.commit(txn, self.mission_id, reason=reason, units=units, marks=marks, config=config,
                               state=state, sandbox_tree=tree_digest)
 
@@ -126,7 +133,7 @@ class MissionHost:
             self.store.read(lambda t: self.models.carry_on(t, manifest.config))
         self.graph.reopen_after_crash()
         if decision == "paused":
-            await self.checkpoint("paused", tree=False)
+            await self.checkpoint("paused")
             return S.PAUSED
         if decision in ("waiting", "completed", "cancelled"):
             return self.record.state
@@ -134,9 +141,13 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
+        if manifest is not None and manifest.files_restored:
+            from keel.server.engine.restore import check_restored_files
+
+            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
-        if manifest is None:
-            await self.checkpoint("started")
+        if manifest is None or manifest.files_restored:
+            await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         for held in await self.registry.recover():  # finished by a subagent after the last checkpoint
             self.graph.start(held.unit)
             await self._unit_finished(held.unit, Outcome("succeeded", result=held.result),
@@ -272,7 +283,7 @@ class MissionHost:
         failed = [uid for uid, mk in self.graph.marks().items() if mk.state.value == "failed"]
         errors = "; ".join(f"{uid}: {self.graph.mark(uid).error}" for uid in failed)
         await self._set_state(S.FAILED, error=errors[:2000])
-        await self.checkpoint("failed", tree=False)
+        await self.checkpoint("failed")
         return S.FAILED
 
     async def _stop_all(self, tasks: dict[asyncio.Task[Outcome], str]) -> MissionState:
@@ -346,14 +357,17 @@ class MissionHost:
 
     # -- steps that change the mission ----------------------------------------------------------------
     async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
-        added = self.graph.add(list(params.units), session.unit.id)
-        units, marks = self.graph.unit_list(), self.graph.marks()
-        config = checkpoint.config_of(self.spec, self.models.active_model)
+        async with self.files_lock:
+            added = self.graph.add(list(params.units), session.unit.id)
+            units, marks = self.graph.unit_list(), self.graph.marks()
+            config = checkpoint.config_of(self.spec, self.models.active_model)
+            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
         state = self.record.state
 
         def extra(txn: Txn) -> None:  # the graph change is durable with its journal entry
+            tree = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
             checkpoint.commit(txn, self.mission_id, reason=f"plan: {session.unit.id} added {len(added)}",
-                              units=units, marks=marks, config=config, state=state)
+                              units=units, marks=marks, config=config, state=state, sandbox_tree=tree)
 
         return await session.record(seq, "plan/add", fp, {"added": added}, begin, extra=extra,
                                     summary=f"added {', '.join(added)}")
@@ -365,7 +379,7 @@ class MissionHost:
         self._step = f"{session.unit.id}: {summary or method}"
         self._draw()
         if self.policy.record(wall_ms) and not self._stop.is_set():
-            task = asyncio.create_task(self.checkpoint("snapshot", tree=False))
+            task = asyncio.create_task(self.checkpoint("snapshot"))
             task.add_done_callback(lambda t: t.exception())
 
     def _draw(self) -> None:

@@ -41,8 +41,12 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, Miss
     if pause:
         return "paused", m.set_mission_state(txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR,
                                              host=host)
-    if record.state == S.WAITING_INPUT and question is not None:
-        return "waiting", record
+    if record.state == S.WAITING_INPUT:
+        if question is not None:
+            return "waiting", record
+        # answered: running from this very transaction, so a crash before the host's next write never
+        # leaves a mission that waits for input with no question to answer
+        return "run", m.set_mission_state(txn, mission_id, S.RUNNING, host=host, pause_reason=None)
     return "run", m.set_mission_state(txn, mission_id, record.state, host=host)
 
 

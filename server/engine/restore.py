@@ -1,28 +1,45 @@
-"""Rewind a mission to a restore point by writing a NEW checkpoint; history is never rewritten.
+"""Rewind a mission to a restore point, or fork a new mission from one; history is never rewritten.
 
-The new checkpoint takes the point's task graph and unit marks. A unit that had not finished at the
-point gets a fresh journal lane (a new epoch) holding copies of its entries up to the point's mark, so
-entries recorded after the point are never used on replay; the old lane stays as it was. The mission
-becomes paused: `keel resume` continues from there. Workspace files are not rewound here.
-Depends on storage and the engine's checkpoint and journal modules.
+A restore writes a NEW checkpoint holding the point's task graph and unit marks. A unit that had not
+finished at the point gets a fresh journal lane (a new epoch) holding copies of its entries up to the
+point's mark, so entries recorded after the point are never used on replay; the old lane stays as it
+was. The mission becomes paused: `keel resume` continues from there.
+
+With files (`restore_files`), the sandbox is first made equal to the point's file snapshot
+(server/engine/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
+recorded. The new checkpoint says `files_restored`, so the host that resumes it checks the sandbox
+again before anything runs. A fork copies the records the point needs (journal lanes up to their marks,
+evidence up to the point) to a new mission id with its own sandbox (its own `keel/<id>` branch in a git
+workspace); its first checkpoint's parent is the point's checkpoint, so the original is only read.
+Depends on storage and the engine's checkpoint, journal, places, sandbox and trees modules.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
 import msgspec
 
 from keel.protocol.errors import InvalidTransitionError
-from keel.protocol.records import RestorePoint, UnitMark
+from keel.protocol.records import CheckpointManifest, Event, MissionRecord, RestorePoint, SandboxTree, UnitMark
 from keel.protocol.states import MissionState, PauseReason, UnitState
-from keel.server.engine import checkpoint
+from keel.server.engine import checkpoint, places, trees
 from keel.server.engine.journal import lane
-from keel.storage import Txn
+from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
+from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
+from keel.storage.keys import mission_prefix
+
+_ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
 
-def restore_txn(txn: Txn, mission_id: str, point_id: str) -> RestorePoint:
+def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False) -> RestorePoint:
     record = m.get_mission(txn, mission_id)
-    if record.state in (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED):
+    if record.state in _ACTIVE:
         raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
     point = m.get_point(txn, mission_id, point_id)
     target = m.get_checkpoint(txn, point.checkpoint)
@@ -37,12 +54,172 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str) -> RestorePoint:
         old_lane, new_lane = lane(unit_id, mark.epoch), lane(unit_id, epoch)
         for entry in m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm):
             m.journal_put(txn, mission_id, new_lane, entry)
-        state = UnitState.RESUMABLE if mark.journal_hwm else UnitState.PENDING
-        marks[unit_id] = msgspec.structs.replace(mark, state=state, epoch=epoch, error="")
+        marks[unit_id] = _reopened(mark, epoch)
     m.set_mission_state(txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None,
                         error="")
     units = checkpoint.load_graph(txn, target.graph)
     config = txn.get_object(target.config, dict) or checkpoint.config_of(record.spec)
     return checkpoint.commit(txn, mission_id, reason=f"restored to {point.id}", units=units, marks=marks,
                              config=config, state=MissionState.PAUSED, sandbox_tree=target.sandbox_tree,
-                             label=f"restore of {point.id}")
+                             label=f"restore of {point.id}" + (" with files" if files else ""),
+                             files_restored=files)
+
+
+def _reopened(mark: UnitMark, epoch: int) -> UnitMark:
+    state = UnitState.RESUMABLE if mark.journal_hwm else UnitState.PENDING
+    return msgspec.structs.replace(mark, state=state, epoch=epoch, error="")
+
+
+# -- files ------------------------------------------------------------------------------------------------
+def load_point(store: Store, mission_id: str, point_id: str) -> tuple[MissionRecord, RestorePoint, SandboxTree]:
+    def read(txn: Txn) -> tuple[MissionRecord, RestorePoint, SandboxTree]:
+        record = m.get_mission(txn, mission_id)
+        point = m.get_point(txn, mission_id, point_id)
+        manifest = m.get_checkpoint(txn, point.checkpoint)
+        return record, point, trees.point_tree(txn, manifest, f"restore point {point.id} of mission {mission_id}")
+
+    return store.read(read)
+
+
+def blob_reader(store: Store) -> Callable[[str], bytes]:
+    """Read one blob per short read transaction (a restore never holds a long one)."""
+
+    def blob(digest: str) -> bytes:
+        data = store.read(lambda t: t.get_blob(digest))
+        if data is None:
+            raise trees.NoSnapshotError(f"file blob {digest[:16]} of the snapshot is missing from the store")
+        return data
+
+    return blob
+
+
+SANDBOX = "sandbox"  # the point name of a mission's sandbox as it is now
+
+
+def point_files(store: Store, store_path: Path, mission_id: str,
+                point: str) -> tuple[trees.Files, Callable[[str], bytes], str]:
+    """(files, reader of their bytes by digest, name) of a restore point, or of the sandbox as it is now
+    when `point` is empty or "sandbox" (freshly hashed: what no checkpoint has seen yet counts)."""
+    if point and point != SANDBOX:
+        _, p, tree = load_point(store, mission_id, point)
+        return trees.tree_files(tree), blob_reader(store), p.id
+    record = store.read(lambda t: m.get_mission(t, mission_id))
+    root = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
+    files = trees.current_files(root) if root.is_dir() else {}
+    paths = {digest: path for path, (_, digest) in files.items()}
+    return files, lambda digest: trees.read_bytes(str(root / paths[digest]), files[paths[digest]][0]), SANDBOX
+
+
+def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str) -> RestorePoint:
+    """Put the point's files into the sandbox, verify them, then record the restore (one transaction)."""
+    record, point, tree = load_point(store, mission_id, point_id)
+    if record.state in _ACTIVE:
+        raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
+    sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
+    ensure_sandbox(Path(record.workspace), sandbox, mission_id)
+    trees.materialize(sandbox, tree, blob_reader(store))
+    checkpoint.fault_point("RESTORE_VERIFY")
+    trees.verify(sandbox, tree, f"restore point {point.id}")
+    return store.write(lambda t: restore_txn(t, mission_id, point_id, files=True))
+
+
+def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Path) -> None:
+    """A host resuming right after a restore with files: the sandbox must still be the restored one."""
+    tree = store.read(lambda t: trees.point_tree(t, manifest, f"checkpoint {manifest.number}"))
+    try:
+        trees.verify(sandbox, tree, f"the files restored by checkpoint {manifest.number} ({manifest.reason}); "
+                                    f"restore them again with `keel restore {manifest.mission_id} POINT --files`")
+    except trees.SandboxMismatchError as exc:  # the mission says why it did not start (editor, `keel status`)
+        message = exc.message
+
+        def note(txn: Txn) -> None:
+            state = m.get_mission(txn, manifest.mission_id).state
+            m.set_mission_state(txn, manifest.mission_id, state, error=message[:2000])
+            m.add_event(txn, manifest.mission_id, Event(kind="error", at=time.time(), message=message[:500]))
+
+        store.write(note)
+        raise
+
+
+# -- fork -------------------------------------------------------------------------------------------------
+def fork(store: Store, store_path: Path, mission_id: str, point_id: str) -> MissionRecord:
+    """A new mission from a restore point: own id, own sandbox holding the point's files, paused."""
+    record, point, tree = load_point(store, mission_id, point_id)
+    new_id = places.new_mission_id()
+    sandbox = places.sandbox_path(store_path, new_id)
+    workspace = Path(record.workspace)
+    git = _fork_sandbox(workspace, Path(record.sandbox or places.sandbox_path(store_path, mission_id)), sandbox,
+                        new_id)
+    try:
+        trees.materialize(sandbox, tree, blob_reader(store))
+        trees.verify(sandbox, tree, f"restore point {point.id} of mission {mission_id}")
+        return store.write(lambda t: _fork_txn(t, record, point, new_id, sandbox))
+    except BaseException:
+        _remove_sandbox(workspace, sandbox, new_id, git)
+        raise
+
+
+def _fork_sandbox(workspace: Path, original: Path, target: Path, new_id: str) -> bool:
+    """Branch keel/<new> where the original sandbox is (or the workspace HEAD), then its worktree."""
+    top = git_toplevel(workspace)
+    if top is None:
+        target.mkdir(parents=True, exist_ok=False)
+        return False
+    start = _run(original, "rev-parse", "HEAD") if original.exists() else None
+    base = start.stdout.strip() if start is not None and start.returncode == 0 else "HEAD"
+    made = _run(top, "branch", f"keel/{new_id}", base)
+    if made.returncode != 0:
+        raise SandboxError(f"cannot create branch keel/{new_id}: {made.stderr.strip()}")
+    ensure_sandbox(workspace, target, new_id)
+    return True
+
+
+def _remove_sandbox(workspace: Path, target: Path, new_id: str, git: bool) -> None:
+    if git:
+        _run(workspace, "worktree", "remove", "--force", str(target))
+        _run(workspace, "branch", "-D", f"keel/{new_id}")
+    shutil.rmtree(target, ignore_errors=True)
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str, sandbox: Path) -> MissionRecord:
+    target = m.get_checkpoint(txn, point.checkpoint)
+    now = time.time()
+    fork_record = msgspec.structs.replace(
+        record, id=new_id, state=MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None, error="",
+        host=None, sandbox=str(sandbox), forked_from=f"{record.id}:{point.id}", created_at=now, updated_at=now,
+        control_seen=0)
+    m.put_mission(txn, fork_record)
+    for name, hwm in _lanes_of_chain(txn, target).items():
+        for entry in m.journal_entries(txn, record.id, name, upto=hwm):
+            m.journal_put(txn, new_id, name, entry)
+    for _, item in m.evidence_after(txn, record.id, upto=target.evidence_hwm):
+        m.add_evidence(txn, new_id, item)
+    m.add_event(txn, new_id, Event(kind="state", at=now, state=MissionState.PAUSED.value,
+                                   message=f"forked from {record.id} at {point.id}"))
+    marks = {uid: mk if mk.state == UnitState.SUCCEEDED else _reopened(mk, mk.epoch)
+             for uid, mk in target.units.items()}
+    manifest = CheckpointManifest(
+        mission_id=new_id, number=target.number + 1, reason=f"forked from {record.id} {point.id}", created_at=now,
+        graph=target.graph, units=marks, config=target.config, parent=point.checkpoint,
+        sandbox_tree=target.sandbox_tree, context=target.context,
+        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(new_id)), state=MissionState.PAUSED,
+        files_restored=True)
+    m.commit_checkpoint(txn, manifest, label=f"fork of {record.id} {point.id}")
+    return fork_record
+
+
+def _lanes_of_chain(txn: Txn, manifest: CheckpointManifest) -> dict[str, int]:
+    """Every journal lane a checkpoint chain refers to, with the highest entry it needs."""
+    lanes: dict[str, int] = {}
+    current: CheckpointManifest | None = manifest
+    while current is not None:
+        for uid, mark in current.units.items():
+            name = lane(uid, mark.epoch)
+            lanes[name] = max(lanes.get(name, 0), mark.journal_hwm)
+        current = m.get_checkpoint(txn, current.parent) if current.parent else None
+    return lanes

@@ -8,6 +8,7 @@ undecidable (ask the person "rerun" or "skip"). Depends on keel.server.tools and
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from keel.protocol import agent as ap
 from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.server.engine.agentproc import HandlerError
 from keel.server.engine.agentproc import agent_env as scrubbed_env
+from keel.storage import missions as m
 
 if TYPE_CHECKING:
     from keel.server.engine.unitrun import UnitSession
@@ -28,6 +30,7 @@ RERUNNING = "rerunning"
 class ToolCalls:
     def __init__(self, session: UnitSession) -> None:
         self.session = session
+        self._changing: set[asyncio.Task[Any]] = set()  # changes still being made or recorded
 
     def _context(self) -> Any:
         from keel.server.tools import ToolContext
@@ -40,7 +43,7 @@ class ToolCalls:
 
     async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
                   begin: float) -> Any:
-        from keel.server.tools import TOOLS, ToolError
+        from keel.server.tools import TOOLS
 
         s = self.session
         if call.tool not in s.host.spec.permissions.tools:
@@ -52,6 +55,45 @@ class ToolCalls:
         if tool is None:
             return await s.record(seq, "tool/run", fp, {"code": rpc_invalid()}, begin,
                                   error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})")
+        if tool.klass == "read_only":
+            return await self._finish(tool, self._context(), call, seq, fp, begin)
+        if intent is not None and self._changing:
+            settled = await self._settled(seq)
+            if settled is not None:
+                return settled.result
+        # an agent that dies mid-call cancels its request, but never the recording of a change already made
+        task = asyncio.ensure_future(self._locked(tool, call, seq, fp, intent, begin))
+        self._changing.add(task)
+        task.add_done_callback(self._changing.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved here if nobody awaits it
+        return await asyncio.shield(task)
+
+    async def _locked(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
+                      begin: float) -> Any:
+        async with self.session.host.files_lock:  # a file snapshot is never taken in the middle of a change
+            return await self._change(tool, call, seq, fp, intent, begin)
+
+    async def _settled(self, seq: int) -> JournalEntry | None:
+        """An agent restarted while its previous run's change was still being recorded: wait for that, and
+        answer from the entry it recorded (a replay), instead of taking the intent for an uncertain effect."""
+        from keel.server.engine.unitrun import _answer
+
+        await asyncio.gather(*list(self._changing), return_exceptions=True)
+        s = self.session
+        mission, lane = s.host.mission_id, s.lane
+        entry = await asyncio.to_thread(s.host.store.read, lambda t: m.journal_get(t, mission, lane, seq))
+        if entry is None or entry.phase != "done":
+            return None
+        s.entries[seq] = entry
+        s.replayed += 1
+        s.host.stats["replayed"] += 1
+        return msgspec.structs.replace(entry, result=_answer(entry))
+
+    async def _change(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
+                      begin: float) -> Any:
+        from keel.server.tools import ToolError
+
+        s = self.session
         ctx = self._context()
         if intent is not None:
             return await self._recover(tool, ctx, call, seq, fp, intent, begin)

@@ -122,6 +122,33 @@ def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
         sandbox=lease.sandbox, branch=lease.branch, last_checkpoint=lease.last_checkpoint, merged=lease.merged)
 
 
+class FileChange(msgspec.Struct, frozen=True, rename="camel"):
+    path: str
+    status: str  # added | removed | modified | mode
+
+
+class PointFile(msgspec.Struct, frozen=True, rename="camel"):
+    mission_id: str
+    point: str
+    path: str
+    exists: bool
+    binary: bool
+    text: str  # the file's text ("" when it does not exist or is binary)
+
+
+def file_change(path: str, old: tuple[str, str] | None, new: tuple[str, str] | None) -> FileChange:
+    status = "added" if old is None else "removed" if new is None else "mode" if old[1] == new[1] else "modified"
+    return FileChange(path=path, status=status)
+
+
+def point_file(mission_id: str, point: str, path: str, data: bytes | None) -> PointFile:
+    try:
+        text, binary = (data or b"").decode(), False
+    except UnicodeDecodeError:
+        text, binary = "", True
+    return PointFile(mission_id=mission_id, point=point, path=path, exists=data is not None, binary=binary, text=text)
+
+
 def summary(view: MissionView) -> MissionSummary:
     r = view.record
     counts = unit_counts(view)

@@ -52,6 +52,18 @@ def restore(store_path: Path, mission_id: str, point: str, files: bool) -> None:
         raise EngineCallError(message, _EXIT_CODES.get(proc.returncode, ErrorCode.STORE))
 
 
+def cli_json(store_path: Path, *args: str) -> Any:
+    """`keel VERB ... --json --store STORE` in a child; its JSON output, or the typed error of its exit."""
+    proc = _run([sys.executable, "-m", "keel.server.cli", *args, "--json", "--store", str(store_path)])
+    if proc.returncode != 0:
+        message = _tail(proc.stderr).removeprefix("keel: ") or f"keel {args[0]} exited with {proc.returncode}"
+        raise EngineCallError(message, _EXIT_CODES.get(proc.returncode, ErrorCode.STORE))
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise EngineCallError(f"keel {args[0]} printed no JSON: {_tail(proc.stdout)}") from None
+
+
 _EXIT_CODES = {2: ErrorCode.USAGE, 5: ErrorCode.CORRUPT_RECORD, 6: ErrorCode.NOT_FOUND}
 
 

@@ -87,10 +87,11 @@ def test_git_workspace_gets_a_worktree_on_its_own_branch(tmp_path: Path) -> None
     assert current.stdout.strip() == "main"
 
 
+# Slow enough that a `keel pause` started from another process lands mid-mission even on a loaded machine.
 def _slow_units(side: Path) -> list[dict]:
     return [{"id": f"u{i}", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo u{i}-1 >> {side}"}}, {"sleep": 0.4},
-        {"tool": "run", "args": {"cmd": f"echo u{i}-2 >> {side}"}}, {"sleep": 0.4}, {"now": True}]}}
+        {"tool": "run", "args": {"cmd": f"echo u{i}-1 >> {side}"}}, {"sleep": 1.5},
+        {"tool": "run", "args": {"cmd": f"echo u{i}-2 >> {side}"}}, {"sleep": 1.5}, {"now": True}]}}
         for i in range(3)]
 
 

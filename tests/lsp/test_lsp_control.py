@@ -137,8 +137,10 @@ async def test_stranded_mission_is_flagged(env: Env) -> None:
     os.killpg(running["host"]["pid"], signal.SIGKILL)
     stranded = await env.wait_for(lambda c: c["id"] == mid and c["stranded"], timeout=15)
     assert stranded["state"] == "running" and stranded["host"]["alive"] is False
-    shown = [m.message for m in env.client.messages if m.type == types.MessageType.Error]
-    assert any(f"mission {mid} is stranded" in line for line in shown), shown
+    def shown() -> list[str]:
+        return [m.message for m in env.client.messages if m.type == types.MessageType.Error]
+
+    await _until(lambda: any(f"mission {mid} is stranded" in line for line in shown()), timeout=10)
 
 
 async def _host_leaves(env: Env, mid: str) -> None:

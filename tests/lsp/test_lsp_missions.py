@@ -9,7 +9,7 @@ from lsprotocol import types
 from tests.lsp.conftest import Env
 
 COMMANDS = {"keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll", "keel.answer", "keel.restore",
-            "keel.verifyStore"}
+            "keel.verifyStore", "keel.fork", "keel.apply", "keel.export", "keel.import"}
 
 
 async def test_empty_workspace(env: Env) -> None:

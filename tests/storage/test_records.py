@@ -61,7 +61,9 @@ SAMPLES: dict[type[Any], Any] = {
     records.CheckpointManifest: records.CheckpointManifest(
         mission_id="m1", number=4, reason="paused", created_at=5.0, graph="a" * 64, units={"u1": MARK},
         config="b" * 64, parent="c" * 64, sandbox_tree="tree", context="d" * 64, evidence_hwm=11,
-        state=MissionState.PAUSED),
+        state=MissionState.PAUSED, files_restored=True),
+    records.TreeEntry: records.TreeEntry(path="sub/é.py", mode="x", blob="e" * 64),
+    records.SandboxTree: records.SandboxTree(entries=(records.TreeEntry(path="a", mode="l", blob="f" * 64),)),
     records.SubagentLease: records.SubagentLease(
         unit="u1", lane="l2", epoch=3, host_id="h1", state="done", pid=42, hostname="vm", heartbeat=9.0,
         ttl_s=5.0, started_at=8.0, sandbox="/s/u1", branch="keel/u1", base="a" * 40, tree="t" * 64,

@@ -4,8 +4,9 @@ The store holds three real missions run by detached hosts with the scripted agen
 waiting for input, one completed. code-server loads the extension from the source tree
 (extensionDevelopmentPath) with client-vscode/out/test/suite.js as extensionTestsPath; the suite checks
 commands, tree providers (Missions, Restore Points, Providers after a real failover from a 401 endpoint
-on a loopback fault server), the status bar, a pause that comes back as keel/missionChanged, and the
-not-installed path, and writes what it saw; this test asserts on it.
+on a loopback fault server), the status bar, a pause that comes back as keel/missionChanged, the
+not-installed path, and the restore-point actions (a diff view of two keel-point documents, fork,
+apply), and writes what it saw; this test asserts on it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from .conftest import ARTIFACTS, ROOT, keel, kill_hosts, mission_file, workspace
 
 EXPECTED_COMMANDS = {"keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll", "keel.answer",
                      "keel.restore", "keel.verifyStore", "keel.refresh", "keel.restartServer", "keel.showLog",
-                     "keel.selectMission"}
+                     "keel.selectMission", "keel.fork", "keel.apply", "keel.export", "keel.import",
+                     "keel.restoreWithFiles", "keel.diffPoint"}
 
 
 def wait_state(store: Path, mission_id: str, state: str, timeout: float = 20) -> None:
@@ -46,7 +48,9 @@ def start_missions(ws: Path) -> dict[str, str]:
                                             ("u2", "Rewrite", ["u1"], "[]")]),
         "beta": mission_file(ws, "beta", [("u1", "Ask", [], '[{ ask = "Which logger?" }]')]),
         "gamma": mission_file(ws, "gamma", [("u1", "Only", [], '[{ now = true }, '
-                                            '{ model = { messages = [{ role = "user", content = "hi" }] } }]')]),
+                                            '{ model = { messages = [{ role = "user", content = "hi" }] } }, '
+                                            '{ tool = "write_file", args = '
+                                            '{ path = "g.txt", content = "gamma\\n" } }]')]),
     }
     ids = {name: keel("run", str(path), "--detach", cwd=ws) for name, path in files.items()}
     store = ws / ".keel" / "store"
@@ -94,7 +98,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
     assert not failed, json.dumps(failed, indent=2) + "\n" + server.log_tail()
-    assert len(suite["results"]) == 11
+    assert len(suite["results"]) == 12
     seen = suite["observed"]
 
     assert set(seen["commands"]) >= EXPECTED_COMMANDS
@@ -149,6 +153,15 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert other["command"][-3:] == ["--store", str(ws / "other" / "store"), "--verbose"]
     assert other["missions"] == 0
     assert "--store" not in seen["backToDefaultStore"]["command"] and seen["backToDefaultStore"]["missions"] == 3
+    assert set(seen["pointActions"]) == {"keel.restore", "keel.diffPoint", "keel.restoreWithFiles", "keel.fork"}
+    assert seen["diff"] == {"label": "g.txt (p1 ↔ sandbox)",
+                            "left": {"scheme": "keel-point", "path": f"/{ids['gamma']}/p1/g.txt", "text": ""},
+                            "right": {"scheme": "keel-point", "path": f"/{ids['gamma']}/sandbox/g.txt",
+                                      "text": "gamma\n"}}
+    fork = seen["fork"]
+    assert fork["id"] != ids["gamma"] and fork["state"] == "paused" and fork["name"] == "gamma"
+    assert fork["selected"] == fork["id"]
+    assert seen["apply"]["added"] == ["g.txt"] and (ws / "g.txt").read_text() == "gamma\n"
     [channel] = server.home.glob("user-data/logs/*/exthost*/keel.keel/keel.log")
     log = channel.read_text()
     assert "[info] keel.server.lsp.app: keel serve: store" in log  # server stderr at its own level

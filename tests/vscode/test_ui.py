@@ -97,7 +97,8 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     assert seen["runningActions"] == ["Pause Mission"]
     assert seen["pausedActions"] == ["Resume Mission"]
     assert seen["questionActions"] == ["Answer Mission Question…"]
-    assert seen["pointActions"] == ["Restore Mission to Point…"]
+    assert seen["pointActions"] == ["Restore Mission to Point…", "Diff Point with Sandbox…", "Restore with Files",
+                                    "Fork Mission from Point"]
     assert "completed" in seen["completedRow"] and "3/3" in seen["completedRow"]
     assert seen["finalStatus"] == ""
     assert all(Path(p).stat().st_size > 10_000 for p in out["shots"])

@@ -16,8 +16,10 @@ from keel.server.lsp.features import (
     progress,
     providers,
     questions,
+    rewind,
     subagents,
     supervision,
 )
 
-FEATURES: list[ModuleType] = [missions, control, progress, questions, notices, supervision, subagents, providers]
+FEATURES: list[ModuleType] = [missions, control, rewind, progress, questions, notices, supervision, subagents,
+                              providers]

@@ -35,7 +35,7 @@ def register(server: KeelServer) -> None:
             raise invalid(f"{START}: mission file {path} does not exist")
         ls.require_store()  # create it here, so the watcher sees the mission appear
         mission_id = await ls.blocking(enginecall.call, ls.store_path, "start", str(path))
-        return await _summary(ls, mission_id)
+        return await summary_after(ls, mission_id)
 
     @server.command(PAUSE)
     @handler(server, PAUSE)
@@ -48,14 +48,14 @@ def register(server: KeelServer) -> None:
             engine.request_pause(store, mid, SOURCE)
             return mid
 
-        return await _summary(ls, await ls.blocking(run))
+        return await summary_after(ls, await ls.blocking(run))
 
     @server.command(RESUME)
     @handler(server, RESUME)
     async def resume(ls: KeelServer, *args: Any) -> Any:
         mid = await ls.blocking(resolve, ls.require_store(), _one_id(RESUME, args))
         await ls.blocking(enginecall.call, ls.store_path, "resume", mid)
-        return await _summary(ls, mid)
+        return await summary_after(ls, mid)
 
     @server.command(PAUSE_ALL)
     @handler(server, PAUSE_ALL)
@@ -89,7 +89,7 @@ def register(server: KeelServer) -> None:
             raise invalid(f'{RESTORE} expects "files" to be a boolean in argument 3, got {files!r}')
         mid = await ls.blocking(resolve, ls.require_store(), text)
         await ls.blocking(enginecall.restore, ls.store_path, mid, point, files)
-        return await _summary(ls, mid)
+        return await summary_after(ls, mid)
 
     @server.command(VERIFY)
     @handler(server, VERIFY)
@@ -107,7 +107,7 @@ async def answer_mission(ls: KeelServer, text: str, reply: str) -> Any:
     """Record an answer and resume (shared by keel.answer and the showMessageRequest path)."""
     mid = await ls.blocking(resolve, ls.require_store(), text)
     await ls.blocking(enginecall.call, ls.store_path, "answer", mid, reply)
-    return await _summary(ls, mid)
+    return await summary_after(ls, mid)
 
 
 def _one_id(name: str, args: tuple[Any, ...]) -> str:
@@ -117,7 +117,7 @@ def _one_id(name: str, args: tuple[Any, ...]) -> str:
     return text
 
 
-async def _summary(ls: KeelServer, mission_id: str) -> Any:
+async def summary_after(ls: KeelServer, mission_id: str) -> Any:
     ls.changed()
     view = await ls.blocking(read_view, ls.require_store(), mission_id)
     return summary_json(ls, view)
