@@ -59,12 +59,21 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
     discard(mission_sandbox, target, branch)
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_git(mission_sandbox):
+        commit_pending(mission_sandbox)
         git(mission_sandbox, "worktree", "add", "--force", "-B", branch, str(target), "HEAD")
         return git(target, "rev-parse", "HEAD").stdout.strip()
     shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
     base = file_digests(target)
     _base_file(target).write_text(json.dumps(base, sort_keys=True))
     return "copy"
+
+
+def commit_pending(mission_sandbox: Path) -> None:
+    """Files the mission sandbox holds but its branch does not (a restore with files or a fork put them
+    there) are committed on the mission branch, so a unit sandbox made from HEAD starts from them."""
+    git(mission_sandbox, "add", "-A")
+    if git(mission_sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
+        git(mission_sandbox, "commit", "-q", "--no-verify", "-m", "keel: mission files as restored")
 
 
 def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
