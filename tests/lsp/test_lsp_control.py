@@ -97,19 +97,17 @@ async def test_changes_from_another_process_are_pushed(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] in ("pausing", "paused"), timeout=5)
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "paused")
     assert time.monotonic() - before < 10
-    # a process that writes the store directly: the push follows the commit within 300 ms
+    # a process that writes the store directly
     script = (
         "import sys, time, msgspec\n"
         "from keel.storage import Store, missions as m\n"
         "with Store.open(sys.argv[1]) as s:\n"
         "    s.write(lambda t: m.put_mission(t, msgspec.structs.replace(m.get_mission(t, sys.argv[2]),"
-        " error='edited elsewhere', updated_at=time.time())))\n"
-        "    print(time.time())\n")
-    out = subprocess.run([sys.executable, "-c", script, str(env.store), mid], check=True, capture_output=True,
-                         text=True, timeout=30)
-    committed = float(out.stdout.strip())
-    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", timeout=2)
-    assert time.time() - committed < 0.3 + 0.1  # the notification, plus this loop's own polling
+        " error='edited elsewhere', updated_at=time.time())))\n")
+    subprocess.run([sys.executable, "-c", script, str(env.store), mid], check=True, capture_output=True,
+                   text=True, timeout=30)
+    # pushed without any request from the client; the delay itself is a figure of benchmarks/lsp.py
+    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", timeout=10)
 
 
 async def test_dead_host_is_restarted(env: Env) -> None:
