@@ -113,7 +113,8 @@ async function ui(page) {
   seen.runningRow = await waitUntil(page, "the mission row shows running",
     async () => { const r = await missionRow(page); return /running/.test(r) ? r : ""; });
   seen.unitRows = await waitUntil(page, "unit rows under the mission", async () => {
-    const rows = await page.locator(".monaco-list-row").allInnerTexts();
+    const missionsPane = page.locator(".pane", { has: page.locator(".pane-header", { hasText: "Missions" }) });
+    const rows = await missionsPane.locator(".monaco-list-row").allInnerTexts();
     const units = rows.map((r) => r.replace(/\s+/g, " ").trim()).filter((r) => /^u\d/.test(r));
     return units.length >= config.units ? units : undefined;
   });
