@@ -19,8 +19,9 @@ import {
 
 type Target = string | MissionTreeNode | PointNode | undefined;
 
-export function registerCommands(connection: KeelConnection, model: MissionModel,
-                                 log: vscode.LogOutputChannel): vscode.Disposable[] {
+/** Registers commands whose failures are logged and shown as one short message, and runs mission
+ * commands whose answer (a mission summary) updates the model at once. */
+export function commandRunner(connection: KeelConnection, model: MissionModel, log: vscode.LogOutputChannel) {
   const run = <A extends unknown[]>(name: string, fn: (...args: A) => Promise<unknown>) =>
     vscode.commands.registerCommand(name, async (...args: A) => {
       try {
@@ -37,6 +38,12 @@ export function registerCommands(connection: KeelConnection, model: MissionModel
     model.apply(summary);
     return summary;
   };
+  return { run, missionCommand };
+}
+
+export function registerCommands(connection: KeelConnection, model: MissionModel,
+                                 log: vscode.LogOutputChannel): vscode.Disposable[] {
+  const { run, missionCommand } = commandRunner(connection, model, log);
   return [
     run(ServerCommands.startMission, async (file?: vscode.Uri | string) => {
       const missionFile = await pickMissionFile(file);

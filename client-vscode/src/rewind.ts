@@ -5,6 +5,7 @@
  * Must not draw views.
  */
 import * as vscode from "vscode";
+import { commandRunner } from "./commands";
 import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
 import type { PointNode } from "./pointsTree";
@@ -14,7 +15,6 @@ import {
   ServerCommands,
   type ApplyResult,
   type FileChange,
-  type MissionSummary,
   type PointFile,
 } from "./protocol";
 
@@ -39,22 +39,7 @@ type PointTarget = PointNode | string | undefined;
 
 export function registerRewind(connection: KeelConnection, model: MissionModel,
                                log: vscode.LogOutputChannel): vscode.Disposable[] {
-  const run = <A extends unknown[]>(name: string, fn: (...args: A) => Promise<unknown>) =>
-    vscode.commands.registerCommand(name, async (...args: A) => {
-      try {
-        return await fn(...args);
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        log.error(`${name} failed: ${message}`);
-        void vscode.window.showErrorMessage(`keel: ${message}`);
-        return undefined;
-      }
-    });
-  const missionCommand = async (command: string, args: unknown[]): Promise<MissionSummary> => {
-    const summary = await connection.executeCommand<MissionSummary>(command, args);
-    model.apply(summary);
-    return summary;
-  };
+  const { run, missionCommand } = commandRunner(connection, model, log);
   return [
     vscode.workspace.registerTextDocumentContentProvider(SCHEME, new PointFiles(connection)),
     run(ServerCommands.fork, async (target?: PointTarget, point?: string) => {
