@@ -7,10 +7,7 @@ end (they are detached on purpose, so the server's exit does not stop them).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -22,8 +19,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from keel.storage import Store
-from keel.storage import missions as m
+from tests.hosts import kill_hosts
 
 SERVER = [sys.executable, "-m", "keel.server.cli", "serve"]
 
@@ -89,18 +85,6 @@ class Env:
 
     def kill_hosts(self) -> None:
         kill_hosts(self.store)
-
-
-def kill_hosts(store_path: Path) -> None:
-    """SIGKILL every mission host recorded in the store (and its agents: a host leads its process group)."""
-    if not (store_path / "data.mdb").exists():
-        return
-    with Store.open(store_path) as store:
-        records = store.read(m.list_missions)
-    for record in records:
-        if record.host is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.host.pid, signal.SIGKILL)
 
 
 def capabilities() -> types.ClientCapabilities:

@@ -16,7 +16,8 @@ import pytest
 
 from keel.storage import Store
 from keel.storage import missions as m
-from tests.lsp.conftest import kill_hosts, mission_toml
+from tests.hosts import kill_hosts
+from tests.lsp.conftest import mission_toml
 
 NVIM = shutil.which("nvim")
 CLIENT = Path(__file__).with_name("client.lua")

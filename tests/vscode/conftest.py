@@ -24,9 +24,6 @@ from typing import Any
 
 import pytest
 
-from keel.storage import Store
-from keel.storage import missions as m
-
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "vscode"
 USER_SETTINGS = {
@@ -187,13 +184,3 @@ def keel(*args: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def kill_hosts(store: Path) -> None:
-    """Stop the detached mission hosts a test started (by the pids the store records)."""
-    if not (store / "data.mdb").exists():
-        return
-    with Store.open(store) as opened:
-        records = opened.read(m.list_missions)
-    for record in records:
-        if record.host is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.host.pid, signal.SIGKILL)

@@ -22,8 +22,9 @@ from typing import Any
 from keel.storage import Store
 from keel.storage import missions as m
 from tests.faultserver import FaultServer, error
+from tests.hosts import kill_hosts
 
-from .conftest import ARTIFACTS, ROOT, keel, kill_hosts, mission_file, workspace
+from .conftest import ARTIFACTS, ROOT, keel, mission_file, workspace
 
 EXPECTED_COMMANDS = {"keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll", "keel.answer",
                      "keel.restore", "keel.verifyStore", "keel.refresh", "keel.restartServer", "keel.showLog",

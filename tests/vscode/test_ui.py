@@ -18,8 +18,9 @@ from typing import Any
 
 from keel.storage import Store
 from keel.storage import missions as m
+from tests.hosts import kill_hosts
 
-from .conftest import ARTIFACTS, kill_hosts, mission_file, workspace
+from .conftest import ARTIFACTS, mission_file, workspace
 
 ANSWER = "use structlog everywhere"
 HOST_GRACE_S = 10.0
