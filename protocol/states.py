@@ -58,7 +58,7 @@ UNIT_TRANSITIONS: dict[UnitState, frozenset[UnitState]] = {
     U.PENDING: frozenset({U.READY}),
     U.READY: frozenset({U.RUNNING, U.PENDING}),
     U.RUNNING: frozenset({U.SUCCEEDED, U.FAILED, U.RESUMABLE}),
-    U.RESUMABLE: frozenset({U.RUNNING, U.READY, U.PENDING}),
+    U.RESUMABLE: frozenset({U.RUNNING, U.READY, U.PENDING, U.FAILED}),  # failed: a person's answer
     U.SUCCEEDED: frozenset({U.PENDING, U.READY}),  # only through a restore
     U.FAILED: frozenset({U.READY, U.PENDING}),  # retry on resume, or a restore
 }

@@ -25,7 +25,7 @@ from keel.protocol import agent as ap
 from keel.protocol.errors import InvalidTransitionError, KeelError
 from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
-from keel.server.engine import checkpoint, offline, places
+from keel.server.engine import checkpoint, merge, offline, places
 from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
@@ -141,10 +141,7 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
-        if manifest is not None and manifest.files_restored:
-            from keel.server.engine.restore import check_restored_files
-
-            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
+        await self._settle_sandbox(manifest is not None and manifest.files_restored, manifest)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
@@ -153,6 +150,24 @@ class MissionHost:
             await self._unit_finished(held.unit, Outcome("succeeded", result=held.result),
                                       note=f"recovered from subagent epoch {held.epoch}")
         return None
+
+    async def _settle_sandbox(self, restored: bool, manifest: Any) -> None:
+        """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
+        an interrupted merge; files a restore put there are checked and committed on the mission branch;
+        anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
+        await asyncio.to_thread(merge.settle, self.sandbox, keep_changes=True)
+        if restored:
+            from keel.server.engine.restore import check_restored_files
+
+            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
+            if merge.is_git(self.sandbox):
+                await asyncio.to_thread(merge.commit_pending, self.sandbox)
+        reset = await asyncio.to_thread(merge.settle, self.sandbox)
+        if reset:
+            item = Evidence(kind="repaired", at=time.time(),
+                            summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
+                                    f"mission branch: {', '.join(reset[:10])}", data={"paths": reset[:200]})
+            await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
 
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> MissionState:
@@ -267,7 +282,9 @@ class MissionHost:
     async def _merge_conflict(self, uid: str, conflict: Exception) -> None:
         """A finished unit whose changes collide with the mission branch: the person decides."""
         self.graph.suspend(uid)
-        text = (f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun), or "
+        effects = await asyncio.to_thread(self.registry.effects_of, self.registry.lane_of(uid))
+        again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
+        text = (f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
                 f"keep its result without its file changes (skip)?")
         item = Evidence(kind="merge-conflict", at=time.time(), unit=uid, summary=str(conflict),
                         data={"paths": getattr(conflict, "paths", [])})

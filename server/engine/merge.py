@@ -60,7 +60,7 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_git(mission_sandbox):
         commit_pending(mission_sandbox)
-        git(mission_sandbox, "worktree", "add", "--force", "-B", branch, str(target), "HEAD")
+        git(mission_sandbox, "worktree", "add", "--force", "--force", "-B", branch, str(target), "HEAD")
         return git(target, "rev-parse", "HEAD").stdout.strip()
     shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
     base = file_digests(target)
@@ -77,13 +77,113 @@ def commit_pending(mission_sandbox: Path) -> None:
 
 
 def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
+    """Remove a unit's sandbox and branch, whatever state a killed git left them in (a worktree locked
+    while it was being made, stale lock files)."""
     if is_git(mission_sandbox):
-        git(mission_sandbox, "worktree", "remove", "--force", str(target), check=False)
+        clear_stale_locks(target)
+        git(mission_sandbox, "worktree", "unlock", str(target), check=False)
+        git(mission_sandbox, "worktree", "remove", "--force", "--force", str(target), check=False)
+        _unlock_half_made(mission_sandbox)
         git(mission_sandbox, "worktree", "prune", check=False)
+        _clear_ref_lock(mission_sandbox, branch)
         git(mission_sandbox, "branch", "-D", branch, check=False)
     if target.exists():
         shutil.rmtree(target)
     _base_file(target).unlink(missing_ok=True)
+
+
+# -- repairing git state a killed process left behind ---------------------------------------------------
+# keel owns its worktrees: when no keel process works in one (a host starting after a crash, a worker
+# starting in its unit's sandbox), a lock file in it can only be left by a process that was killed.
+_WORKTREE_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "AUTO_MERGE.lock", "MERGE_HEAD.lock")
+_MERGE_STATE = ("MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "AUTO_MERGE")
+
+
+def _git_dir(sandbox: Path) -> Path | None:
+    """The worktree's own git folder (`.git/worktrees/<name>`), read from its `.git` link file."""
+    link = sandbox / ".git"
+    try:
+        text = link.read_text() if link.is_file() else ""
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    path = Path(text.split(":", 1)[1].strip())
+    return path if path.is_absolute() else (sandbox / path).resolve()
+
+
+def clear_stale_locks(sandbox: Path) -> list[str]:
+    """Remove the lock files a killed git left in keel's own worktree `sandbox`; returns what it removed.
+    Only call it when no keel process can be running git there."""
+    gitdir = _git_dir(sandbox)
+    if gitdir is None or not gitdir.is_dir():
+        return []
+    removed = []
+    for name in _WORKTREE_LOCKS:
+        lock = gitdir / name
+        if lock.exists():
+            lock.unlink(missing_ok=True)
+            removed.append(str(lock))
+    return removed
+
+
+def _common_dir(mission_sandbox: Path) -> Path | None:
+    gitdir = _git_dir(mission_sandbox)
+    if gitdir is None:
+        return None
+    common = gitdir / "commondir"
+    try:
+        return (gitdir / common.read_text().strip()).resolve() if common.exists() else gitdir.parent.parent
+    except OSError:
+        return None
+
+
+def _clear_ref_lock(mission_sandbox: Path, branch: str) -> None:
+    """A `refs/heads/keel/….lock` of one of keel's own branches, left by a killed `git branch`/`commit`."""
+    common = _common_dir(mission_sandbox)
+    if common is not None and branch.startswith("keel/"):
+        for base in (common, common / "logs"):
+            (base / "refs" / "heads" / f"{branch}.lock").unlink(missing_ok=True)
+
+
+def _unlock_half_made(mission_sandbox: Path) -> None:
+    """Worktrees of keel's whose `git worktree add` was killed stay locked ("initializing") and block
+    `git worktree add` at the same path ("a missing but locked worktree"): unlock them so prune can go."""
+    common = _common_dir(mission_sandbox)
+    if common is None or not (common / "worktrees").is_dir():
+        return
+    for admin in (common / "worktrees").iterdir():
+        locked = admin / "locked"
+        try:
+            reason = locked.read_text().strip() if locked.exists() else ""
+            target = Path((admin / "gitdir").read_text().strip()).parent
+        except OSError:
+            continue
+        if reason == "initializing" and ("/.keel/" in f"{target}/" or not target.exists()) \
+                and not (target / ".git").is_file():
+            locked.unlink(missing_ok=True)
+
+
+def settle(mission_sandbox: Path, *, keep_changes: bool = False) -> list[str]:
+    """Bring the mission sandbox back to a state git operations can start from after a crash: stale
+    locks removed, an interrupted merge forgotten, and, unless `keep_changes` (files a restore put
+    there, to be committed), uncommitted leftovers of an interrupted merge reset to the mission branch.
+    The mission branch itself is never moved. Returns the paths it reset (for the evidence)."""
+    if not is_git(mission_sandbox):
+        return []
+    clear_stale_locks(mission_sandbox)
+    gitdir = _git_dir(mission_sandbox)
+    if gitdir is not None:
+        for name in _MERGE_STATE:
+            (gitdir / name).unlink(missing_ok=True)
+    if keep_changes:
+        return []
+    dirty = git(mission_sandbox, "status", "--porcelain", "--untracked-files=all", check=False).stdout
+    paths = [line[3:] for line in dirty.splitlines() if line.strip()]
+    if paths:
+        git(mission_sandbox, "reset", "-q", "--hard", "HEAD")
+        git(mission_sandbox, "clean", "-fdq")
+    return paths
 
 
 def commit_unit(target: Path, unit: str) -> str:
@@ -97,7 +197,9 @@ def commit_unit(target: Path, unit: str) -> str:
 
 
 def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> None:
-    """Merge a finished unit into the mission sandbox (idempotent); MergeConflict merges nothing."""
+    """Merge a finished unit into the mission sandbox (idempotent: a merge a crash interrupted is made
+    again once the host has `settle`d the sandbox). Only files changed on both sides raise MergeConflict
+    (and merge nothing); a git failure that is not a conflict is a SandboxError naming git's message."""
     if is_git(mission_sandbox):
         if git(mission_sandbox, "merge-base", "--is-ancestor", commit, "HEAD", check=False).returncode == 0:
             return
@@ -106,7 +208,10 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
         if proc.returncode != 0:
             paths = git(mission_sandbox, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(mission_sandbox, "merge", "--abort", check=False)
-            raise MergeConflict(unit, paths)
+            if paths:
+                raise MergeConflict(unit, paths)
+            raise SandboxError(f"git merge of unit {unit} ({commit[:12]}) into {mission_sandbox} failed: "
+                               f"{(proc.stderr or proc.stdout).strip()[:500]}")
         return
     _merge_copy(mission_sandbox, target, unit)
 

@@ -54,7 +54,7 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     """Turn the person's answer into the journal entry the unit's agent will receive by replay."""
     lane = question.lane or question.unit
     now = time.time()
-    if question.kind == "merge-conflict":  # the registry acts on it when the unit is recovered
+    if question.kind in ("merge-conflict", "reexecute"):  # the registry acts on it when the unit is recovered
         held = leases.get(txn, mission_id, question.unit)
         if held is not None:
             leases.put(txn, mission_id, msgspec.structs.replace(held, resolution=text))

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from keel.protocol.records import Event, Evidence, SubagentLease
+from keel.protocol.records import Event, Evidence, Question, SubagentLease
 from keel.protocol.states import UnitState
 from keel.server.engine import merge, places
 from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
+from keel.server.tools.shell import command_owner, kill_leftovers
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -83,10 +84,14 @@ class Registry:
 
         def write(txn: Txn) -> SubagentLease:
             old = leases.get(txn, self.mission_id, uid)
-            mark = old.last_checkpoint if old and old.lane == unit_lane else 0
+            same = old is not None and old.lane == unit_lane and old.sandbox == where.sandbox
+            # a worker started again on the same lane keeps the digest of the lane's last recorded change:
+            # the placement's digest is from before this run's steps and would make the sandbox look tampered
+            tree = old.tree if same and old is not None else where.tree
+            mark = old.last_checkpoint if same and old is not None else 0
             return leases.grant(txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id,
                                 ttl_s=self.ttl, sandbox=where.sandbox, branch=where.branch, base=where.base,
-                                tree=where.tree, last_checkpoint=mark)
+                                tree=tree, last_checkpoint=mark)
 
         return await self.host.writer.commit(write)  # type: ignore[no-any-return]
 
@@ -127,9 +132,15 @@ class Registry:
 
     # -- after a restart ------------------------------------------------------------------------------
     async def recover(self) -> list[SubagentLease]:
-        """Returns the leases of units whose completion a subagent recorded since the last checkpoint."""
+        """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
+
+        Before anything is decided, what an earlier host left running is stopped: its workers, and the
+        commands its `run` tool started (their process groups outlive a killed host and could still make
+        their effect after an answer was given). A unit is never started from scratch silently when its
+        journal holds an effect: that is a question to the person (`reexecute`)."""
         finished = []
         graph = self.host.graph
+        await asyncio.to_thread(kill_leftovers, command_owner(self.mission_id))
         for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
             uid = held.unit
             if uid not in graph.units or graph.mark(uid).state == UnitState.SUCCEEDED:
@@ -137,14 +148,22 @@ class Registry:
             if held.lane != self.lane_of(uid):
                 continue
             await asyncio.to_thread(terminate, held, self.mission_id)
-            if held.state == "done" and held.resolution == "rerun":
-                await self.reexecute(uid, held, "a person chose to run it again after a merge conflict")
+            await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
+            if held.resolution == "rerun":
+                why = "a person chose to run it again" + (" after a merge conflict" if held.state == "done" else "")
+                await self.reexecute(uid, held, why)
             elif held.state == "done" and (held.commit or held.merged or Path(held.sandbox).exists()):
                 finished.append(held)
+            elif held.resolution == "fail":
+                self.graph_hold(uid)
+                graph.fail(uid, f"a person chose to fail unit {uid}: its sandbox {held.sandbox} is missing")
+                await self.host.writer.commit(self._resolved(uid, held))
+            elif held.resolution == "continue":
+                await self.host.writer.commit(self._resolved(uid, held, tree=""))
             else:
                 why = await asyncio.to_thread(self._sandbox_problem, held)
                 if why:
-                    await self.reexecute(uid, held, why)
+                    await self._sandbox_question(uid, held, why)
         return finished
 
     def _sandbox_problem(self, held: SubagentLease) -> str:
@@ -158,6 +177,41 @@ class Registry:
                 return (f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
                         f"entry (recorded {held.tree[:12]}, found {found[:12]})")
         return ""
+
+    async def _sandbox_question(self, uid: str, held: SubagentLease, why: str) -> None:
+        """A sandbox that is gone or changed: a unit with no effect in its journal starts again from
+        scratch by itself; one with effects asks the person, naming the effects a rerun would repeat."""
+        effects = await asyncio.to_thread(self.effects_of, held.lane)
+        if not effects:
+            await self.reexecute(uid, held, why)
+            return
+        missing = not Path(held.sandbox).exists()
+        choices = ("rerun", "fail") if missing else ("continue", "rerun")
+        keep = "fail the unit (fail)" if missing else "go on from its journal with the sandbox as it is (continue)"
+        text = (f"unit {uid} cannot resume where it was: {why}. Run it again from scratch (rerun) — this repeats "
+                f"{len(effects)} effect(s) it already made: {'; '.join(effects[:5])} — or {keep}?")
+        self.graph_hold(uid)
+        await self.host.wait_for_input(Question(unit=uid, seq=0, text=text, choices=choices, kind="reexecute",
+                                                lane=held.lane))
+
+    def graph_hold(self, uid: str) -> None:
+        if self.host.graph.mark(uid).state == UnitState.RUNNING:
+            self.host.graph.suspend(uid)
+
+    def effects_of(self, unit_lane: str) -> list[str]:
+        """The effectful calls recorded (done, or intended) in a journal lane, described."""
+        entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, unit_lane))
+        return [f"{e.summary or e.kind} (entry {e.seq}{', maybe' if e.phase == 'intent' else ''})"
+                for e in entries if e.tool_class == "effectful"]
+
+    def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> Any:
+        """A transaction function that clears the lease's applied resolution. `tree=""` for "continue": the
+        sandbox as it is becomes the lane's reference when the unit resumes."""
+        def write(txn: Txn) -> None:
+            current = leases.get(txn, self.mission_id, uid)
+            if current is not None and current.epoch == held.epoch:
+                leases.put(txn, self.mission_id, msgspec.structs.replace(current, resolution="", **changes))
+        return write
 
     async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
         """Start the unit afresh on a new journal lane and sandbox; the evidence says why."""

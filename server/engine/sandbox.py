@@ -36,22 +36,50 @@ def git_toplevel(workspace: Path) -> Path | None:
 
 
 def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
-    """Create the sandbox once; an existing one (a resumed mission) is used as it is."""
-    if target.exists() and any(target.iterdir()):
+    """Create the sandbox once; an existing one (a resumed mission) is used as it is, unless a killed
+    `git worktree add` left it half made (then it is made again from the mission branch, which holds
+    all of the mission's committed work). A copy is made beside the target and renamed into place, so a
+    half-made copy is never taken for the sandbox."""
+    if target.exists() and any(target.iterdir()) and not _half_made(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     top = git_toplevel(workspace)
     if top is not None:
+        if target.exists():
+            shutil.rmtree(target)
         branch = f"keel/{mission_id}"
         exists = _git(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0
-        args = ["worktree", "add", "--force", str(target), branch] if exists else \
-            ["worktree", "add", "--force", "-b", branch, str(target), "HEAD"]
+        # -f -f: a worktree entry a killed `git worktree add` left locked at this path is taken over
+        args = ["worktree", "add", "--force", "--force", str(target), branch] if exists else \
+            ["worktree", "add", "--force", "--force", "-b", branch, str(target), "HEAD"]
         proc = _git(top, *args)
         if proc.returncode != 0:
             raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
         return target
-    shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True, ignore=_keel_files(target))
+    partial = target.with_name(target.name + ".keel-partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    shutil.copytree(workspace, partial, symlinks=True, ignore=_keel_files(target))
+    if target.exists():
+        target.rmdir()  # empty: a non-empty one was returned above
+    partial.rename(target)
     return target
+
+
+def _half_made(target: Path) -> bool:
+    """A git worktree whose creation was killed: its admin folder is gone or still locked
+    "initializing", or it has no checked-out HEAD."""
+    link = target / ".git"
+    if not link.is_file():
+        return False
+    text = link.read_text(errors="replace")
+    admin = Path(text.split(":", 1)[1].strip()) if text.startswith("gitdir:") else None
+    if admin is None or not admin.is_dir():
+        return True
+    locked = admin / "locked"
+    if locked.exists() and locked.read_text(errors="replace").strip() == "initializing":
+        return True
+    return _git(target, "rev-parse", "--verify", "-q", "HEAD").returncode != 0
 
 
 def _keel_files(target: Path) -> Callable[[str, list[str]], set[str]]:

@@ -32,7 +32,7 @@ from keel.protocol.errors import KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.server.engine.checkpoint import TreeDigest
-from keel.server.engine.merge import commit_unit
+from keel.server.engine.merge import clear_stale_locks, commit_unit
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -65,6 +65,7 @@ class Worker:
         except leases.StaleLeaseError as exc:
             self._log(exc.message)
             return EXIT_LEASE_LOST
+        clear_stale_locks(self.sandbox)  # a worker killed in `git commit` here left its index.lock
         self.agent = subprocess.Popen(self.command, cwd=str(self.sandbox), stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, bufsize=0)
         for target in (self._from_host, self._from_agent, self._heartbeat):

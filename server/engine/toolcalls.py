@@ -18,6 +18,7 @@ from keel.protocol import agent as ap
 from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.server.engine.agentproc import HandlerError
 from keel.server.engine.agentproc import agent_env as scrubbed_env
+from keel.server.tools.shell import OWNER_VAR, command_owner
 from keel.storage import missions as m
 
 if TYPE_CHECKING:
@@ -38,8 +39,9 @@ class ToolCalls:
         host = self.session.host
         if host.tool_env is None:
             host.tool_env = scrubbed_env(host.spec.env)
+        owner = {OWNER_VAR: command_owner(host.mission_id, self.session.lane)}
         return ToolContext(sandbox=self.session.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
-                           env=host.tool_env)
+                           env={**host.tool_env, **owner})
 
     async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
                   begin: float) -> Any:

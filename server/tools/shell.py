@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
@@ -26,6 +27,7 @@ from keel.server.tools.paths import relative, resolve
 OUTPUT_TAIL_BYTES = 16 * 1024
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
+OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (`command_owner`)
 
 
 class _Tail:
@@ -54,6 +56,45 @@ def command_env(ctx: ToolContext) -> dict[str, str]:
     the workspace diff)."""
     return {"PATH": DEFAULT_PATH, "HOME": str(ctx.sandbox), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
             **ctx.env}
+
+
+def command_owner(mission_id: str, lane: str = "") -> str:
+    """The tag (in `OWNER_VAR`) of the commands a mission's unit runs: `<mission>/<lane>`."""
+    return f"{mission_id}/{lane}"
+
+
+def kill_leftovers(owner_prefix: str, wait_s: float = 5.0) -> list[int]:
+    """Kill every process on this machine whose environment carries a command tag starting with
+    `owner_prefix`, with its process group, and wait until they are gone. A command's process group
+    outlives a SIGKILLed host; a new host calls this before it decides anything about that command's
+    effect, so the effect cannot happen after the decision. Returns the pids it killed."""
+    needle = f"{OWNER_VAR}={owner_prefix}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(needle) for item in environ.split(b"\0")):
+            found.append(int(entry.name))
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            _kill_group(os.getpgid(pid))
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(_running(pid) for pid in found):
+        time.sleep(0.01)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _kill_group(pgid: int) -> None:

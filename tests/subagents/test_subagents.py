@@ -102,7 +102,8 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
 
 
 @pytest.mark.parametrize("damage", ["deleted", "tampered"])
-def test_a_lost_or_tampered_sandbox_is_executed_again_with_evidence(tmp_path: Path, damage: str) -> None:
+def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_rerun(tmp_path: Path,
+                                                                                      damage: str) -> None:
     side = tmp_path / "side.log"
     units = [{"id": "a", "params": {"steps": [
         {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
@@ -120,16 +121,62 @@ def test_a_lost_or_tampered_sandbox_is_executed_again_with_evidence(tmp_path: Pa
         shutil.rmtree(sandbox)
     else:
         (sandbox / "a.txt").write_text("edited by someone else\n")
-    resumed = start_keel("resume", mid, store=store)
-    wait_for(lambda: len(side.read_text().split()) == 2)  # from scratch: its journal is not replayed
+    keel("resume", mid, store=store, check_rc=3)
+    question = record(store, mid).question
+    assert question is not None and question.kind == "reexecute" and question.unit == "a", question
+    assert "2 effect(s)" in question.text and "echo ran" in question.text
+    assert question.choices == (("rerun", "fail") if damage == "deleted" else ("continue", "rerun"))
+    assert side.read_text().split() == ["ran"]  # nothing ran again before the person answered
+    resumed = start_keel("answer", mid, "rerun", store=store)
+    wait_for(lambda: len(side.read_text().split()) == 2)  # the person chose to run it again, effect and all
     kill(resumed)
     evidence = _evidence(store, mid, "reexecuted")
-    assert len(evidence) == 1, evidence
-    expected = "is missing" if damage == "deleted" else "no longer matches the tree digest"
-    assert expected in evidence[0].summary and evidence[0].unit == "a"
+    assert len(evidence) == 1 and "a person chose to run it again" in evidence[0].summary, evidence
     assert lease(store, mid, "a").lane == "a#1"  # type: ignore[union-attr]
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert head.units["a"].epoch == 1
+
+
+def test_a_tampered_sandbox_the_person_keeps_resumes_from_the_journal(tmp_path: Path) -> None:
+    side = tmp_path / "side.log"
+    units = [{"id": "a", "params": {"steps": [
+        {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}},
+        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}}, {"sleep": 1.5},
+        {"tool": "read_file", "args": {"path": "a.txt"}}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
+    held = lease(store, mid, "a")
+    assert held is not None
+    kill(host)
+    wait_gone(held.pid, timeout=2.0)
+    (Path(held.sandbox) / "a.txt").write_text("edited by someone else\n")
+    keel("resume", mid, store=store, check_rc=3)
+    keel("answer", mid, "continue", "--no-resume", store=store, check_rc=0)
+    keel("resume", mid, store=store, check_rc=0)
+    assert side.read_text().split() == ["ran"]
+    assert not _evidence(store, mid, "reexecuted")
+    assert record(store, mid).state == MissionState.COMPLETED
+
+
+def test_a_lost_sandbox_without_effects_starts_again_by_itself(tmp_path: Path) -> None:
+    units = [{"id": "a", "params": {"steps": [
+        {"random": True}, {"now": True}, {"sleep": 30}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
+    held = lease(store, mid, "a")
+    assert held is not None
+    kill(host)
+    wait_gone(held.pid, timeout=2.0)
+    shutil.rmtree(held.sandbox)
+    resumed = start_keel("resume", mid, store=store)
+    wait_for(lambda: bool(_evidence(store, mid, "reexecuted")))
+    kill(resumed)
+    assert "is missing" in _evidence(store, mid, "reexecuted")[0].summary
+    assert record(store, mid).question is None
 
 
 def test_a_skipped_uncertain_effect_that_changed_files_is_not_mistaken_for_tampering(tmp_path: Path) -> None:
