@@ -28,6 +28,7 @@ runs more (CI: two per condition); the summary line goes to test-artifacts/chaos
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -39,7 +40,7 @@ from typing import Any
 
 import pytest
 from engine_helpers import files, keel, mission_id_of, read, record, sandbox_of, start_keel, unit_events, write_mission
-from subagent_helpers import alive, all_leases, git
+from subagent_helpers import all_leases, git
 
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
@@ -108,10 +109,8 @@ def _until(predicate: Any, what: str, proc: subprocess.Popen[str] | None, timeou
 def _kill(*pids: int) -> None:
     for pid in pids:
         if pid > 0:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _children(pid: int) -> list[int]:
