@@ -15,7 +15,10 @@ verification. Every iteration strikes on one *condition*, never on a wall-clock 
 - `completion`: a worker recorded its unit's completion that the host has not checkpointed yet → kill
   the host;
 - `checkpoint`: the host is inside a checkpoint's write transaction (fault point) → kill it;
-- `resume`: after an `effect` strike, kill the resuming host once it has started a worker again.
+- `resume`: after an `effect` strike, kill the resuming host once it has started a worker again;
+- `journal`: a unit's journal is past a random entry → kill a random mix of the host, workers and agents;
+- `recovery`: after an `effect` strike, kill the resuming host as soon as it has claimed the mission
+  (while it recovers: stops leftovers, repairs git state, takes completions over).
 
 Each iteration asserts that the strike interrupted a live host of an unfinished mission. Then it resumes
 until the mission completes, answering an uncertain effect as a person would (the side log tells whether
@@ -45,7 +48,7 @@ from subagent_helpers import all_leases, git
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
 
-PHASES = ("effect", "intent", "worker", "merge", "completion", "checkpoint", "resume")
+PHASES = ("effect", "intent", "worker", "merge", "completion", "checkpoint", "resume", "journal", "recovery")
 ITERATIONS = int(os.environ.get("KEEL_CHAOS_ITERATIONS", str(2 * len(PHASES))))
 UNITS = {"a": [], "b": [], "c": [], "d": [], "e": ["a", "b"], "f": ["c", "d", "e"]}
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -152,10 +155,19 @@ class Run:
     # -- strikes: each returns the pids it killed, the host's among them -------------------------------
     def strike(self, phase: str, host: subprocess.Popen[str]) -> list[int]:
         unit = self.rng.choice(list(UNITS))
-        if phase in ("effect", "resume"):
+        if phase in ("effect", "resume", "recovery"):
             _until(lambda: f"{unit}-1" in _markers(self.side), f"unit {unit}'s effect", host)
             worker = self._leases()[unit].pid
             return self._killed(host, worker)
+        if phase == "journal":
+            k = self.rng.randint(1, 8)
+            _until(lambda: read(self.store, lambda t: m.journal_get(t, self.mid, unit, k)) is not None,
+                   f"unit {unit}'s journal entry {k}", host)
+            workers = [x.pid for x in self._leases().values() if x.state == "running" and x.pid > 0]
+            agents = [c for pid in workers for c in _children(pid)]
+            victims = self.rng.sample(workers + agents, self.rng.randint(0, len(workers + agents)))
+            _kill(*victims)
+            return [*victims, *self._killed(host)]
         if phase == "intent":
             def intent() -> bool:
                 return any(e.phase == "intent" for lane in {x.lane for x in self._leases().values()}
@@ -196,14 +208,14 @@ class Run:
         assert state not in (MissionState.COMPLETED, MissionState.FAILED), f"struck a finished mission ({state})"
         return [host.pid, *others]
 
-    def strike_resume(self) -> list[int]:
-        """Kill a resuming host once it has taken the mission and started a worker again."""
+    def strike_resume(self, phase: str) -> list[int]:
+        """Kill a resuming host once it has taken the mission (`recovery`) or started a worker again."""
         host = self.start("resume", self.mid)
 
         def working() -> bool:
             rec = record(self.store, self.mid)
-            return rec.host is not None and rec.host.pid == host.pid and any(
-                x.host_id == rec.host.host_id and x.pid > 0 for x in self._leases().values())
+            return rec.host is not None and rec.host.pid == host.pid and (phase == "recovery" or any(
+                x.host_id == rec.host.host_id and x.pid > 0 for x in self._leases().values()))
         try:
             _until(working, "the resumed host started a worker", host)
         except Missed:
@@ -249,8 +261,8 @@ def _iteration(folder: Path, seed: int) -> dict[str, Any]:
     run = Run(folder, seed)
     host = run.first_run(phase)
     killed = run.strike(phase, host)
-    if phase == "resume":
-        killed += run.strike_resume()
+    if phase in ("resume", "recovery"):
+        killed += run.strike_resume(phase)
     run.finish()
     return {"phase": phase, "kills": len(killed), **run.outcome()}
 
