@@ -13,8 +13,8 @@ from pathlib import Path
 def default_store_path(workspace: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get("KEEL_STORE")
     if env:
-        return Path(env)
-    return Path(workspace or Path.cwd()) / ".keel" / "store"
+        return Path(env).absolute()
+    return (Path(workspace or Path.cwd()) / ".keel" / "store").absolute()
 
 
 def prepare_keel_dir(store_path: Path) -> None:

@@ -16,7 +16,8 @@ from keel.storage.location import default_store_path
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    return Path(args.store) if getattr(args, "store", None) else default_store_path()
+    """The store's folder, absolute: processes keel starts (hosts, workers in a sandbox) run elsewhere."""
+    return (Path(args.store) if getattr(args, "store", None) else default_store_path()).absolute()
 
 
 def store_exists(args: argparse.Namespace) -> bool:

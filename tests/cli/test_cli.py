@@ -120,3 +120,15 @@ def test_garbage_data_file_is_a_clean_integrity_error(tmp_path: Path) -> None:
     assert proc.returncode == 5 and "the LMDB file is damaged" in one_line_error(proc)
     proc = keel("verify", "--store", str(path))
     assert proc.returncode == 5 and "the LMDB file is damaged" in proc.stdout
+
+
+def test_a_relative_store_reaches_the_workers_as_an_absolute_path(tmp_path: Path) -> None:
+    """Workers run in their unit's sandbox: a relative --store must not be resolved there."""
+    mission = tmp_path / "m.toml"
+    mission.write_text('[mission]\nname = "rel"\nagent = ["python", "-m", "keel.agents.scripted"]\n'
+                       'workspace = "ws"\n\n[[units]]\nid = "a"\nparams = { steps = [{ now = true }] }\n')
+    (tmp_path / "ws").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "run", "m.toml", "--store", "rel/store"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "rel" / "store" / "data.mdb").exists()
