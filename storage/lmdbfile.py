@@ -177,7 +177,7 @@ class DataFile:
     def metas(self) -> tuple[Meta, Meta]:
         """Both meta pages, as LMDB reads them (page 1 sits one page size after page 0); raises FileDamage."""
         if self.size == 0:
-            raise FileDamage("is empty (0 bytes); an existing store file never is: it was truncated")
+            raise FileDamage("is 0 bytes: an existing store file is never empty; it was truncated")
         first = self.read(0, META_BYTES)
         if len(first) < META_BYTES:
             raise FileDamage(f"is {self.size} bytes, too short to hold LMDB's first meta page")

@@ -76,14 +76,21 @@ def check_data_file(path: Path) -> Meta:
         return meta
 
 
-def walk(path: Path) -> list[PageProblem]:
-    """Every structural problem of data.mdb's newest snapshot (an empty list: the structure is sound)."""
+def walk(path: Path, databases: frozenset[str] = frozenset()) -> list[PageProblem]:
+    """Every structural problem of data.mdb's newest snapshot (an empty list: the structure is sound);
+    `databases` names the named databases the main tree must hold."""
     with DataFile(path) as f:
         try:
             meta = newest(f.metas())
         except FileDamage as exc:
             return [PageProblem("*", -1, f"the LMDB file is damaged: {path.name} {exc}")]
-        return _Walk(f, meta).run()
+        walker = _Walk(f, meta)
+        problems = walker.run()
+        missing = sorted(databases - {name for name, _ in walker.named})
+        if missing and not problems:
+            problems.append(PageProblem(MAIN_DB, meta.main.root, f"the main tree lacks the databases "
+                                                                 f"{', '.join(missing)}"))
+        return problems
 
 
 @dataclass
@@ -230,6 +237,11 @@ class _Walk:
             if end > start:
                 self.problem(db, pgno, f"page {pgno} nodes {i} and {j} overlap")
                 return None
+        used = sum(_even(end - start) for start, end, _ in ends)
+        if ends[0][0] != upper or used != psize - upper:  # LMDB packs nodes from `upper` to the page end
+            self.problem(db, pgno, f"page {pgno}'s nodes take {used} bytes from offset {ends[0][0]}, but its "
+                                   f"node area is {upper}..{psize}")
+            return None
         return nodes
 
     @staticmethod
@@ -329,6 +341,10 @@ class _Walk:
         if not self.problems and total != self.meta.last_pg + 1:
             self.problem("*", -1, f"{total} pages are accounted for (2 meta, {len(self.owner)} used, "
                                   f"{len(self.free)} free) but the file's last page is {self.meta.last_pg}")
+
+
+def _even(n: int) -> int:
+    return n + (n & 1)
 
 
 def _sort_key(flags: int) -> Callable[[bytes], bytes | int]:

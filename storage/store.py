@@ -100,7 +100,10 @@ class Store:
                     return store
         _check_file(path, writer, timeout)
         if readonly:
-            store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True)
+            try:
+                store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True)
+            except _NeedsWrite:
+                return cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
             try:
                 if store._schema_current():
                     return store
@@ -269,9 +272,12 @@ class Store:
             except lmdb.MapResizedError:
                 self._env.set_mapsize(0)  # adopt a map another process grew meanwhile
             except lmdb.NotFoundError:
-                raise StoreError(f"store at {self.path} lacks keel's databases; open it read-write once "
-                                 "to add them") from None
+                raise _NeedsWrite from None  # a store from before a database was added: create it
         raise StoreError("store map keeps being resized by another process")
+
+
+class _NeedsWrite(Exception):
+    """A read-only open found work only a writable environment can do (a missing database)."""
 
 
 def _share(path: Path, readonly: bool) -> lmdb.Environment | None:

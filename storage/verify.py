@@ -68,7 +68,7 @@ _TYPES: dict[DB, Any] = {
 def verify_structure(data_file: Path) -> list[Problem]:
     """Every structural problem of an LMDB data file, each naming its database and page."""
     return [Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message)
-            for p in walk(data_file)]
+            for p in walk(data_file, frozenset(db.value for db in DB))]
 
 
 def verify_all(store: Store) -> Report:
