@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 from keel.storage.lmdbfile import (
@@ -233,7 +234,7 @@ class _Walk:
             nodes.append(node)
             ends.append((ptr, end, i))
         ends.sort()
-        for (_, end, i), (start, _, j) in zip(ends, ends[1:]):
+        for (_, end, i), (start, _, j) in pairwise(ends):
             if end > start:
                 self.problem(db, pgno, f"page {pgno} nodes {i} and {j} overlap")
                 return None
