@@ -21,6 +21,7 @@ class ErrorCode(enum.IntEnum):
     STORE = 21
     STORE_FULL = 22
     STORE_TOO_NEW = 23
+    STORE_BUSY = 24
     NONDETERMINISM = 30
     AGENT = 31
     TOOL = 32

@@ -15,6 +15,7 @@ class Exit(enum.IntEnum):
     MISSION_FAILED = 4
     INTEGRITY = 5
     NOT_FOUND = 6
+    BUSY = 7
 
 
 _BY_CODE = {
@@ -26,6 +27,7 @@ _BY_CODE = {
     ErrorCode.BUNDLE: Exit.INTEGRITY,
     ErrorCode.STORE_TOO_NEW: Exit.FAILURE,
     ErrorCode.STORE_FULL: Exit.PAUSED,
+    ErrorCode.STORE_BUSY: Exit.BUSY,
     ErrorCode.OFFLINE: Exit.PAUSED,
     ErrorCode.INVALID_STATE: Exit.USAGE,
 }

@@ -33,6 +33,12 @@ class StoreFullError(StoreError):
     code = ErrorCode.STORE_FULL
 
 
+class StoreBusyError(StoreError):
+    """Another process (or thread) held the store's write lock past the time limit; nothing was written."""
+
+    code = ErrorCode.STORE_BUSY
+
+
 class StoreTooNewError(StoreError):
     code = ErrorCode.STORE_TOO_NEW
 

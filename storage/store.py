@@ -3,6 +3,13 @@
 Every access goes through `read(fn)` or `write(fn)`: the transaction lives exactly as long as `fn`.
 `write` retries `fn` on a grown map when LMDB reports MapFullError (up to `max_map_size`), and turns a
 real ENOSPC or the ceiling into StoreFullError after aborting, so what was committed before is intact.
+
+Opening checks data.mdb with plain reads before LMDB maps it (`lmdbwalk.check_data_file`): a truncated
+or empty file is StoreDamagedError, never a SIGBUS or a silently re-initialised store; a new store is
+made only where data.mdb does not exist. Opening an existing store writes nothing (the named databases
+are opened in a read transaction) unless a migration is due, so readers never wait on a writer. Every
+write first takes `writer.lock` with a time limit (`writelock.py`), so a frozen writer is named in a
+StoreBusyError rather than hanging everyone.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ import lmdb
 from keel.protocol import __version__
 from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB
+from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
+from keel.storage.lmdbwalk import check_data_file
 from keel.storage.location import prepare_keel_dir
 from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn
+from keel.storage.writelock import WriterLock, default_timeout
 
 T = TypeVar("T")
 
@@ -36,6 +46,13 @@ class _Shared:
 
     lock = threading.Lock()
     envs: dict[Path, tuple[lmdb.Environment, int]] = {}
+    writers: dict[Path, WriterLock] = {}  # closed with the environment's last user
+
+
+def _writer_lock(path: Path) -> WriterLock:
+    key = path.resolve()
+    with _Shared.lock:
+        return _Shared.writers.setdefault(key, WriterLock(path))
 
 
 class Store:
@@ -43,39 +60,67 @@ class Store:
 
     Opening the same path again in one process shares the environment; it closes with its last user."""
 
-    def __init__(self, env: lmdb.Environment, path: Path, max_map_size: int) -> None:
+    def __init__(self, env: lmdb.Environment, path: Path, max_map_size: int,
+                 write_timeout: float | None = None, readonly: bool = False) -> None:
         self._env = env
         self.path = path
         self.max_map_size = max_map_size
-        self._dbs = _open_dbs(env)
+        self.write_timeout = default_timeout() if write_timeout is None else write_timeout
+        self.readonly = readonly
+        self._writer = _writer_lock(path)
+        self._dbs = self._open_dbs()
         self._resize = threading.Lock()
         self._closed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
-             max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True) -> Store:
+             max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True,
+             write_timeout: float | None = None, readonly: bool = False) -> Store:
+        """Open (or, with `create` and no data.mdb, make) the store.
+
+        `readonly`: an existing store for reading only; opening it never waits on a writer (it is
+        opened read-write after all when its schema must be migrated). `write_timeout` bounds how long
+        a write waits for another writer (default $KEEL_WRITE_LOCK_TIMEOUT_S or 10 s)."""
         path = Path(path)
         creating = not (path / "data.mdb").exists()
         if creating and not create:
             raise StoreError(f"no keel store at {path}")
-        key = path.resolve()
-        with _Shared.lock:
-            shared = _Shared.envs.get(key)
-            if shared is not None:
-                _Shared.envs[key] = (shared[0], shared[1] + 1)
-                return cls(shared[0], path, max(max_map_size, map_size))
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            env = lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512,
-                            sync=True, metasync=True, subdir=True, readahead=False, writemap=False)
-        except lmdb.Error as exc:
-            raise _translate(exc, f"cannot open store at {path}") from None
-        except OSError as exc:
-            raise _translate(exc, f"cannot open store at {path}") from None
+        size = max(max_map_size, map_size)
+        shared = _share(path, readonly)
+        if shared is not None:
+            return cls(shared, path, size, write_timeout, readonly=shared.flags()["readonly"])
+        path.mkdir(parents=True, exist_ok=True)
+        writer = _writer_lock(path)
+        timeout = default_timeout() if write_timeout is None else write_timeout
+        if creating:
+            with writer.held(timeout):  # another process may be creating it right now: let it finish
+                if not (path / "data.mdb").exists():
+                    store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+                    prepare_keel_dir(path)
+                    return store
+        _check_file(path, writer, timeout)
+        if readonly:
+            try:
+                store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True)
+            except _NeedsWrite:
+                return cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+            try:
+                if store._schema_current():
+                    return store
+            except BaseException:
+                store.close()
+                raise
+            store.close()  # an older schema: migrate it, which needs a writable environment
+        return cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+
+    @classmethod
+    def _adopt(cls, env: lmdb.Environment, path: Path, max_map_size: int, write_timeout: float | None,
+               readonly: bool) -> Store:
         try:
             env.reader_check()  # clear reader slots left by killed processes
-            store = cls(env, path, max(max_map_size, map_size))
-            store._ensure_schema()
+            store = cls(env, path, max_map_size, write_timeout, readonly)
+            if not readonly:
+                store._ensure_schema()
         except lmdb.Error as exc:
             env.close()
             raise _translate(exc, f"cannot open store at {path}") from None
@@ -83,9 +128,7 @@ class Store:
             env.close()
             raise
         with _Shared.lock:
-            _Shared.envs[key] = (env, 1)
-        if creating:
-            prepare_keel_dir(path)
+            _Shared.envs[path.resolve()] = (env, 1)
         return store
 
     def close(self) -> None:
@@ -99,7 +142,10 @@ class Store:
                 _Shared.envs[key] = (env, users - 1)
                 return
             _Shared.envs.pop(key, None)
+            writer = _Shared.writers.pop(key, None)
         self._env.close()
+        if writer is not None:
+            writer.close()  # no write is under way: this was the store's last user here
 
     def __enter__(self) -> Store:
         return self
@@ -118,7 +164,15 @@ class Store:
             txn.abort()
 
     def write(self, fn: Callable[[Txn], T]) -> T:
-        """Run `fn` in a write transaction and commit it durably; `fn` may run more than once."""
+        """Run `fn` in a write transaction and commit it durably; `fn` may run more than once.
+
+        Waits at most `write_timeout` for another writer (StoreBusyError names it)."""
+        if self.readonly:
+            raise StoreError(f"store at {self.path} was opened read-only")
+        with self._writer.held(self.write_timeout):
+            return self._write_locked(fn)
+
+    def _write_locked(self, fn: Callable[[Txn], T]) -> T:
         while True:
             txn = self._begin(write=True)
             try:
@@ -190,19 +244,81 @@ class Store:
             if info.version < SCHEMA_VERSION:
                 txn.put(DB.META, _SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
 
-        current = self.read(lambda t: t.get(DB.META, _SCHEMA_KEY, SchemaInfo))
-        if current is None or current.version != SCHEMA_VERSION:
+        if not self._schema_current():
             self.write(run)
 
+    def _schema_current(self) -> bool:
+        """Whether the schema is this keel's; a newer one is StoreTooNewError."""
+        current = self.read(lambda t: t.get(DB.META, _SCHEMA_KEY, SchemaInfo))
+        if current is not None and current.version > SCHEMA_VERSION:
+            raise StoreTooNewError(
+                f"store at {self.path} has schema {current.version}, written by keel {current.written_by}; "
+                f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel")
+        return current is not None and current.version == SCHEMA_VERSION
 
-def _open_dbs(env: lmdb.Environment) -> dict[DB, Any]:
-    """Open the named databases; adopt a map another process grew meanwhile (MDB_MAP_RESIZED)."""
-    for _ in range(_RESIZE_RETRIES):
+
+    def _open_dbs(self) -> dict[DB, Any]:
+        """Open the named databases. py-lmdb opens one in a write transaction unless the environment is
+        read-only (a DBI opened in a read transaction is dropped when py-lmdb resets it), and a write
+        transaction waits on LMDB's writer mutex, which a frozen writer holds forever; so a read-write
+        open takes the writer lock (with its time limit) first, and read-only commands open the
+        environment read-only, which never touches either lock."""
+        for _ in range(_RESIZE_RETRIES):
+            try:
+                if self.readonly:
+                    return {db: self._env.open_db(db.value.encode(), create=False) for db in DB}
+                with self._writer.held(self.write_timeout):
+                    return {db: self._env.open_db(db.value.encode()) for db in DB}
+            except lmdb.MapResizedError:
+                self._env.set_mapsize(0)  # adopt a map another process grew meanwhile
+            except lmdb.NotFoundError:
+                raise _NeedsWrite from None  # a store from before a database was added: create it
+        raise StoreError("store map keeps being resized by another process")
+
+
+class _NeedsWrite(Exception):
+    """A read-only open found work only a writable environment can do (a missing database)."""
+
+
+def _share(path: Path, readonly: bool) -> lmdb.Environment | None:
+    """This process's open environment of `path`, with one more user (LMDB forbids opening it twice)."""
+    key = path.resolve()
+    with _Shared.lock:
+        shared = _Shared.envs.get(key)
+        if shared is None:
+            return None
+        if shared[0].flags()["readonly"] and not readonly:
+            raise StoreError(f"store at {path} is open read-only in this process; it cannot also be "
+                             "opened for writing")
+        _Shared.envs[key] = (shared[0], shared[1] + 1)
+        return shared[0]
+
+
+def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
+    try:
+        return lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512, readonly=readonly,
+                         sync=True, metasync=True, subdir=True, readahead=False, writemap=False)
+    except (lmdb.Error, OSError) as exc:
+        raise _translate(exc, f"cannot open store at {path}") from None
+
+
+def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
+    """Refuse a damaged data.mdb before LMDB maps it. A file still too short to hold its meta pages is
+    judged again under the writer lock: another process may be creating the store at this moment."""
+    data = path / "data.mdb"
+    try:
+        check_data_file(data)
+        return
+    except FileDamage as exc:
+        if data.stat().st_size >= 2 * MAX_PAGE_SIZE:
+            raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read {data}: {exc}") from None
+    with writer.held(timeout):
         try:
-            return {db: env.open_db(db.value.encode()) for db in DB}
-        except lmdb.MapResizedError:
-            env.set_mapsize(0)
-    raise StoreError("store map keeps being resized by another process")
+            check_data_file(data)
+        except FileDamage as exc:
+            raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
 
 
 # LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).

@@ -1,4 +1,7 @@
-"""Whole-store verification: every record's seal and every reference between records.
+"""Whole-store verification: the LMDB file's structure, every record's seal and every reference between records.
+
+`verify_structure` walks every page of data.mdb that LMDB can reach with plain reads (`lmdbwalk.py`),
+so damage that would crash LMDB is reported instead; `verify_all` then reads every record through LMDB.
 
 References checked: HEAD -> checkpoint manifest -> graph/config/context/agent-state blobs, the sandbox
 tree and every file blob it names, and the parent manifest; restore point -> manifest; journal, event
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import lmdb
@@ -27,6 +31,7 @@ from keel.protocol.records import (
 from keel.storage.bundle import is_tree_ref, tree_refs
 from keel.storage.errors import CorruptRecordError, StoreError, render_key
 from keel.storage.keys import DB
+from keel.storage.lmdbwalk import walk
 from keel.storage.migrations import SchemaInfo
 from keel.storage.record import Codec, content_digest, open_record
 from keel.storage.store import Store
@@ -58,6 +63,12 @@ _TYPES: dict[DB, Any] = {
     DB.POINTS: RestorePoint,
     DB.META: Any,
 }
+
+
+def verify_structure(data_file: Path) -> list[Problem]:
+    """Every structural problem of an LMDB data file, each naming its database and page."""
+    return [Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message)
+            for p in walk(data_file, frozenset(db.value for db in DB))]
 
 
 def verify_all(store: Store) -> Report:

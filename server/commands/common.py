@@ -32,10 +32,11 @@ def require_store(args: argparse.Namespace) -> Path:
     return path
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
-    """Open the store the flags name; creating one gives its `.keel/` folder a .gitignore."""
+def open_store(args: argparse.Namespace, *, create: bool = False, readonly: bool = False) -> Store:
+    """Open the store the flags name; creating one gives its `.keel/` folder a .gitignore. `readonly`
+    (verbs that only look) never waits on a writer, even a frozen one."""
     path = store_path(args) if create else require_store(args)
-    return Store.open(path, create=create)
+    return Store.open(path, create=create, readonly=readonly and not create)
 
 
 def print_json(value: Any) -> None:

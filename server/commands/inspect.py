@@ -24,7 +24,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run_missions(args: argparse.Namespace) -> int:
     records = []
     if store_exists(args):  # no store yet simply means no missions yet
-        with open_store(args) as store:
+        with open_store(args, readonly=True) as store:
             records = store.read(m.list_missions)
     if args.json:
         print_json(records)
@@ -40,7 +40,7 @@ def run_missions(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     if not args.id:
         return run_missions(args)
-    with open_store(args) as store:
+    with open_store(args, readonly=True) as store:
         def read(txn: Any) -> dict[str, Any]:
             mid = m.resolve_mission_id(txn, args.id)
             record = m.get_mission(txn, mid)

@@ -30,7 +30,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run_points(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args, readonly=True) as store:
         points = store.read(lambda t: m.restore_points(t, m.resolve_mission_id(t, args.id)))
     if args.json:
         print_json([{"id": p.id, "time": p.created_at, "reason": p.reason, "checkpoint": p.checkpoint,

@@ -51,5 +51,5 @@ def _stored_health(args: argparse.Namespace) -> list[EndpointHealth]:
     path = store_path(args)
     if not (path / "data.mdb").exists():
         return []
-    with Store.open(path, create=False) as store:
+    with Store.open(path, create=False, readonly=True) as store:
         return stored_health(store)

@@ -53,7 +53,7 @@ def run_fork(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args, readonly=True) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         old, old_blob, old_name = point_files(store, store_path(args), mission_id, args.point)
         new, new_blob, new_name = point_files(store, store_path(args), mission_id, args.point2 or SANDBOX)
