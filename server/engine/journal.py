@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import Any
 
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.storage import Store, Txn
+from keel.storage.errors import StoreBusyError
 
 
 class NondeterminismError(KeelError):
@@ -107,9 +109,20 @@ class JournalWriter:
             if stop:
                 return
 
+    def _write(self, batch: list[_Item]) -> list[Any]:
+        """Commit the batch; while another process holds the store's write lock (a frozen process), wait
+        for it, saying so on stderr (the host's log) each time the lock's time limit passes: a host has
+        nothing better to do, and giving up would fail steps that did nothing wrong."""
+        while True:
+            try:
+                return self.store.write(lambda txn: [item.fn(txn) for item in batch])
+            except StoreBusyError as exc:
+                sys.stderr.write(f"keel host: still waiting to write: {exc.message}\n")
+                sys.stderr.flush()
+
     def _commit(self, batch: list[_Item]) -> None:
         try:
-            results = self.store.write(lambda txn: [item.fn(txn) for item in batch])
+            results = self._write(batch)
         except BaseException as exc:
             if len(batch) > 1:  # one bad function must not fail its neighbours: commit them one by one
                 for item in batch:
