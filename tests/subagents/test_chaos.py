@@ -335,7 +335,9 @@ def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
     by_phase = collections.Counter()
     for o in ok:
         by_phase[o["phase"]] += o["kills"]
-    summary = (f"chaos: {len(outcomes)} iterations, {sum(by_phase.values())} kills "
+    kinds = collections.Counter(o["kind"] for o in ok)
+    summary = (f"chaos: {len(outcomes)} iterations ({kinds['git']} git, {kinds['plain']} plain), "
+               f"{sum(by_phase.values())} kills "
                f"({', '.join(f'{p} {by_phase[p]}' for p in PHASES)}), "
                f"{sum(len(o['side']) for o in ok)} effects checked, "
                f"{sum(len(o['questions']) for o in ok)} uncertain effects answered; "
