@@ -50,7 +50,8 @@ def unit_branch(mission_id: str, lane: str) -> str:
     return f"keel/{mission_id}-units/{lane.replace('#', '-e')}"
 
 
-def _base_file(target: Path) -> Path:
+def base_file(target: Path) -> Path:
+    """A copied unit sandbox's record of the file digests it started from (next to the folder)."""
     return target.parent / f"{target.name}.base.json"
 
 
@@ -64,7 +65,7 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
         return git(target, "rev-parse", "HEAD").stdout.strip()
     shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
     base = file_digests(target)
-    _base_file(target).write_text(json.dumps(base, sort_keys=True))
+    base_file(target).write_text(json.dumps(base, sort_keys=True))
     return "copy"
 
 
@@ -83,7 +84,7 @@ def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
         git(mission_sandbox, "branch", "-D", branch, check=False)
     if target.exists():
         shutil.rmtree(target)
-    _base_file(target).unlink(missing_ok=True)
+    base_file(target).unlink(missing_ok=True)
 
 
 def commit_unit(target: Path, unit: str) -> str:
@@ -119,7 +120,7 @@ def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> N
 
 
 def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:
-    base = json.loads(_base_file(target).read_text())
+    base = json.loads(base_file(target).read_text())
     mine = file_digests(target)
     theirs = file_digests(mission_sandbox)
     changes, conflicts = [], []
