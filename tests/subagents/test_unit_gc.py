@@ -107,3 +107,16 @@ def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> 
     assert [x["unit"] for x in _gc(store)["removed"]] == ["b", "b"]
     assert _unit_branches(ws) == []
     keel("verify", store=store, check_rc=0)
+
+
+def test_gc_removes_a_finished_units_copy_in_a_plain_folder(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": [_writes("a")]}}])), store=store,
+         check_rc=0)
+    mid = read(store, m.list_missions)[0].id
+    held = lease(store, mid, "a")
+    assert held is not None and (Path(held.sandbox) / ".git").exists() is False and Path(held.sandbox).is_dir()
+    report = _gc(store)
+    assert [(x["kind"], x["name"]) for x in report["removed"]] == [("sandbox", held.sandbox)]
+    assert not Path(held.sandbox).parent.exists()  # the copy and its record of digests are gone
+    assert files(Path(record(store, mid).sandbox)) == {"a.txt": b"a\n"}
