@@ -1,7 +1,8 @@
 """`keel gc` and unit sandboxes, through real `keel run`, `keel pause` and `keel gc` processes on a real git
 workspace: the worktrees and `keel/<id>-units/*` branches of finished, merged units go (a dry run only
-lists them); the mission branch, its result and the person's checkout stay; an unfinished unit of a paused
-mission keeps its sandbox and branch, and the mission still completes after gc."""
+lists them); the mission branch, its result and the person's checkout stay; a mission whose host runs is
+left alone; an unfinished unit of a paused mission keeps its sandbox and branch, and the mission still
+completes after gc."""
 
 from __future__ import annotations
 
@@ -78,13 +79,16 @@ def test_gc_removes_finished_unit_sandboxes_and_branches_and_keeps_the_result(tm
 def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     units = [{"id": "a", "params": {"steps": [_writes("a")]}},
-             {"id": "b", "params": {"steps": [_writes("b"), {"sleep": 4.0}]}}]
+             {"id": "b", "params": {"steps": [_writes("b"), {"sleep": 8.0}]}}]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     try:
         mid = mission_id_of(host)
         wait_for(lambda: (a := lease(store, mid, "a")) is not None and a.merged
                  and (b := lease(store, mid, "b")) is not None and b.last_checkpoint >= 1, timeout=30)
+        running = _gc(store)  # its host is alive: not even the finished unit's sandbox is touched
+        assert running["removed"] == [] and running["running"] == [mid], running
+        assert Path(lease(store, mid, "a").sandbox).is_dir() and len(_unit_branches(ws)) == 2  # type: ignore[union-attr]
         keel("pause", mid, store=store, check_rc=0)
         assert host.wait(timeout=30) == 3
     finally:
