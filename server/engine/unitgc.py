@@ -142,16 +142,16 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
 
 
 def _remove_sandbox(path: Path, repo: Path | None) -> None:
-    """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted."""
-    worktree = merge.is_git(path)
-    if worktree and repo is not None:
-        merge.git(repo, "worktree", "remove", "--force", str(path), check=False)
+    """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted. Only
+    when git could not remove the worktree are stale entries pruned (git prunes all of them at once)."""
+    left = merge.is_git(path) and repo is not None and \
+        merge.git(repo, "worktree", "remove", "--force", str(path), check=False).returncode != 0
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
         shutil.rmtree(path)
     merge.base_file(path).unlink(missing_ok=True)
-    if worktree and repo is not None:
+    if left and repo is not None:
         merge.git(repo, "worktree", "prune", check=False)
 
 
