@@ -1,6 +1,7 @@
 """`keel gc [--keep-last N] [--keep POINT ...] [--dry-run]`: remove what no mission reaches any more.
 
-The work is storage/gc.py's, in one write transaction; this module parses the policy and prints.
+The store's part is storage/gc.py's, in one write transaction; then the sandboxes and branches of finished,
+merged units go (server/engine/unitgc.py). This module parses the policy and prints.
 """
 
 from __future__ import annotations
@@ -8,8 +9,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import msgspec
+
 from keel.protocol.errors import ErrorCode, KeelError
-from keel.server.commands.common import open_store, print_json
+from keel.server.commands.common import open_store, print_json, store_path
+from keel.server.engine import unitgc
 from keel.server.exits import Exit
 from keel.storage.gc import gc_txn
 
@@ -19,7 +23,8 @@ class GcUsageError(KeelError):
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("gc", parents=[common], help="remove blobs and records that no restore point or HEAD reaches")
+    p = sub.add_parser("gc", parents=[common], help="remove blobs and records that no restore point or HEAD reaches, "
+                                    "and the sandboxes and branches of finished units")
     p.add_argument("--keep-last", type=int, metavar="N", help="keep only each mission's last N restore points "
                    "(plus the named ones and HEAD's); their whole parent chains stay")
     p.add_argument("--keep", nargs="+", default=[], metavar="POINT",
@@ -34,8 +39,9 @@ def run_gc(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep),
                                               dry_run=args.dry_run))
+        units = unitgc.collect(store, store_path(args), dry_run=args.dry_run)
     if args.json:
-        print_json(report)
+        print_json({**msgspec.to_builtins(report), "units": msgspec.to_builtins(units)})
         return Exit.OK
     verb = "would remove" if args.dry_run else "removed"
     print(f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
@@ -43,4 +49,5 @@ def run_gc(args: argparse.Namespace) -> int:
           f"{report.blobs_kept} blobs kept")
     for point in report.points_dropped:
         print(f"  dropped restore point {point}")
+    print("\n".join(unitgc.describe(units)))
     return Exit.OK

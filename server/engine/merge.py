@@ -50,7 +50,8 @@ def unit_branch(mission_id: str, lane: str) -> str:
     return f"keel/{mission_id}-units/{lane.replace('#', '-e')}"
 
 
-def _base_file(target: Path) -> Path:
+def base_file(target: Path) -> Path:
+    """A copied unit sandbox's record of the file digests it started from (next to the folder)."""
     return target.parent / f"{target.name}.base.json"
 
 
@@ -64,7 +65,7 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
         return git(target, "rev-parse", "HEAD").stdout.strip()
     shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
     base = file_digests(target)
-    _base_file(target).write_text(json.dumps(base, sort_keys=True))
+    base_file(target).write_text(json.dumps(base, sort_keys=True))
     return "copy"
 
 
@@ -83,13 +84,12 @@ def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
         clear_stale_locks(target)
         git(mission_sandbox, "worktree", "unlock", str(target), check=False)
         git(mission_sandbox, "worktree", "remove", "--force", "--force", str(target), check=False)
-        _unlock_half_made(mission_sandbox)
-        git(mission_sandbox, "worktree", "prune", check=False)
+        _forget_worktree(mission_sandbox, target)
         _clear_ref_lock(mission_sandbox, branch)
         git(mission_sandbox, "branch", "-D", branch, check=False)
     if target.exists():
         shutil.rmtree(target)
-    _base_file(target).unlink(missing_ok=True)
+    base_file(target).unlink(missing_ok=True)
 
 
 # -- repairing git state a killed process left behind ---------------------------------------------------
@@ -146,22 +146,20 @@ def _clear_ref_lock(mission_sandbox: Path, branch: str) -> None:
             (base / "refs" / "heads" / f"{branch}.lock").unlink(missing_ok=True)
 
 
-def _unlock_half_made(mission_sandbox: Path) -> None:
-    """Worktrees of keel's whose `git worktree add` was killed stay locked ("initializing") and block
-    `git worktree add` at the same path ("a missing but locked worktree"): unlock them so prune can go."""
+def _forget_worktree(mission_sandbox: Path, target: Path) -> None:
+    """Drop git's entry for keel's worktree at `target` when `git worktree remove` could not (its folder
+    is gone, or a killed `git worktree add` left it locked "initializing"). Only that entry: `git worktree
+    prune` would also drop the person's own worktrees whose folders are not there right now."""
     common = _common_dir(mission_sandbox)
     if common is None or not (common / "worktrees").is_dir():
         return
     for admin in (common / "worktrees").iterdir():
-        locked = admin / "locked"
         try:
-            reason = locked.read_text().strip() if locked.exists() else ""
-            target = Path((admin / "gitdir").read_text().strip()).parent
+            points_at = Path((admin / "gitdir").read_text().strip()).parent
         except OSError:
             continue
-        if reason == "initializing" and ("/.keel/" in f"{target}/" or not target.exists()) \
-                and not (target / ".git").is_file():
-            locked.unlink(missing_ok=True)
+        if points_at == target and not (target / ".git").is_file():
+            shutil.rmtree(admin, ignore_errors=True)
 
 
 def settle(mission_sandbox: Path, *, keep_changes: bool = False) -> list[str]:
@@ -224,7 +222,7 @@ def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> N
 
 
 def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:
-    base = json.loads(_base_file(target).read_text())
+    base = json.loads(base_file(target).read_text())
     mine = file_digests(target)
     theirs = file_digests(mission_sandbox)
     changes, conflicts = [], []

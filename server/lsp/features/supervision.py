@@ -1,6 +1,12 @@
 """Host supervision: re-attach to live hosts on start, restart hosts that died while their mission was
 running (crash recovery through `resume`, with backoff, bounded), flag stranded missions.
 
+An `offline` mission whose probing host died (it is still recorded: a host that left on its own clears
+itself) is restarted the same way when its `models.auto_resume` allows: the new host (`--wait-online`)
+probes and resumes by itself when a provider answers. A person's pause is never overridden: a pause
+recorded for an offline mission that its host did not act on before it died is applied instead
+(`offline.honour_pause`: the mission becomes paused) and no host is started.
+
 Each mission has a small state machine, driven by a tick every half second over the hub's views
 (a host can die without writing to the store, so changes alone would not notice it):
 
@@ -18,15 +24,18 @@ import enum
 import logging
 import time
 
+import msgspec
 from lsprotocol import types
 
 from keel.protocol.errors import KeelError
 from keel.protocol.states import MissionState
-from keel.server.engine import places
+from keel.server.engine import offline, places
 from keel.server.engine.hostlock import HostLock
 from keel.server.lsp import enginecall
 from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
+from keel.storage import Txn
+from keel.storage import missions as m
 
 log = logging.getLogger(__name__)
 TICK_S = 0.5
@@ -48,7 +57,7 @@ P = Phase
 TRANSITIONS = {
     P.WATCHING: frozenset({P.SUSPECT}),
     P.SUSPECT: frozenset({P.WATCHING, P.RESTARTING}),
-    P.RESTARTING: frozenset({P.BACKOFF}),
+    P.RESTARTING: frozenset({P.BACKOFF, P.WATCHING}),  # WATCHING: a person's pause came first
     P.BACKOFF: frozenset({P.WATCHING, P.RESTARTING, P.STRANDED}),
     P.STRANDED: frozenset({P.WATCHING}),
 }
@@ -88,27 +97,32 @@ class HostWatch:
         if self.phase is P.WATCHING:
             self._set_state(P.SUSPECT)
         elif self.phase is P.SUSPECT and waited >= self.grace_s:
-            self._restart()
+            self._restart(view.record.state)
         elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
             if self.attempts >= MAX_RESTARTS:
                 self._set_state(P.STRANDED)
-                self.server.show(f"keel: mission {self.mission_id} is stranded: it is running but its host is "
-                                 f"gone and {self.attempts} restarts failed ({self.last_error or 'host exited'})"
+                self.server.show(f"keel: mission {self.mission_id} is stranded: it is {view.record.state.value} "
+                                 f"but its host is gone and {self.attempts} restarts failed "
+                                 f"({self.last_error or 'host exited'})"
                                  f" — run `keel resume {self.mission_id}`", types.MessageType.Error)
             else:
-                self._restart()
+                self._restart(view.record.state)
 
     def _locked(self) -> bool:
         lock = HostLock(places.lock_path(self.server.store_path, self.mission_id), self.mission_id)
         return lock.held_elsewhere()
 
-    def _restart(self) -> None:
+    def _restart(self, state: MissionState) -> None:
         self._set_state(P.RESTARTING)
         self.attempts += 1
-        self.server.spawn(self._resume(), f"restarting mission {self.mission_id}'s host")
+        self.server.spawn(self._resume(state), f"restarting mission {self.mission_id}'s host")
 
-    async def _resume(self) -> None:
-        self.server.log_line(f"[{self.mission_id}] host is gone while running; restarting it "
+    async def _resume(self, state: MissionState) -> None:
+        if state == MissionState.OFFLINE and await self._paused_while_offline():
+            self.attempts = 0
+            self._set_state(P.WATCHING)
+            return
+        self.server.log_line(f"[{self.mission_id}] host is gone while {state.value}; restarting it "
                              f"(attempt {self.attempts} of {MAX_RESTARTS})", types.MessageType.Info)
         try:
             await self.server.blocking(enginecall.call, self.server.store_path, "resume", self.mission_id)
@@ -118,12 +132,37 @@ class HostWatch:
         finally:
             self._set_state(P.BACKOFF)
 
+    async def _paused_while_offline(self) -> bool:
+        """Apply a pause its dead host left unseen (the mission becomes paused); True when the mission is
+        no longer offline, so no host is started for it. Read from the store as it is now, not the view."""
+        store = self.server.require_store()
+        now = await self.server.blocking(store.write, lambda txn: _honour_pause(txn, self.mission_id))
+        if now == MissionState.OFFLINE:
+            return False
+        self.server.log_line(f"[{self.mission_id}] host is gone while offline, but the mission is {now.value} "
+                             f"(a person paused it): not restarting it", types.MessageType.Info)
+        return True
+
 
 def _needs_host(view: MissionView) -> bool:
     """Running (or pausing) missions need a host; so does an answered question whose host already left
-    (an answer that raced the host's exit is applied by the host the restart starts)."""
-    state = view.record.state
-    return state in SUPERVISED_STATES or (state == MissionState.WAITING_INPUT and view.pending_answer)
+    (an answer that raced the host's exit is applied by the host the restart starts), and an offline
+    mission that may resume by itself whose host died while probing (a host that stopped on its own, e.g.
+    `keel run` without `--wait-online`, is no longer recorded and is not restarted)."""
+    record = view.record
+    if record.state == MissionState.OFFLINE:
+        return record.host is not None and record.spec.models.auto_resume
+    return record.state in SUPERVISED_STATES or (record.state == MissionState.WAITING_INPUT and view.pending_answer)
+
+
+def _honour_pause(txn: Txn, mission_id: str) -> MissionState:
+    """`offline.honour_pause`, and a pause applied here also forgets the dead host (as a pause made while
+    no host runs does), so the paused mission names no host."""
+    before = m.get_mission(txn, mission_id).state
+    state = offline.honour_pause(txn, mission_id)
+    if before == MissionState.OFFLINE and state == MissionState.PAUSED:
+        m.put_mission(txn, msgspec.structs.replace(m.get_mission(txn, mission_id), host=None))
+    return state
 
 
 def register(server: KeelServer) -> None:
