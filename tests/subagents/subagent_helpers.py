@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def store_writable(store: Path, timeout: float = 0.5) -> bool:
     code = ("import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
             "s.write(lambda t: None); s.close()")
     try:
-        subprocess.run([os.environ.get("PYTHON", "python"), "-c", code, str(store)], timeout=timeout, check=True,
+        subprocess.run([sys.executable, "-c", code, str(store)], timeout=timeout, check=True,
                        capture_output=True)
     except subprocess.TimeoutExpired:
         return False
