@@ -26,6 +26,7 @@ _BY_CODE = {
     ErrorCode.BUNDLE: Exit.INTEGRITY,
     ErrorCode.STORE_TOO_NEW: Exit.FAILURE,
     ErrorCode.STORE_FULL: Exit.PAUSED,
+    ErrorCode.DISK_FULL: Exit.PAUSED,
     ErrorCode.OFFLINE: Exit.PAUSED,
     ErrorCode.INVALID_STATE: Exit.USAGE,
 }

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError
 
 
@@ -47,10 +48,17 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
         args = ["worktree", "add", "--force", str(target), branch] if exists else \
             ["worktree", "add", "--force", "-b", branch, str(target), "HEAD"]
         proc = _git(top, *args)
+        if proc.returncode != 0 and says_no_space(proc.stderr):
+            raise disk_full(target, proc.stderr.strip(), "the sandbox")
         if proc.returncode != 0:
             raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
         return target
-    shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True, ignore=_keel_files(target))
+    try:
+        shutil.copytree(workspace, target, symlinks=True, dirs_exist_ok=True, ignore=_keel_files(target))
+    except OSError as exc:
+        if says_no_space(exc):
+            raise disk_full(target, str(exc)[:300], "the sandbox") from None
+        raise
     return target
 
 
