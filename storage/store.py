@@ -323,9 +323,8 @@ def _translate(exc: BaseException, context: str, path: Path) -> StoreError:
     store's filesystem (LMDB reports a short write as EIO) are a full disk, named by its mount point."""
     text = str(exc)
     if is_disk_full(exc, path):
-        full = disk_full(path, text, "the store at")
-        return StoreFullError(f"{context}: {full.message}; nothing committed was lost", mount=full.mount,
-                              path=full.path)
+        full = disk_full(path, f"{context}: {text}", "the store at")
+        return StoreFullError(f"{full.message}; nothing committed was lost", mount=full.mount, path=full.path)
     if isinstance(exc, _DAMAGE):
         return StoreDamagedError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
     return StoreError(f"{context}: {text}")
