@@ -14,8 +14,9 @@ from pathlib import Path
 
 from keel.protocol.errors import DiskFullError
 
-#: Free space below which a failed write (EIO, or a command's non-zero exit) counts as a full disk.
-NEARLY_FULL_BYTES = 1024 * 1024
+#: Free space below which a failed write (EIO, or a command's non-zero exit) counts as a full disk. A
+#: write that fails for want of space leaves next to nothing: a short write fills the disk to the block.
+NEARLY_FULL_BYTES = 256 * 1024
 
 _NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")

@@ -141,8 +141,9 @@ class Store:
 
     # -- the reserve ----------------------------------------------------------------------------
     def keep_reserve(self) -> bool:
-        """Make the reserve file when it is missing and the filesystem has room for it and as much again
-        (random bytes: a compressing filesystem must really allocate them). True if the store has one."""
+        """Make the reserve file when it is missing and the filesystem has room for it and is not nearly
+        full after it (random bytes: a compressing filesystem must really allocate them). True if the
+        store has one."""
         if self.reserve_bytes <= 0:
             return False
         reserve = self.path / RESERVE_NAME
@@ -151,7 +152,7 @@ class Store:
             if reserve.exists():
                 self._reserve_held = True
                 return True
-            if free_bytes(self.path) < self.reserve_bytes + max(self.reserve_bytes, NEARLY_FULL_BYTES):
+            if free_bytes(self.path) < self.reserve_bytes + NEARLY_FULL_BYTES:
                 return False
             with open(tmp, "wb") as out:
                 out.write(os.urandom(self.reserve_bytes))

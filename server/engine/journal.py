@@ -104,7 +104,11 @@ class JournalWriter:
                 batch.append(item)
                 if item.urgent:
                     deadline = 0.0
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # never leave a step waiting on a future nobody settles
+                for item in batch:
+                    self._settle(item, None, exc)
             if stop:
                 return
 
@@ -122,7 +126,8 @@ class JournalWriter:
             return
         self.commits += 1
         self.items += len(batch)
-        self._alarm(self.store.full_disk())  # committed, perhaps only in the reserve: stop before waking anyone
+        with contextlib.suppress(Exception):  # committed, perhaps only in the reserve: stop before waking anyone
+            self._alarm(self.store.full_disk())
         for item, result in zip(batch, results, strict=True):
             self._settle(item, result, None)
 

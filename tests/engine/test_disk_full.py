@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from keel.storage import missions as m
 
 BIG = "x" * 100_000 + "\n"  # a write that surely needs fresh space (store pages or sandbox blocks)
 MARKERS = ["a1", "a2", "b1", "b2", "c1"]
+Mount = Callable[..., Path]
 
 
 def _units(side: Path, gate: Path) -> list[dict]:
@@ -59,7 +60,7 @@ def _mission(folder: Path, ws: Path, side: Path, gate: Path) -> Path:
 
 
 @pytest.fixture
-def mount(tmp_path: Path) -> Iterator[callable]:
+def mount(tmp_path: Path) -> Iterator[Mount]:
     """mount(dir, size) mounts a real tmpfs there; every one is unmounted afterwards."""
     mounted: list[Path] = []
 
@@ -161,7 +162,7 @@ def _resume_and_check(store: Path, mid: str, side: Path, reference: dict[str, by
     assert _no_space_journaled(store, mid) == []
 
 
-def test_store_disk_fills_mid_mission(tmp_path: Path, mount: callable, reference: dict[str, bytes]) -> None:
+def test_store_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
     """(a) Only the store is on the small disk (the sandboxes are next to it, on an ordinary one)."""
     side, gate = tmp_path / "side.log", tmp_path / "gate"
     store = mount(tmp_path / "keel" / "store")
@@ -179,10 +180,10 @@ def test_store_disk_fills_mid_mission(tmp_path: Path, mount: callable, reference
     assert (store / "reserve").stat().st_size == 1024 * 1024  # made again once there was room
 
 
-def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: callable, reference: dict[str, bytes]) -> None:
+def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
     """(b) The workspace and the sandboxes are on the small disk; the store is not."""
     side, gate = tmp_path / "side.log", tmp_path / "gate"
-    mnt = mount(tmp_path / "mnt")
+    mnt = mount(tmp_path / "mnt", "4m")  # the git workspace and its worktrees need a little more
     (tmp_path / "keel").mkdir()
     (mnt / "sandboxes").mkdir()
     (tmp_path / "keel" / "sandboxes").symlink_to(mnt / "sandboxes")
@@ -195,12 +196,12 @@ def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: callable, referen
     _resume_and_check(store, mid, side, reference)
 
 
-def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: callable,
+def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount,
                                                  reference: dict[str, bytes]) -> None:
     """(c) `--store` on the small disk: store, sandboxes and workspace fill up together. A failed write
     there may reach keel as LMDB's EIO or as an ENOSPC from a tool: neither is ever journaled."""
     side, gate = tmp_path / "side.log", tmp_path / "gate"
-    mnt = mount(tmp_path / "mnt")
+    mnt = mount(tmp_path / "mnt", "4m")  # the git workspace and its worktrees need a little more
     store = mnt / "keel" / "store"
     mission = _mission(tmp_path, mnt / "ws", side, gate)
     mid, filler = _run_until_full(mission, store, side, gate, mnt)
