@@ -90,10 +90,10 @@ class UnitSession:
                     return Outcome("stopped")
                 if self.fatal is not None:
                     return Outcome("failed", error=str(self.fatal))
+                if full := self._full_disk():  # a worker that died or could not start for want of space
+                    return await self._disk_full(full)
                 if not exc.died:
                     return Outcome("failed", error=exc.message)
-                if full := self._full_disk():  # a subagent that died for want of space: not the agent's fault
-                    return await self._disk_full(full)
                 error = exc.message
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
@@ -152,7 +152,8 @@ class UnitSession:
             return full
         for path, what in ((self.host.store.path, "the store at"), (self.sandbox, "the sandbox")):
             if nearly_full(path):
-                return disk_full(path, "a subagent died while the filesystem was full", what).message
+                return disk_full(path, f"unit {self.unit.id}'s worker stopped while the filesystem was full",
+                                 what).message
         return ""
 
     def _saved_state(self) -> Any:
