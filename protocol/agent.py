@@ -145,3 +145,4 @@ ERR_NONDETERMINISM = -32010  # the request does not match the journal entry at t
 ERR_TOOL_DENIED = -32011  # the mission's permissions do not allow this tool
 ERR_PAUSING = -32012  # the mission is pausing; the agent should stop (it will be re-run on resume)
 ERR_MODEL_UNAVAILABLE = -32013  # no provider may serve this call under the mission's policy
+ERR_DISK_FULL = -32014  # a filesystem keel writes to is full: the mission pauses (a subagent reports it too)

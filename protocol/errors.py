@@ -22,6 +22,7 @@ class ErrorCode(enum.IntEnum):
     STORE_FULL = 22
     STORE_TOO_NEW = 23
     STORE_BUSY = 24
+    DISK_FULL = 25
     NONDETERMINISM = 30
     AGENT = 31
     TOOL = 32
@@ -63,3 +64,16 @@ class InvalidTransitionError(KeelError):
     """A lifecycle transition that the transition table does not allow."""
 
     code = ErrorCode.INVALID_STATE
+
+
+class DiskFullError(KeelError):
+    """A filesystem keel writes to (the store's or a sandbox's) has no space left. Nothing committed is
+    lost; the mission pauses with reason `disk_full`. `mount` and `path` name the filesystem and the path
+    whose write failed (protocol/diskspace.py builds the message)."""
+
+    code = ErrorCode.DISK_FULL
+
+    def __init__(self, message: str, *, mount: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.mount = mount
+        self.path = path

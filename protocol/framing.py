@@ -63,8 +63,11 @@ def read_frame(stream: BinaryIO, max_size: int = DEFAULT_MAX_SIZE) -> bytes | No
         headers.append(header)
     length = _content_length(headers, max_size)
     body = stream.read(length)
-    if len(body) != length:
-        raise ProtocolError(f"stream ended after {len(body)} of {length} body bytes")
+    while len(body) < length:  # an unbuffered pipe returns what it has: a big frame arrives in pieces
+        more = stream.read(length - len(body))
+        if not more:
+            raise ProtocolError(f"stream ended after {len(body)} of {length} body bytes")
+        body += more
     return body
 
 

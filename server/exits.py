@@ -28,6 +28,7 @@ _BY_CODE = {
     ErrorCode.STORE_TOO_NEW: Exit.FAILURE,
     ErrorCode.STORE_FULL: Exit.PAUSED,
     ErrorCode.STORE_BUSY: Exit.BUSY,
+    ErrorCode.DISK_FULL: Exit.PAUSED,
     ErrorCode.OFFLINE: Exit.PAUSED,
     ErrorCode.INVALID_STATE: Exit.USAGE,
 }

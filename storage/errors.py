@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keel.protocol.errors import ErrorCode, KeelError
+from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
 
 
 class StoreError(KeelError):
@@ -27,8 +27,9 @@ class StoreDamagedError(StoreError):
     code = ErrorCode.CORRUPT_RECORD
 
 
-class StoreFullError(StoreError):
-    """The disk is full or the map reached its ceiling; everything committed before is intact."""
+class StoreFullError(StoreError, DiskFullError):
+    """The store's disk is full or its map reached its ceiling; everything committed before is intact.
+    A DiskFullError too: the engine pauses the mission with reason `disk_full` for either."""
 
     code = ErrorCode.STORE_FULL
 

@@ -2,7 +2,16 @@
 
 Every access goes through `read(fn)` or `write(fn)`: the transaction lives exactly as long as `fn`.
 `write` retries `fn` on a grown map when LMDB reports MapFullError (up to `max_map_size`), and turns a
-real ENOSPC or the ceiling into StoreFullError after aborting, so what was committed before is intact.
+full disk (ENOSPC, or the EIO LMDB makes of a short write when almost no space is left) or the ceiling
+into StoreFullError after aborting, so what was committed before is intact.
+
+A full disk would leave a host unable to record even that it stopped. So the store keeps a *reserve*:
+a 1 MiB file `<store>/reserve` (made on a writable open when absent and there is room; not data: verify,
+bundles and gc never see it). In the process that owns it (`reserve_owner`: a mission host; never a
+subagent's heartbeat or a CLI verb) a write that meets a full disk deletes the reserve and runs once more
+in the space it freed, and `full_disk()` tells the caller to stop: the journal entries in flight and the
+pause still commit. After a failed meta-page write LMDB refuses every transaction (MDB_PANIC) until the
+environment is opened again: `reopen()` does that, and a transaction that meets the panic reopens once.
 
 Opening checks data.mdb with plain reads before LMDB maps it (`lmdbwalk.check_data_file`): a truncated
 or empty file is StoreDamagedError, never a SIGBUS or a silently re-initialised store; a new store is
@@ -14,7 +23,6 @@ StoreBusyError rather than hanging everyone.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections.abc import Callable
@@ -24,6 +32,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from keel.protocol import __version__
+from keel.protocol.diskspace import NEARLY_FULL_BYTES, disk_full, free_bytes, is_disk_full
 from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
 from keel.storage.keys import DB
 from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
@@ -39,13 +48,25 @@ DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _SCHEMA_KEY = b"schema"
 _RESIZE_RETRIES = 10
+RESERVE_NAME = "reserve"
+DEFAULT_RESERVE_BYTES = 1024 * 1024
+
+
+class _Env:
+    """An open LMDB environment and its databases, shared by every Store of one path in this process
+    (LMDB forbids opening a file twice in a process); `reopen` swaps it for all of them."""
+
+    def __init__(self, env: lmdb.Environment, readonly: bool) -> None:
+        self.env = env
+        self.readonly = readonly
+        self.dbs: dict[DB, Any] = {}
+        self.users = 1
+        self.lock = threading.Lock()  # map resizes and reopening
 
 
 class _Shared:
-    """One LMDB environment per path per process (LMDB forbids opening it twice), shared by refcount."""
-
     lock = threading.Lock()
-    envs: dict[Path, tuple[lmdb.Environment, int]] = {}
+    envs: dict[Path, _Env] = {}
     writers: dict[Path, WriterLock] = {}  # closed with the environment's last user
 
 
@@ -60,22 +81,33 @@ class Store:
 
     Opening the same path again in one process shares the environment; it closes with its last user."""
 
-    def __init__(self, env: lmdb.Environment, path: Path, max_map_size: int,
-                 write_timeout: float | None = None, readonly: bool = False) -> None:
-        self._env = env
+    def __init__(self, shared: _Env, path: Path, max_map_size: int, write_timeout: float | None = None,
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> None:
+        self._shared = shared
         self.path = path
         self.max_map_size = max_map_size
         self.write_timeout = default_timeout() if write_timeout is None else write_timeout
-        self.readonly = readonly
+        self.readonly = shared.readonly
+        self.reserve_bytes = reserve_bytes
+        self.disk_full = ""  # set when a write of this Store met a full disk: the message naming it
+        self.reserve_owner = False  # may spend the reserve on a full disk (the mission host sets it)
+        self._reserve_held = False
         self._writer = _writer_lock(path)
-        self._dbs = self._open_dbs()
-        self._resize = threading.Lock()
         self._closed = False
+
+    @property
+    def _env(self) -> lmdb.Environment:
+        return self._shared.env
+
+    @property
+    def _dbs(self) -> dict[DB, Any]:
+        return self._shared.dbs
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
              max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True,
-             write_timeout: float | None = None, readonly: bool = False) -> Store:
+             write_timeout: float | None = None, readonly: bool = False,
+             reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Store:
         """Open (or, with `create` and no data.mdb, make) the store.
 
         `readonly`: an existing store for reading only; opening it never waits on a writer (it is
@@ -88,22 +120,30 @@ class Store:
         size = max(max_map_size, map_size)
         shared = _share(path, readonly)
         if shared is not None:
-            return cls(shared, path, size, write_timeout, readonly=shared.flags()["readonly"])
+            store = cls(shared, path, size, write_timeout, reserve_bytes)
+            if not store.readonly:
+                store.keep_reserve()
+            return store
         path.mkdir(parents=True, exist_ok=True)
         writer = _writer_lock(path)
         timeout = default_timeout() if write_timeout is None else write_timeout
         if creating:
             with writer.held(timeout):  # another process may be creating it right now: let it finish
                 if not (path / "data.mdb").exists():
-                    store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+                    store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False,
+                                       reserve_bytes)
                     prepare_keel_dir(path)
+                    store.keep_reserve()
                     return store
         _check_file(path, writer, timeout)
         if readonly:
             try:
-                store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True)
+                store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True, reserve_bytes)
             except _NeedsWrite:
-                return cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+                store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False,
+                                   reserve_bytes)
+                store.keep_reserve()
+                return store
             try:
                 if store._schema_current():
                     return store
@@ -111,24 +151,28 @@ class Store:
                 store.close()
                 raise
             store.close()  # an older schema: migrate it, which needs a writable environment
-        return cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False)
+        store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False, reserve_bytes)
+        store.keep_reserve()
+        return store
 
     @classmethod
     def _adopt(cls, env: lmdb.Environment, path: Path, max_map_size: int, write_timeout: float | None,
-               readonly: bool) -> Store:
+               readonly: bool, reserve_bytes: int) -> Store:
         try:
             env.reader_check()  # clear reader slots left by killed processes
-            store = cls(env, path, max_map_size, write_timeout, readonly)
+            shared = _Env(env, readonly)
+            store = cls(shared, path, max_map_size, write_timeout, reserve_bytes)
+            shared.dbs = store._open_dbs(env)
             if not readonly:
                 store._ensure_schema()
         except lmdb.Error as exc:
             env.close()
-            raise _translate(exc, f"cannot open store at {path}") from None
+            raise _translate(exc, f"cannot open store at {path}", path) from None
         except BaseException:
             env.close()
             raise
         with _Shared.lock:
-            _Shared.envs[path.resolve()] = (env, 1)
+            _Shared.envs[path.resolve()] = shared
         return store
 
     def close(self) -> None:
@@ -137,15 +181,73 @@ class Store:
         self._closed = True
         key = self.path.resolve()
         with _Shared.lock:
-            env, users = _Shared.envs.get(key, (self._env, 1))
-            if users > 1:
-                _Shared.envs[key] = (env, users - 1)
+            self._shared.users -= 1
+            if self._shared.users > 0:
                 return
-            _Shared.envs.pop(key, None)
+            if _Shared.envs.get(key) is self._shared:
+                _Shared.envs.pop(key)
             writer = _Shared.writers.pop(key, None)
         self._env.close()
         if writer is not None:
             writer.close()  # no write is under way: this was the store's last user here
+
+    def reopen(self) -> None:
+        """Open the LMDB environment again, for every Store of this path in this process: after a failed
+        meta-page write LMDB marks it fatal (MDB_PANIC) and refuses every transaction until then.
+        Committed data is untouched; transactions other threads still hold on the old one fail."""
+        with self._shared.lock:
+            old = self._shared.env
+            map_size = int(old.info()["map_size"])
+            old.close()
+            env = _lmdb_open(self.path, map_size, self._shared.readonly)
+            self._shared.env, self._shared.dbs = env, self._open_dbs(env)
+
+    # -- the reserve ----------------------------------------------------------------------------
+    def keep_reserve(self) -> bool:
+        """Make the reserve file when it is missing and the filesystem has room for it and is not nearly
+        full after it (random bytes: a compressing filesystem must really allocate them). True if the
+        store has one."""
+        if self.reserve_bytes <= 0:
+            return False
+        reserve = self.path / RESERVE_NAME
+        tmp = self.path / f".{RESERVE_NAME}.tmp"
+        try:
+            if reserve.exists():
+                self._reserve_held = True
+                return True
+            if free_bytes(self.path) < self.reserve_bytes + NEARLY_FULL_BYTES:
+                return False
+            with open(tmp, "wb") as out:
+                out.write(os.urandom(self.reserve_bytes))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, reserve)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return False
+        self._reserve_held = True
+        return True
+
+    def full_disk(self) -> str:
+        """Why the store's disk counts as full now, or "": a write of this Store met a full disk, or
+        another process (a subagent) spent the reserve this Store saw. The caller should stop."""
+        if self.disk_full:
+            return self.disk_full
+        if self._reserve_held and not (self.path / RESERVE_NAME).exists():
+            error = disk_full(self.path, "its reserve was spent by another keel process", "the store at")
+            return error.message
+        return ""
+
+    def _spend_reserve(self, error: StoreError) -> bool:
+        """A write met a full disk: delete the reserve so that it can run once more in the space freed."""
+        self.disk_full = error.message
+        if not self.reserve_owner:
+            return False
+        try:
+            (self.path / RESERVE_NAME).unlink()
+        except OSError:
+            return False
+        return True
 
     def __enter__(self) -> Store:
         return self
@@ -159,20 +261,22 @@ class Store:
         try:
             return fn(Txn(txn, self._dbs, write=False))
         except lmdb.Error as exc:
-            raise _translate(exc, "read failed") from None
+            raise _translate(exc, "read failed", self.path) from None
         finally:
             txn.abort()
 
     def write(self, fn: Callable[[Txn], T]) -> T:
         """Run `fn` in a write transaction and commit it durably; `fn` may run more than once.
 
-        Waits at most `write_timeout` for another writer (StoreBusyError names it)."""
+        Waits at most `write_timeout` for another writer (StoreBusyError names it). On a full disk the
+        reserve is spent and `fn` runs once more; `full_disk()` then says to stop."""
         if self.readonly:
             raise StoreError(f"store at {self.path} was opened read-only")
         with self._writer.held(self.write_timeout):
             return self._write_locked(fn)
 
     def _write_locked(self, fn: Callable[[Txn], T]) -> T:
+        spent = False
         while True:
             txn = self._begin(write=True)
             try:
@@ -184,24 +288,36 @@ class Store:
                 self._grow()
             except lmdb.Error as exc:
                 txn.abort()
-                raise _translate(exc, "write failed") from None
+                error = _translate(exc, "write failed", self.path)
+                if isinstance(error, StoreFullError) and not spent:
+                    spent = self._spend_reserve(error)
+                    if spent:
+                        continue
+                raise error from None
             except BaseException:
                 txn.abort()
                 raise
 
     def _begin(self, write: bool) -> lmdb.Transaction:
+        reopened = False
         for _ in range(_RESIZE_RETRIES):
             try:
                 return self._env.begin(write=write, buffers=False)
             except lmdb.MapResizedError:
-                with self._resize:
+                with self._shared.lock:
                     self._env.set_mapsize(0)  # adopt the size another process grew the map to
+            except lmdb.PanicError:
+                if reopened:
+                    raise StoreDamagedError(f"store at {self.path} stays unusable after reopening (MDB_PANIC); "
+                                            f"run `keel verify`") from None
+                self.reopen()  # a failed commit (full disk) left the environment fatal: committed data is intact
+                reopened = True
             except lmdb.Error as exc:
-                raise _translate(exc, "cannot begin a transaction") from None
+                raise _translate(exc, "cannot begin a transaction", self.path) from None
         raise StoreError("store map keeps being resized by another process")
 
     def _grow(self) -> None:
-        with self._resize:
+        with self._shared.lock:
             current = self._env.info()["map_size"]
             if current >= self.max_map_size:
                 raise StoreFullError(f"store at {self.path} reached its size ceiling of "
@@ -257,7 +373,7 @@ class Store:
         return current is not None and current.version == SCHEMA_VERSION
 
 
-    def _open_dbs(self) -> dict[DB, Any]:
+    def _open_dbs(self, env: lmdb.Environment) -> dict[DB, Any]:
         """Open the named databases. py-lmdb opens one in a write transaction unless the environment is
         read-only (a DBI opened in a read transaction is dropped when py-lmdb resets it), and a write
         transaction waits on LMDB's writer mutex, which a frozen writer holds forever; so a read-write
@@ -266,11 +382,11 @@ class Store:
         for _ in range(_RESIZE_RETRIES):
             try:
                 if self.readonly:
-                    return {db: self._env.open_db(db.value.encode(), create=False) for db in DB}
+                    return {db: env.open_db(db.value.encode(), create=False) for db in DB}
                 with self._writer.held(self.write_timeout):
-                    return {db: self._env.open_db(db.value.encode()) for db in DB}
+                    return {db: env.open_db(db.value.encode()) for db in DB}
             except lmdb.MapResizedError:
-                self._env.set_mapsize(0)  # adopt a map another process grew meanwhile
+                env.set_mapsize(0)  # adopt a map another process grew meanwhile
             except lmdb.NotFoundError:
                 raise _NeedsWrite from None  # a store from before a database was added: create it
         raise StoreError("store map keeps being resized by another process")
@@ -280,18 +396,18 @@ class _NeedsWrite(Exception):
     """A read-only open found work only a writable environment can do (a missing database)."""
 
 
-def _share(path: Path, readonly: bool) -> lmdb.Environment | None:
+def _share(path: Path, readonly: bool) -> _Env | None:
     """This process's open environment of `path`, with one more user (LMDB forbids opening it twice)."""
     key = path.resolve()
     with _Shared.lock:
         shared = _Shared.envs.get(key)
         if shared is None:
             return None
-        if shared[0].flags()["readonly"] and not readonly:
+        if shared.readonly and not readonly:
             raise StoreError(f"store at {path} is open read-only in this process; it cannot also be "
                              "opened for writing")
-        _Shared.envs[key] = (shared[0], shared[1] + 1)
-        return shared[0]
+        shared.users += 1
+        return shared
 
 
 def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
@@ -299,7 +415,7 @@ def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
         return lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512, readonly=readonly,
                          sync=True, metasync=True, subdir=True, readahead=False, writemap=False)
     except (lmdb.Error, OSError) as exc:
-        raise _translate(exc, f"cannot open store at {path}") from None
+        raise _translate(exc, f"cannot open store at {path}", path) from None
 
 
 def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
@@ -326,11 +442,13 @@ _DAMAGE = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError, lmdb.
            lmdb.BadTxnError, lmdb.PanicError, lmdb.IncompatibleError, lmdb.VersionMismatchError)
 
 
-def _translate(exc: BaseException, context: str) -> StoreError:
-    code = getattr(exc, "errno", None)
+def _translate(exc: BaseException, context: str, path: Path) -> StoreError:
+    """A typed error for an LMDB or OS error. ENOSPC, EDQUOT, or EIO with (almost) no space left on the
+    store's filesystem (LMDB reports a short write as EIO) are a full disk, named by its mount point."""
     text = str(exc)
-    if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text or "Disk quota" in text:
-        return StoreFullError(f"{context}: disk full ({text}); nothing committed was lost")
+    if is_disk_full(exc, path):
+        full = disk_full(path, f"{context}: {text}", "the store at")
+        return StoreFullError(f"{full.message}; nothing committed was lost", mount=full.mount, path=full.path)
     if isinstance(exc, _DAMAGE):
         return StoreDamagedError(f"{context}: the LMDB file is damaged ({text}); run `keel verify`")
     return StoreError(f"{context}: {text}")

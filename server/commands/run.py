@@ -1,6 +1,6 @@
 """`keel run FILE` and `keel resume ID`: run a mission's host in the foreground, or detached.
 
-Exit codes: 0 completed, 3 paused (operator, waiting for an answer, policy) or offline, 4 failed, 2 usage
+Exit codes: 0 completed, 3 paused (operator, waiting for an answer, policy, disk full) or offline, 4 failed, 2 usage
 (e.g. a host already runs this mission), 6 not found. With `--wait-online` an offline mission does not
 end the host: it probes the providers and resumes the mission when one answers (docs/providers.md).
 """
@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from keel.protocol.states import MissionState
+from keel.protocol.states import MissionState, PauseReason
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.server.engine.host import run_host_blocking
@@ -83,6 +83,8 @@ def _foreground(path: Path, mission_id: str, progress: Progress, store: Store, w
     elif state == MissionState.OFFLINE:
         progress.line(f"mission {mission_id} is offline: {record.error}\n"
                       f"  continue when a provider answers again: keel resume {mission_id} --wait-online")
+    elif state == MissionState.PAUSED and record.pause_reason == PauseReason.DISK_FULL:
+        progress.line(f"mission {mission_id} paused (disk_full): {record.error} (keel resume {mission_id})")
     elif state == MissionState.PAUSED and record.error:
         progress.line(f"mission {mission_id} paused ({record.pause_reason}): {record.error}\n"
                       f"  continue with: keel resume {mission_id}")

@@ -40,9 +40,13 @@ class AgentError(KeelError):
 
 
 class RemoteError(KeelError):
-    """An error response from the agent (e.g. the unit's handler raised)."""
+    """An error response from the agent (e.g. the unit's handler raised); `rpc_code` is its JSON-RPC code."""
 
     code = ErrorCode.AGENT
+
+    def __init__(self, message: str, rpc_code: int = 0) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
 
 
 class HandlerError(Exception):
@@ -187,7 +191,7 @@ class AgentProcess:
             case rpc.ErrorResponse(id=msg_id, error=error):
                 future = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
                 if future is not None and not future.done():
-                    future.set_exception(RemoteError(error.message))
+                    future.set_exception(RemoteError(error.message, error.code))
             case rpc.Notification():
                 pass  # agents may log through notifications; nothing to do
 

@@ -4,7 +4,9 @@ Loop: start ready units (up to max_parallel), each in its own agent subprocess; 
 unit with a checkpoint (a restore point); watch the control log for pause requests and stop at a
 consistent point; stop for a person's answer (waiting_input). Model calls go through models.py (provider
 router, failover restore points); when every provider is unreachable the mission stops `offline`, and a
-host started with `wait_online` probes (offline.py) and resumes it by itself. Mission state moves only through
+host started with `wait_online` probes (offline.py) and resumes it by itself. A full disk (the store's or a
+sandbox's) stops the mission paused with reason `disk_full`, its message naming the filesystem; the store's
+reserve (storage/store.py) leaves room to record the steps in flight and the pause. Mission state moves only through
 `_set_state` (storage/missions.set_mission_state, which checks protocol/states.py's table). Completion
 is recorded in a transaction that checks this host's fencing token (MissionRecord.host.host_id).
 """
@@ -22,7 +24,8 @@ from typing import Any
 import msgspec
 
 from keel.protocol import agent as ap
-from keel.protocol.errors import InvalidTransitionError, KeelError
+from keel.protocol.diskspace import disk_full
+from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
 from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, merge, offline, places
@@ -74,6 +77,7 @@ class MissionHost:
         self._step = ""
         self.wait_online = wait_online
         self.models = ModelCalls(self)
+        self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
 
     # -- state --------------------------------------------------------------------------------------
     async def _set_state(self, state: MissionState, **changes: object) -> MissionRecord:
@@ -171,7 +175,10 @@ class MissionHost:
 
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> MissionState:
+        loop = asyncio.get_running_loop()
+        self.writer.on_disk_full = lambda message: loop.call_soon_threadsafe(self._disk_alarm, message)
         try:
+            self._check_room()
             final = await self._run_mission()
             while final == S.OFFLINE:
                 if not (self.wait_online and self.spec.models.auto_resume):
@@ -196,7 +203,11 @@ class MissionHost:
             self.progress.finish()
 
     async def _run_mission(self) -> MissionState:
-        final = await self.start()
+        try:
+            final = await self.start()
+        except DiskFullError as exc:
+            await self.stop_for_disk_full(exc.message)
+            return S.PAUSED
         if final is not None:
             return final
         watchers = [asyncio.create_task(self._watch_controls()), asyncio.create_task(self.registry.watch())]
@@ -205,8 +216,15 @@ class MissionHost:
         finally:
             for watcher in watchers:
                 watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, DiskFullError):  # the stop has begun already
                     await watcher
+
+    def _check_room(self) -> None:
+        """Refuse to start without the store's reserve (no room to make it): a full disk met then could not
+        even be recorded. Nothing is written; the mission stays as it was."""
+        if self.store.reserve_bytes > 0 and not self.store.keep_reserve():
+            raise disk_full(self.store.path, f"no room for the {self.store.reserve_bytes // 1024} KiB reserve keel "
+                                             f"keeps there to record a pause", "the store at")
 
     def _release(self, txn: Txn) -> None:
         """A host that stops says so: the record no longer names it (host_alive is then False)."""
@@ -258,7 +276,12 @@ class MissionHost:
             return
         merged: Any = None
         if outcome.kind == "succeeded":
-            conflict = await self.registry.merge(uid)
+            try:
+                conflict = await self.registry.merge(uid)
+            except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
+                self.graph.suspend(uid)
+                await self.stop_for_disk_full(exc.message)
+                return
             if conflict is not None:
                 await self._merge_conflict(uid, conflict)
                 return
@@ -274,7 +297,11 @@ class MissionHost:
             if merged is not None:
                 merged(txn)
 
-        await self.checkpoint(f"unit {outcome.kind}: {uid}", extra=extra)
+        try:
+            await self.checkpoint(f"unit {outcome.kind}: {uid}", extra=extra)
+        except DiskFullError as exc:  # the subagent's recorded completion is taken over on resume
+            await self.stop_for_disk_full(exc.message)
+            return
         self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed if session else 0,
                             executed=session.executed if session else 0, error=outcome.error)
         self._draw()
@@ -294,8 +321,12 @@ class MissionHost:
 
     async def _conclude(self) -> MissionState:
         if self.graph.all_succeeded():
-            await self._set_state(S.COMPLETED)
-            await self.checkpoint("completed")
+            try:
+                await self._set_state(S.COMPLETED)
+                await self.checkpoint("completed")
+            except DiskFullError as exc:
+                await self.stop_for_disk_full(exc.message)
+                return await self._stop_all({})
             return S.COMPLETED
         failed = [uid for uid, mk in self.graph.marks().items() if mk.state.value == "failed"]
         errors = "; ".join(f"{uid}: {self.graph.mark(uid).error}" for uid in failed)
@@ -314,12 +345,22 @@ class MissionHost:
             else:
                 await self._unit_finished(uid, outcome)
         final = self._stop_state or S.PAUSED
-        if final == S.PAUSED and self.record.state != S.PAUSED:
-            await self._set_state(S.PAUSED, pause_reason=PauseReason.OPERATOR)
-        reason = self.record.pause_reason
-        await self.checkpoint({S.WAITING_INPUT: "waiting for input", S.OFFLINE: "offline"}.get(
-            final, "paused" if reason in (None, PauseReason.OPERATOR) else f"paused: {reason.value}"))
+        try:
+            if final == S.PAUSED and self.record.state != S.PAUSED:
+                await self._set_state(S.PAUSED, **self._pause_reason())
+            reason = self.record.pause_reason
+            await self.checkpoint({S.WAITING_INPUT: "waiting for input", S.OFFLINE: "offline"}.get(
+                final, "paused" if reason in (None, PauseReason.OPERATOR) else f"paused: {reason.value}"))
+        except DiskFullError as exc:
+            if not self.disk_full:
+                raise
+            self.progress.line(f"the pause checkpoint could not be recorded: {exc.message}")
         return final
+
+    def _pause_reason(self) -> dict[str, Any]:
+        if self.disk_full:
+            return {"pause_reason": PauseReason.DISK_FULL, "error": self.disk_full[:2000]}
+        return {"pause_reason": PauseReason.OPERATOR}
 
     # -- pause and questions --------------------------------------------------------------------------
     async def _watch_controls(self) -> None:
@@ -372,6 +413,35 @@ class MissionHost:
             await self._set_state(state, pause_reason=reason, error=message[:2000])
         self.progress.event(state.value, reason=reason.value, error=message[:300])
 
+    def _disk_alarm(self, message: str) -> None:
+        """The journal writer met a full store disk (or committed only in its reserve): stop. Runs before
+        the commit's waiters wake up, so that no unit starts another step."""
+        if self._note_disk_full(message):
+            task = asyncio.create_task(self._record_disk_full())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def stop_for_disk_full(self, message: str) -> None:
+        """A filesystem keel writes to is full: stop the mission paused with reason disk_full (the message
+        names the filesystem). What is in flight still commits, in the store's reserve; when even that is
+        spent the pause is not recorded and the next host finds the mission as after a crash."""
+        if self._note_disk_full(message):
+            await self._record_disk_full()
+
+    def _note_disk_full(self, message: str) -> bool:
+        """Remember why and stop the units; True when the pause is this call's to record."""
+        if self.disk_full:
+            return False
+        self.disk_full = message
+        self.progress.event("disk_full", mission=self.mission_id, error=message[:300])
+        if self._stop.is_set():
+            return False  # already stopping (a person's pause, a question): _stop_all records the reason
+        self._request_stop(S.PAUSED)
+        return True
+
+    async def _record_disk_full(self) -> None:
+        with contextlib.suppress(InvalidTransitionError, DiskFullError):
+            await self._set_state(S.PAUSED, pause_reason=PauseReason.DISK_FULL, error=self.disk_full[:2000])
+
     # -- steps that change the mission ----------------------------------------------------------------
     async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
         async with self.files_lock:
@@ -413,9 +483,13 @@ def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | No
     own = store is None
     try:
         store = store or Store.open(store_path, create=False)
+        store.reserve_owner = True  # this process may spend the store's reserve to record a disk_full pause
         host = MissionHost(store, store_path, mission_id, progress or Progress("plain"), wait_online)
         state = asyncio.run(host.run())
         (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
+        if host.disk_full and store.read(lambda t: m.get_mission(t, mission_id)).state in (S.RUNNING, S.PAUSING):
+            raise DiskFullError(f"{host.disk_full} (the pause could not be recorded: the mission resumes as after "
+                                f"a crash)")
         return state
     finally:
         if own and store is not None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from keel.protocol.errors import ErrorCode, KeelError
+from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
 from keel.storage import Store, Txn
 from keel.storage.errors import StoreBusyError
 
@@ -66,6 +66,7 @@ class JournalWriter:
         self.commits = 0
         self.items = 0
         self.parallel = 1  # how many units may add entries right now; alone, nobody waits for a batch
+        self.on_disk_full: Callable[[str], object] | None = None  # called from this thread; must not block
         self._queue: queue.Queue[_Item | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="keel-journal", daemon=True)
         self._thread.start()
@@ -105,7 +106,11 @@ class JournalWriter:
                 batch.append(item)
                 if item.urgent:
                     deadline = 0.0
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # never leave a step waiting on a future nobody settles
+                for item in batch:
+                    self._settle(item, None, exc)
             if stop:
                 return
 
@@ -124,7 +129,9 @@ class JournalWriter:
         try:
             results = self._write(batch)
         except BaseException as exc:
-            if len(batch) > 1:  # one bad function must not fail its neighbours: commit them one by one
+            if isinstance(exc, DiskFullError):
+                self._alarm(exc.message)
+            if len(batch) > 1:  # one bad (or too big) function must not fail its neighbours: one by one
                 for item in batch:
                     self._commit([item])
                 return
@@ -132,8 +139,15 @@ class JournalWriter:
             return
         self.commits += 1
         self.items += len(batch)
+        with contextlib.suppress(Exception):  # committed, perhaps only in the reserve: stop before waking anyone
+            self._alarm(self.store.full_disk())
         for item, result in zip(batch, results, strict=True):
             self._settle(item, result, None)
+
+    def _alarm(self, message: str) -> None:
+        if message and self.on_disk_full is not None:
+            with contextlib.suppress(Exception):  # it only schedules; a closed loop means nobody listens
+                self.on_disk_full(message)
 
     @staticmethod
     def _settle(item: _Item, result: Any, error: BaseException | None) -> None:

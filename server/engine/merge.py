@@ -7,6 +7,7 @@ are committed on its branch and merged into the mission branch; a copy is merged
 the digests it started from. A conflict merges nothing and is reported to the caller, which asks the
 person. Everything happens inside keel's own worktrees: the person's checkout, index, branches and
 .git/config are never written (git identity comes from the environment, never from `git config`).
+A git command that fails for want of space is a DiskFullError (the mission pauses), never a conflict.
 Depends on the engine's sandbox and checkpoint helpers only.
 """
 
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
 from keel.server.engine.checkpoint import _file_digest
 from keel.server.engine.sandbox import SandboxError, _keel_files
 
@@ -38,12 +40,28 @@ def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProces
     proc = subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL, env={**os.environ, **GIT_IDENTITY})
     if check and proc.returncode != 0:
+        _raise_if_disk_full(cwd, proc)
         raise SandboxError(f"git {' '.join(args[:3])} in {cwd} failed: {proc.stderr.strip()[:500]}")
     return proc
 
 
+def _raise_if_disk_full(cwd: Path, proc: subprocess.CompletedProcess[str]) -> None:
+    """A failed git command that says "No space left" (or ran on an all but full filesystem) is a full
+    disk, not a unit failure or a merge conflict."""
+    output = f"{proc.stderr}\n{proc.stdout}"
+    if says_no_space(output) or nearly_full(cwd):
+        lines = [line for line in output.splitlines() if says_no_space(line)] or output.strip().splitlines()[-1:]
+        raise disk_full(cwd, f"git {' '.join(str(a) for a in proc.args[1:3])}: {' '.join(lines)[:300]}",
+                        "the sandbox")
+
+
 def is_git(sandbox: Path) -> bool:
     return (sandbox / ".git").is_file()  # keel's sandboxes are worktrees: .git is a link file
+
+
+def _raise_if_no_space(path: Path, exc: OSError) -> None:
+    if says_no_space(exc):
+        raise disk_full(path, str(exc)[:300], "the sandbox") from None
 
 
 def unit_branch(mission_id: str, lane: str) -> str:
@@ -63,9 +81,13 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
         commit_pending(mission_sandbox)
         git(mission_sandbox, "worktree", "add", "--force", "--force", "-B", branch, str(target), "HEAD")
         return git(target, "rev-parse", "HEAD").stdout.strip()
-    shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
-    base = file_digests(target)
-    base_file(target).write_text(json.dumps(base, sort_keys=True))
+    try:
+        shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
+        base = file_digests(target)
+        base_file(target).write_text(json.dumps(base, sort_keys=True))
+    except OSError as exc:
+        _raise_if_no_space(target, exc)
+        raise
     return "copy"
 
 
@@ -208,10 +230,15 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
             git(mission_sandbox, "merge", "--abort", check=False)
             if paths:
                 raise MergeConflict(unit, paths)
+            _raise_if_disk_full(mission_sandbox, proc)
             raise SandboxError(f"git merge of unit {unit} ({commit[:12]}) into {mission_sandbox} failed: "
                                f"{(proc.stderr or proc.stdout).strip()[:500]}")
         return
-    _merge_copy(mission_sandbox, target, unit)
+    try:
+        _merge_copy(mission_sandbox, target, unit)
+    except OSError as exc:
+        _raise_if_no_space(mission_sandbox, exc)
+        raise
 
 
 def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> None:

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError
 
 
@@ -53,13 +54,20 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
         args = ["worktree", "add", "--force", "--force", str(target), branch] if exists else \
             ["worktree", "add", "--force", "--force", "-b", branch, str(target), "HEAD"]
         proc = _git(top, *args)
+        if proc.returncode != 0 and says_no_space(proc.stderr):
+            raise disk_full(target, proc.stderr.strip(), "the sandbox")
         if proc.returncode != 0:
             raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
         return target
     partial = target.with_name(target.name + ".keel-partial")
     if partial.exists():
         shutil.rmtree(partial)
-    shutil.copytree(workspace, partial, symlinks=True, ignore=_keel_files(target))
+    try:
+        shutil.copytree(workspace, partial, symlinks=True, ignore=_keel_files(target))
+    except OSError as exc:
+        if says_no_space(exc):
+            raise disk_full(target, str(exc)[:300], "the sandbox") from None
+        raise
     if target.exists():
         target.rmdir()  # empty: a non-empty one was returned above
     partial.rename(target)

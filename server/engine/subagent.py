@@ -12,6 +12,9 @@ of its own next to the agent:
   epoch — a stale worker's late completion is rejected, logged as an event, and never reaches the host;
 - parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
   and exit within 2 s. Journal entries stay with the host (its group-committing writer).
+- a full disk: a heartbeat that cannot be written is skipped (never the store's reserve: that is the
+  host's); a completion that cannot be committed on the branch or recorded answers `unit/run` with
+  ERR_DISK_FULL, so that the host pauses (disk_full) and the unit completes when the mission resumes.
 Depends on storage, protocol and the engine's merge/checkpoint helpers; never on the host.
 """
 
@@ -28,7 +31,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from keel.protocol import rpc
-from keel.protocol.errors import KeelError, ProtocolError
+from keel.protocol.agent import ERR_DISK_FULL
+from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.server.engine.checkpoint import TreeDigest
@@ -36,7 +40,7 @@ from keel.server.engine.merge import clear_stale_locks, commit_unit
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
-EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE = 70, 71, 72
+EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE, EXIT_DISK_FULL = 70, 71, 72, 73
 GRACE_S = 1.0
 
 
@@ -65,6 +69,9 @@ class Worker:
         except leases.StaleLeaseError as exc:
             self._log(exc.message)
             return EXIT_LEASE_LOST
+        except DiskFullError as exc:  # the host sees the full disk when this worker dies (unitrun.py)
+            self._log(exc.message)
+            return EXIT_DISK_FULL
         clear_stale_locks(self.sandbox)  # a worker killed in `git commit` here left its index.lock
         self.agent = subprocess.Popen(self.command, cwd=str(self.sandbox), stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, bufsize=0)
@@ -100,8 +107,14 @@ class Worker:
                 message = rpc.decode(body)
                 finishing = isinstance(message, rpc.Response) and self.run_id is not None \
                     and message.id == self.run_id
-                if finishing and not self._complete(message.result):  # type: ignore[union-attr]
-                    self._finish(EXIT_LEASE_LOST)
+                try:
+                    if finishing and not self._complete(message.result):  # type: ignore[union-attr]
+                        self._finish(EXIT_LEASE_LOST)
+                        return
+                except DiskFullError as exc:
+                    self._log(f"cannot record the unit's completion: {exc.message}")
+                    self._send(rpc.ErrorResponse(id=self.run_id, error=rpc.ErrorObject(ERR_DISK_FULL, exc.message)))
+                    self._finish(EXIT_DISK_FULL)
                     return
                 with self._out_lock:
                     self.out.write(frame(body))
@@ -137,6 +150,8 @@ class Worker:
                 if not self.finished.wait(GRACE_S):
                     self._finish(EXIT_LEASE_LOST)
                 return
+            except DiskFullError as exc:
+                self._log(f"heartbeat skipped: {exc.message}")
 
     # -- completion and parent death --------------------------------------------------------------------
     def _complete(self, result: Any) -> bool:
@@ -184,9 +199,15 @@ class Worker:
             agent.kill()
             agent.wait(timeout=5)
 
+    def _send(self, message: rpc.Message) -> None:
+        with self._out_lock, contextlib.suppress(OSError):
+            self.out.write(frame(rpc.encode(message)))
+            self.out.flush()
+
     def _log(self, text: str) -> None:
-        sys.stderr.write(f"keel subagent {self.mission}/{self.unit} epoch {self.epoch}: {text}\n")
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # the log's own disk may be the full one
+            sys.stderr.write(f"keel subagent {self.mission}/{self.unit} epoch {self.epoch}: {text}\n")
+            sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

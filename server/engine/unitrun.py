@@ -3,7 +3,9 @@
 A step reads as one line: check the recorded result, else run and record. Requests are numbered per
 unit in arrival order (the SDK sends them one at a time); a request whose fingerprint does not match the
 entry at its number is a NondeterminismError. An effectful tool call records an intent before it runs;
-an intent found without a result is reconciled against the sandbox or turned into a question.
+an intent found without a result is reconciled against the sandbox or turned into a question. A full disk
+anywhere in a unit (a tool's write, a journal commit, the subagent's completion, its sandbox) stops the
+mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result.
 Depends on storage, protocol and the engine's own modules.
 """
 
@@ -20,7 +22,8 @@ import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol import rpc
-from keel.protocol.errors import KeelError
+from keel.protocol.diskspace import disk_full, nearly_full
+from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.server.engine import places
@@ -70,12 +73,16 @@ class UnitSession:
         error = ""
         try:
             self.sandbox = Path((placement := await self.host.registry.prepare(self.unit.id)).sandbox)
+        except DiskFullError as exc:
+            return await self._disk_full(exc.message)
         except KeelError as exc:
             return Outcome("failed", error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
                 self.epoch = (await self.host.registry.grant(self.unit.id, placement)).epoch
                 return await self._run_once(start)
+            except DiskFullError as exc:
+                return await self._disk_full(exc.message)
             except AgentError as exc:
                 if self.expired:
                     return Outcome("expired")
@@ -83,6 +90,8 @@ class UnitSession:
                     return Outcome("stopped")
                 if self.fatal is not None:
                     return Outcome("failed", error=str(self.fatal))
+                if full := self._full_disk():  # a worker that died or could not start for want of space
+                    return await self._disk_full(full)
                 if not exc.died:
                     return Outcome("failed", error=exc.message)
                 error = exc.message
@@ -90,6 +99,8 @@ class UnitSession:
             except RemoteError as exc:
                 if self.expired:
                     return Outcome("expired")
+                if exc.rpc_code == ap.ERR_DISK_FULL:  # the subagent could not record the unit's completion
+                    return await self._disk_full(exc.message)
                 if self.stopping:
                     return Outcome("stopped")
                 return Outcome("failed", error=str(self.fatal or f"agent failed the unit: {exc.message}"))
@@ -130,6 +141,20 @@ class UnitSession:
             return Outcome("failed", error=str(self.fatal))
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)
         return Outcome("succeeded", result=decoded.result)
+
+    async def _disk_full(self, message: str) -> Outcome:
+        await self.host.stop_for_disk_full(message)
+        return Outcome("stopped")
+
+    def _full_disk(self) -> str:
+        """Why the store's or this unit's sandbox's filesystem counts as full now, or ""."""
+        if full := self.host.store.full_disk():
+            return full
+        for path, what in ((self.host.store.path, "the store at"), (self.sandbox, "the sandbox")):
+            if nearly_full(path):
+                return disk_full(path, f"unit {self.unit.id}'s worker stopped while the filesystem was full",
+                                 what).message
+        return ""
 
     def _saved_state(self) -> Any:
         saved = [e for e in self.entries.values() if e.kind == "state/save" and e.phase == "done"]
@@ -178,6 +203,9 @@ class UnitSession:
         self._idle.clear()
         try:
             return await self._execute(method, params, seq, fp, entry)
+        except DiskFullError as exc:  # never the step's result: its intent (if any) stays for the resume
+            await self.host.stop_for_disk_full(exc.message)
+            raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {exc.message}") from None
         finally:
             self.inflight -= 1
             if self.inflight == 0:

@@ -9,6 +9,9 @@ Error contract (the engine relies on it):
 - `preview()` raises ToolError for arguments that cannot be used (bad path, diff that does not apply);
   nothing has happened then, and the engine answers the agent with `failure(exc)` without an intent.
 - `run()` never raises for such problems: it returns ToolRunResult(ok=False, error=...).
+- A full disk is not such a problem: `run()` raises DiskFullError (keel.protocol.errors) when a write
+  fails with ENOSPC/EDQUOT or a command fails while the sandbox's filesystem is full. The engine then
+  journals no result and pauses the mission (disk_full); the intent is reconciled after the resume.
 
 Depends on keel.protocol only (plus the stdlib); must not depend on storage or the engine.
 """

@@ -7,7 +7,13 @@ killed too, so nothing outlives the call. Output is kept as a capped tail of std
 
 Reconcile: a command's effects cannot be read back from the sandbox, so an interrupted `run` is
 unknown (a person decides) unless the call was marked `idempotent`, in which case running it again is
-safe. Depends on the stdlib, keel.protocol and the other server/tools modules only.
+safe.
+
+A command that exits non-zero while the sandbox's filesystem has (almost) no space left raises
+DiskFullError instead of returning a result: the failure is probably the full disk, not the command, so
+it is not journaled; the mission pauses with reason disk_full, and after space is freed the intent is
+reconciled like any interrupted call. Depends on the stdlib, keel.protocol and the other server/tools
+modules only.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
+from keel.protocol.diskspace import disk_full, nearly_full
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
 from keel.server.tools.paths import relative, resolve
 
@@ -171,6 +178,9 @@ class Run:
                   "duration_s": round(time.monotonic() - started, 3), "stdout": out.text(), "stderr": err.text(),
                   "stdout_dropped_bytes": out.dropped, "stderr_dropped_bytes": err.dropped,
                   "verify": intent["verify"]}
+        if proc.returncode != 0 and not timed_out and nearly_full(ctx.sandbox):
+            raise disk_full(ctx.sandbox, f"command {intent['cmd'][:80]!r} exited with code {proc.returncode} "
+                                         f"while that filesystem is full", "the sandbox")
         if timed_out:
             error = f"command timed out after {limit:g} s; its process group was killed"
         elif intent["verify"] and proc.returncode != 0:

@@ -8,6 +8,7 @@ alone, answering done/not-done for certain unless someone else changed the file 
 
 Writes are atomic per file (temp file in the same folder + fsync + rename + folder fsync); apply_diff
 computes every file's new content before it writes any, so a diff that fails anywhere changes nothing.
+A write that fails because the sandbox's filesystem is full raises DiskFullError (never a result).
 Depends on the stdlib, keel.protocol and the other server/tools modules only.
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
+from keel.protocol.diskspace import disk_full, is_disk_full
 from keel.server.tools import udiff
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, digest_bytes, failure
 from keel.server.tools.paths import normalize, resolve
@@ -70,6 +72,9 @@ def commit(ctx: ToolContext, changes: Changes) -> None:
         for temp in temps.values():
             with contextlib.suppress(OSError):
                 temp.unlink()
+        failed = exc.filename or next(iter(targets.values()), ctx.sandbox)
+        if is_disk_full(exc, failed):  # not the call's result: the engine pauses (disk_full) and retries it
+            raise disk_full(failed, exc.strerror or str(exc), "the sandbox file") from None
         raise ToolError(f"cannot write {exc.filename or 'the change'}: {exc.strerror}") from None
     for folder in {targets[rel].parent for rel in changes}:
         _fsync_dir(folder)

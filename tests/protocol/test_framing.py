@@ -155,3 +155,22 @@ def test_malformed_json_rpc_says_what(body: bytes, expected: str) -> None:
     with pytest.raises(ProtocolError) as info:
         rpc.decode(body)
     assert expected in info.value.message
+
+
+def test_big_frame_from_an_unbuffered_pipe_arrives_whole() -> None:
+    """A subagent reads its agent's stdout unbuffered (bufsize=0): a body larger than the pipe's buffer
+    comes in several reads, and every one of them belongs to the same frame."""
+    body = b'{"content":"' + b"x" * 300_000 + b'"}'
+    r, w = os.pipe()
+
+    def write() -> None:
+        data = frame(body) + frame(b"{}")
+        for at in range(0, len(data), 10_000):  # in pieces, so the reader surely sees a short read
+            os.write(w, data[at:at + 10_000])
+        os.close(w)
+
+    threading.Thread(target=write, daemon=True).start()
+    with os.fdopen(r, "rb", buffering=0) as stream:
+        assert read_frame(stream) == body
+        assert read_frame(stream) == b"{}"
+        assert read_frame(stream) is None

@@ -1,0 +1,211 @@
+"""A full disk under a running mission, on real tmpfs mounts: the store's filesystem, the sandboxes' (with
+the workspace), and both at once (`--store` on the small disk). Each time `keel run` exits 3 with the
+mission paused (`disk_full`) and a message naming the mount; no ENOSPC is journaled as a tool's result;
+after the filler is removed `keel resume` completes with every effect exactly once and the files of an
+undisturbed run, and `keel verify` passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from engine_helpers import files, keel, read, record, sandbox_of, start_keel, wait_for, write_mission
+
+from keel.protocol.states import MissionState, PauseReason
+from keel.storage import missions as m
+
+BIG = "x" * 100_000 + "\n"  # a write that surely needs fresh space (store pages or sandbox blocks)
+MARKERS = ["a1", "a2", "b1", "b2", "c1"]
+Mount = Callable[..., Path]
+
+
+def _units(side: Path, gate: Path) -> list[dict]:
+    """Effects: each `run` appends one marker to `side` (outside any tmpfs). Unit a's first command
+    blocks until `gate` exists: the test fills the disk while it waits."""
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    return [
+        {"id": "a", "params": {"steps": [
+            {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}},
+            {"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}},
+            {"tool": "write_file", "args": {"path": "big.txt", "content": BIG}},
+            {"tool": "run", "args": {"cmd": f"echo a2 >> {side}"}},
+            {"tool": "write_file", "args": {"path": "a2.txt", "content": "a two\n"}}]}},
+        {"id": "b", "params": {"steps": [
+            {"tool": "write_file", "args": {"path": "b.txt", "content": "b\n"}},
+            {"tool": "run", "args": {"cmd": f"echo b1 >> {side}"}},
+            {"sleep": 0.2},
+            {"tool": "run", "args": {"cmd": f"echo b2 >> {side}"}}]}},
+        {"id": "c", "after": ["a", "b"], "params": {"steps": [
+            {"tool": "run", "args": {"cmd": f"echo c1 >> {side}"}},
+            {"tool": "write_file", "args": {"path": "c.txt", "content": "c\n"}}]}},
+    ]
+
+
+def _git_workspace(ws: Path) -> None:
+    ws.mkdir(parents=True, exist_ok=True)
+    (ws / "README").write_text("the person's project\n")
+    git = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=ws, check=True)
+    subprocess.run([*git, "add", "."], cwd=ws, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=ws, check=True)
+
+
+def _mission(folder: Path, ws: Path, side: Path, gate: Path) -> Path:
+    _git_workspace(ws)
+    return write_mission(folder, _units(side, gate), workspace=str(ws), max_parallel=2)
+
+
+@pytest.fixture
+def mount(tmp_path: Path) -> Iterator[Mount]:
+    """mount(dir, size) mounts a real tmpfs there; every one is unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def do(where: Path, size: str = "3m") -> Path:
+        where.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root")
+        mounted.append(where)
+        return where
+
+    try:
+        yield do
+    finally:
+        for where in reversed(mounted):
+            subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(mnt: Path) -> Path:
+    """A ballast file that takes every free byte of the filesystem at `mnt`."""
+    filler = mnt / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for chunk in (1 << 16, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == 28, exc
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The mission sandbox's files after an undisturbed run on an ordinary disk."""
+    root = tmp_path_factory.mktemp("reference")
+    gate = root / "gate"
+    gate.touch()
+    mission = _mission(root, root / "ws", root / "side.log", gate)
+    store = root / "keel" / "store"
+    mid = json.loads(keel("run", str(mission), "--json", store=store, check_rc=0).stdout.splitlines()[0])["mission"]
+    assert sorted((root / "side.log").read_text().split()) == sorted(MARKERS)
+    return files(sandbox_of(store, mid))
+
+
+def _run_until_full(mission: Path, store: Path, side: Path, gate: Path, mnt: Path) -> tuple[str, Path]:
+    """`keel run`; once the first effect is in the side log, fill the disk and let the unit go on."""
+    proc = start_keel("run", str(mission), store=store)
+    try:
+        assert proc.stdout is not None
+        mid = json.loads(proc.stdout.readline())["mission"]
+        wait_for(lambda: side.exists() and "a1" in side.read_text().split(), timeout=60)
+        filler = _fill(mnt)
+        gate.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 3, f"keel run -> {proc.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err and "Traceback" not in out
+    last = json.loads(out.splitlines()[-1])
+    assert last["event"] == "log" and f"mission {mid} paused (disk_full): disk full: the filesystem mounted at " \
+        f"{mnt} " in last["message"], last
+    assert "\n" not in last["message"]
+    return mid, filler
+
+
+def _assert_paused_for_disk_full(store: Path, mid: str, mnt: Path) -> None:
+    rec = record(store, mid)
+    assert rec.state == MissionState.PAUSED and rec.pause_reason == PauseReason.DISK_FULL, rec
+    assert f"the filesystem mounted at {mnt} " in rec.error, rec.error
+    assert rec.host is None
+
+
+def _no_space_journaled(store: Path, mid: str) -> list[str]:
+    """Journal entries (any unit, any lane) whose result or error mentions a full disk."""
+    def scan(txn: object) -> list[str]:
+        found = []
+        for unit in ("a", "b", "c"):
+            for entry in m.journal_entries(txn, mid, unit):  # type: ignore[arg-type]
+                text = json.dumps(entry.result, default=str) + entry.error
+                if "No space left" in text or "Input/output error" in text or "disk full" in text:
+                    found.append(f"{unit}/{entry.seq} {entry.phase}: {text[:200]}")
+        return found
+
+    return read(store, scan)  # type: ignore[no-any-return]
+
+
+def _resume_and_check(store: Path, mid: str, side: Path, reference: dict[str, bytes]) -> None:
+    keel("resume", mid, store=store, timeout=180, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert sorted(side.read_text().split()) == sorted(MARKERS), side.read_text()
+    assert files(sandbox_of(store, mid)) == reference
+    keel("verify", store=store, timeout=180, check_rc=0)
+    assert _no_space_journaled(store, mid) == []
+
+
+def test_store_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
+    """(a) Only the store is on the small disk (the sandboxes are next to it, on an ordinary one)."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    store = mount(tmp_path / "keel" / "store")
+    mission = _mission(tmp_path, tmp_path / "ws", side, gate)
+    mid, filler = _run_until_full(mission, store, side, gate, store)
+    _assert_paused_for_disk_full(store, mid, store)
+    assert _no_space_journaled(store, mid) == []
+    assert not (store / "reserve").exists()  # spent to record the steps in flight and the pause
+    again = keel("resume", mid, store=store, timeout=60)  # still full: refused, nothing runs, nothing written
+    assert again.returncode == 3 and again.stderr.startswith(f"keel: disk full: the filesystem mounted at {store} ")
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert record(store, mid).state == MissionState.PAUSED
+    filler.unlink()
+    _resume_and_check(store, mid, side, reference)
+    assert (store / "reserve").stat().st_size == 1024 * 1024  # made again once there was room
+
+
+def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
+    """(b) The workspace and the sandboxes are on the small disk; the store is not."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "4m")  # the git workspace and its worktrees need a little more
+    (tmp_path / "keel").mkdir()
+    (mnt / "sandboxes").mkdir()
+    (tmp_path / "keel" / "sandboxes").symlink_to(mnt / "sandboxes")
+    store = tmp_path / "keel" / "store"
+    mission = _mission(tmp_path, mnt / "ws", side, gate)
+    mid, filler = _run_until_full(mission, store, side, gate, mnt)
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert _no_space_journaled(store, mid) == []
+    filler.unlink()
+    _resume_and_check(store, mid, side, reference)
+
+
+def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount,
+                                                 reference: dict[str, bytes]) -> None:
+    """(c) `--store` on the small disk: store, sandboxes and workspace fill up together. A failed write
+    there may reach keel as LMDB's EIO or as an ENOSPC from a tool: neither is ever journaled."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "4m")  # the git workspace and its worktrees need a little more
+    store = mnt / "keel" / "store"
+    mission = _mission(tmp_path, mnt / "ws", side, gate)
+    mid, filler = _run_until_full(mission, store, side, gate, mnt)
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert _no_space_journaled(store, mid) == []
+    filler.unlink()
+    _resume_and_check(store, mid, side, reference)

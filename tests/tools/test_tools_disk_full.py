@@ -1,0 +1,83 @@
+"""The effectful tools on a real, full tmpfs: a write that fails for want of space, or a command that fails
+while the sandbox's filesystem is full, raises DiskFullError naming the mount (the engine pauses and
+journals nothing); what a full disk does not explain stays an ordinary result."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from keel.protocol.errors import DiskFullError
+from keel.server.tools import TOOLS, ToolContext
+
+
+@pytest.fixture
+def full_box(tmp_path: Path) -> Iterator[ToolContext]:
+    """A sandbox on a 1 MiB tmpfs that a ballast file has filled to the last byte."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root")
+    try:
+        root = mnt / "sandbox"
+        root.mkdir()
+        (root / "notes.txt").write_text("alpha\n")
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for chunk in (1 << 16, 512, 1):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        yield ToolContext(sandbox=root, timeout_s=20.0)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _names_the_mount(exc: DiskFullError, box: ToolContext) -> None:
+    mount = box.sandbox.parent
+    assert exc.message.startswith(f"disk full: the filesystem mounted at {mount} (0 KiB free)"), exc.message
+    assert exc.mount == str(mount)
+
+
+async def test_write_file_on_a_full_disk_raises_and_leaves_nothing(full_box: ToolContext) -> None:
+    with pytest.raises(DiskFullError) as info:
+        await TOOLS["write_file"].run(full_box, {"path": "new.txt", "content": "x" * 10_000})
+    _names_the_mount(info.value, full_box)
+    assert "No space left on device" in info.value.message
+    assert sorted(p.name for p in full_box.sandbox.iterdir()) == ["notes.txt"]  # no temp file left behind
+
+
+async def test_apply_diff_on_a_full_disk_raises_and_changes_nothing(full_box: ToolContext) -> None:
+    diff = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1,2 @@\n alpha\n+" + "b" * 10_000 + "\n"
+    with pytest.raises(DiskFullError) as info:
+        await TOOLS["apply_diff"].run(full_box, {"diff": diff})
+    _names_the_mount(info.value, full_box)
+    assert (full_box.sandbox / "notes.txt").read_text() == "alpha\n"
+
+
+async def test_a_command_failing_on_a_full_sandbox_is_a_full_disk(full_box: ToolContext) -> None:
+    with pytest.raises(DiskFullError) as info:
+        await TOOLS["run"].run(full_box, {"cmd": "head -c 10000 /dev/zero > new.bin"})
+    _names_the_mount(info.value, full_box)
+    assert "exited with code 1" in info.value.message
+
+
+async def test_a_command_that_succeeds_on_a_full_disk_is_a_result(full_box: ToolContext) -> None:
+    result = await TOOLS["run"].run(full_box, {"cmd": "cat notes.txt"})
+    assert result.ok and result.output["stdout"] == "alpha\n"
+
+
+async def test_a_failing_command_with_room_to_spare_is_a_result(tmp_path: Path) -> None:
+    box = ToolContext(sandbox=tmp_path, timeout_s=20.0)
+    result = await TOOLS["run"].run(box, {"cmd": "exit 4", "verify": True})
+    assert not result.ok and result.output["exit_code"] == 4 and "verification failed" in result.error
