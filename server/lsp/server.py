@@ -13,20 +13,22 @@ import asyncio
 import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, BinaryIO, ParamSpec, TypeVar
 
 import anyio.to_thread
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
-from keel.server.lsp import errors
+from keel.server.lsp import errors, wire
 from keel.server.lsp.watch import MissionHub, StoreWatcher
 from keel.storage import Store
 from keel.storage.location import prepare_keel_dir
@@ -49,6 +51,19 @@ class KeelServer(LanguageServer):
         self._store_lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.on_ready: list[Callable[[], Coroutine[Any, Any, Any]]] = []  # started after `initialized`
+
+    def _start_io_async(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """pygls' stdio server with keel's reading loop (wire.py): bad input never crashes or stalls it."""
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(wire.serve(self._stop_event, stdin or sys.stdin.buffer, self.protocol, self.thread_pool))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()  # type: ignore[no-untyped-call]
 
     # -- the store --------------------------------------------------------------------------------
     def configure(self, params: types.InitializeParams) -> None:
