@@ -286,7 +286,7 @@ def _reference(folder: Path, kind: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(max(1800, ITERATIONS * 20))
 def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
     references = {kind: _reference(tmp_path / f"reference-{kind}", kind) for kind in ("git", "plain")}
     for reference in references.values():
