@@ -297,7 +297,7 @@ def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
         folder.mkdir()
         try:
             return _iteration(folder, i)
-        except AssertionError as exc:
+        except Exception as exc:  # a keel process that printed nothing, an assertion: this iteration failed
             return {"phase": PHASES[i % len(PHASES)], "error": f"{type(exc).__name__}: {exc}"}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
