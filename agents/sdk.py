@@ -31,7 +31,7 @@ import msgspec
 from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.errors import ProtocolError
-from keel.protocol.framing import frame, read_frame, read_frame_async
+from keel.protocol.framing import STREAM_LIMIT, frame, read_frame, read_frame_async
 from keel.protocol.spec import UnitSpec
 
 Handler = Callable[["Context"], Awaitable[Any]]
@@ -147,7 +147,7 @@ class Agent:
         (a file or /dev/null cannot be watched by epoll)."""
         mode = os.fstat(sys.stdin.fileno()).st_mode
         if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
+            reader = asyncio.StreamReader(limit=STREAM_LIMIT)
             await asyncio.get_running_loop().connect_read_pipe(
                 lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
             return lambda: read_frame_async(reader)

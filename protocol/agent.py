@@ -140,6 +140,10 @@ AGENT_METHODS: dict[str, type[Any] | None] = {
     "random": None,
 }
 
+#: Notification from a unit's worker (server/engine/subagent.py) to the host, never from an agent: the agent
+#: broke the protocol (params: {"message": what was wrong}); the worker has killed it, the unit fails.
+AGENT_ERROR = "keel/agentError"
+
 # Error codes an agent may see in JSON-RPC error responses from the host.
 ERR_NONDETERMINISM = -32010  # the request does not match the journal entry at this position
 ERR_TOOL_DENIED = -32011  # the mission's permissions do not allow this tool

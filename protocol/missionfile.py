@@ -1,15 +1,20 @@
 """Mission files (TOML) → MissionSpec, with errors that name the file, the field path and the line.
 
 Checks beyond types: unit ids unique and well-formed, dependencies that exist, no cycles (the cycle is
-named), a non-empty agent command, at least one unit unless the agent plans them.
+named), a non-empty agent command, at least one unit unless the agent plans them, every number within
+its bounds (`_BOUNDS`), integers that fit in 64 bits, no NaN or infinity, and nesting no deeper than
+`MAX_NESTING` (checked on the text before tomllib, which recurses, ever sees it).
+Depends only on the standard library, msgspec and the protocol's spec and errors.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -18,6 +23,30 @@ from keel.protocol.spec import MissionSpec, UnitSpec
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PATH_PART = re.compile(r"\.(\w+)|\[(\d+)\]")
+MAX_NESTING = 32  # tables, arrays and inline tables inside each other, counted from the top of the file
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_PARALLEL = 256
+_INT64 = (-(2**63), 2**63 - 1)  # what msgpack (the store) and JSON-RPC peers carry exactly
+
+
+class Bound(NamedTuple):
+    low: float
+    high: float
+    above_low: bool = False  # True: `low` itself is refused (a timeout of 0 s makes no sense)
+
+
+# Spec field (`units[]` for every unit) -> the values it may take.
+_BOUNDS: dict[str, Bound] = {
+    "mission.max_parallel": Bound(1, MAX_PARALLEL),
+    "units[].timeout_s": Bound(0, MAX_TIMEOUT_S, above_low=True),
+    "permissions.command_timeout_s": Bound(0, MAX_TIMEOUT_S, above_low=True),
+    "checkpoint.group_window_ms": Bound(0, 10_000),
+    "checkpoint.expensive_step_ms": Bound(0, 3_600_000),
+    "checkpoint.snapshot_budget_ms": Bound(0, 86_400_000),
+    "checkpoint.interval_ms": Bound(0, 86_400_000, above_low=True),
+    "models.require.min_context": Bound(0, 100_000_000),
+    "models.require.max_cost_per_mtok": Bound(0, 1_000_000),
+}
 
 
 def load_mission_file(path: str | Path) -> MissionSpec:
@@ -32,19 +61,154 @@ def load_mission_file(path: str | Path) -> MissionSpec:
 
 
 def parse_mission(text: str, filename: str = "<mission>") -> MissionSpec:
+    _check_nesting(text, filename)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
         where = f"{filename}:{at.group(1)}" if at else filename
         raise MissionFileError(f"{where}: TOML syntax error: {exc}") from None
+    except RecursionError:  # the scan above missed a nesting (it only approximates TOML strings)
+        raise MissionFileError(f"{filename}: nested more than {MAX_NESTING} levels deep") from None
+    _check_depth(doc, filename, text)
     raw = _flatten(doc, filename, text)
     try:
         spec = msgspec.convert(raw, MissionSpec)
     except msgspec.ValidationError as exc:
         raise _field_error(str(exc), filename, text) from None
+    _check_bounds(spec, filename, text)
+    _check_numbers(doc, filename, text)
     _check_graph(spec, filename, text)
     return spec
+
+
+# Structure characters outside comments and strings (multi-line strings first); approximate on purpose:
+# tomllib still parses the file, this only has to see every bracket that opens a nested value.
+_TOKEN = re.compile("|".join((
+    r"#[^\n]*",
+    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""',
+    r"'''[\s\S]*?'''",
+    r'"(?:[^"\\\n]|\\.)*"',
+    r"'[^'\n]*'",
+    r"[\[\]{}=,\n]",
+)))
+
+
+def _check_nesting(text: str, filename: str) -> None:
+    """Refuse, before tomllib sees them, arrays and inline tables nested deeper than MAX_NESTING (tomllib
+    parses them recursively and runs out of stack) and keys or table headers of more parts than that
+    (tomllib's cost grows with the square of a dotted key's length); the message names the key."""
+    depth, line, line_start, key_start, pos = 0, 1, 0, 0, 0
+    table, key = "", ""
+    arrays: dict[str, int] = {}
+
+    def too_deep(path: str) -> MissionFileError:
+        return MissionFileError(f"{filename}:{line}: {path or 'mission'}: nested more than {MAX_NESTING} levels deep")
+
+    while token := _TOKEN.search(text, pos):
+        kind, pos = token.group(), token.end()
+        if kind in ("\n", ",", "{"):
+            key_start = pos
+        if kind == "\n":
+            line, line_start = line + 1, pos
+            continue
+        if "\n" in kind:  # a multi-line string
+            line, line_start = line + kind.count("\n"), text.rfind("\n", 0, pos) + 1
+        if kind == "[" and depth == 0 and not text[line_start:token.start()].strip():
+            line_end = text.find("\n", line_start)
+            header = _HEADER.match(text, line_start, len(text) if line_end < 0 else line_end)
+            if header:  # a table header: the keys that follow belong to it
+                if header.group(1).count(".") >= MAX_NESTING:
+                    raise too_deep(header.group(1)[:200])
+                table, key = _header_path(header.group(1), text.startswith("[[", token.start()), arrays), ""
+                pos = header.end()
+                continue
+        if kind in ("[", "{"):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise too_deep(".".join(p for p in (table, key) if p))
+        elif kind in ("]", "}"):
+            depth = max(0, depth - 1)
+        elif kind == "=":
+            written = text[key_start:token.start()].strip()
+            if depth == 0:
+                key = written.strip("\"'")
+            if written.count(".") >= MAX_NESTING:
+                raise too_deep(".".join(p for p in (table, written[:200]) if p))
+
+
+def _header_path(name: str, is_array: bool, arrays: dict[str, int]) -> str:
+    """`[[units]]` / `[units.params]` -> `units[2]` / `units[2].params` (arrays counts `[[...]]` headers)."""
+    name = re.sub(r"\s*\.\s*", ".", name)
+    if is_array:
+        arrays[name] = arrays.get(name, 0) + 1
+    path, prefix = "", ""
+    for part in name.split("."):
+        prefix = f"{prefix}.{part}" if prefix else part
+        path = f"{path}.{part}" if path else part
+        if prefix in arrays:
+            path += f"[{arrays[prefix] - 1}]"
+    return path
+
+
+def _values(doc: dict[str, Any]) -> Iterator[tuple[str, Any, int]]:
+    """(path, value, depth) of every value of the parsed file, depth first, without recursion."""
+    stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in reversed(doc.items())]
+    while stack:
+        path, value, depth = stack.pop()
+        yield path, value, depth
+        if isinstance(value, dict):
+            stack += [(f"{path}.{k}", v, depth + 1) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [(f"{path}[{i}]", v, depth + 1) for i, v in reversed(list(enumerate(value)))]
+
+
+def _check_depth(doc: dict[str, Any], filename: str, text: str) -> None:
+    """Dotted keys and table headers nest without brackets: the parsed document is measured too."""
+    for path, _, depth in _values(doc):
+        if depth > MAX_NESTING:
+            raise _error(filename, text, path, f"nested more than {MAX_NESTING} levels deep")
+
+
+def _check_numbers(doc: dict[str, Any], filename: str, text: str) -> None:
+    """Integers the store and JSON peers carry exactly; no NaN or infinity (JSON has neither)."""
+    for path, value, _ in _values(doc):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+            raise _error(filename, text, path, f"integer {value} does not fit in 64 bits")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _error(filename, text, path, f"expected a finite number, got {value}")
+
+
+def _numbers(spec: MissionSpec) -> Iterator[tuple[str, str, float | None]]:
+    """(field path, its key in _BOUNDS, value) for every number of the spec."""
+    yield "mission.max_parallel", "mission.max_parallel", spec.max_parallel
+    for index, unit in enumerate(spec.units):
+        yield f"units[{index}].timeout_s", "units[].timeout_s", unit.timeout_s
+    yield "permissions.command_timeout_s", "permissions.command_timeout_s", spec.permissions.command_timeout_s
+    for name in ("group_window_ms", "expensive_step_ms", "snapshot_budget_ms", "interval_ms"):
+        yield f"checkpoint.{name}", f"checkpoint.{name}", getattr(spec.checkpoint, name)
+    require = spec.models.require
+    yield "models.require.min_context", "models.require.min_context", require.min_context
+    yield "models.require.max_cost_per_mtok", "models.require.max_cost_per_mtok", require.max_cost_per_mtok
+
+
+def _check_bounds(spec: MissionSpec, filename: str, text: str) -> None:
+    for path, field, value in _numbers(spec):
+        bound = _BOUNDS[field]
+        if value is None:
+            continue
+        if bound.above_low and value <= bound.low:
+            raise _error(filename, text, path, f"must be greater than {_show(bound.low)}, got {_show(value)}")
+        if value < bound.low:
+            raise _error(filename, text, path, f"must be at least {_show(bound.low)}, got {_show(value)}")
+        if value > bound.high:
+            raise _error(filename, text, path, f"must be at most {_show(bound.high)}, got {_show(value)}")
+
+
+def _show(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 _TABLES = ("units", "models", "checkpoint", "permissions", "env")
@@ -136,7 +300,7 @@ def locate_field(text: str, path: str) -> int | None:
             table = name  # a super-table only named by its sub-tables' headers
             continue
         stop = next((n for n, _ in headers if n >= start), len(lines))
-        key = re.compile(rf"\s*[\"']?{re.escape(part)}[\"']?\s*=")
+        key = re.compile(rf"\s*[\"']?{re.escape(part)}[\"']?\s*[=.]")  # `part =` or a dotted `part.x =`
         line = next((n for n in range(start, stop) if key.match(lines[n])), None)
         if line is not None:
             best = line
@@ -150,8 +314,6 @@ def _check_graph(spec: MissionSpec, filename: str, text: str) -> None:
 
     if not spec.agent or not spec.agent[0]:
         raise _error(filename, text, "mission.agent", "the agent command is empty")
-    if spec.max_parallel < 1:
-        raise _error(filename, text, "mission.max_parallel", f"must be at least 1, got {spec.max_parallel}")
     if not spec.units and not spec.plan:
         raise MissionFileError(f"{filename}:{locate_field(text, 'mission') or 1}: units: no [[units]] given and "
                                "plan = false; nothing to do")

@@ -2,8 +2,10 @@
 
 The host sends `initialize`, `unit/run`, `shutdown`; the agent sends its own requests concurrently,
 which `handler` answers (the host's journal). An agent that writes garbage, dies, or closes its stdout
-ends the connection with an `AgentError` that says which. Agents get a scrubbed environment: no
-variable that looks like a secret reaches them. Depends on protocol only.
+ends the connection with an `AgentError` that says which; a unit's worker reports its agent's garbage
+with a `keel/agentError` notification, which ends it the same way. The process starts a session of its
+own, and killing it kills that whole session (a worker's agent and what the agent started). Agents get a
+scrubbed environment: no variable that looks like a secret reaches them. Depends on protocol only.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from typing import Any
 import msgspec
 
 from keel.protocol import rpc
+from keel.protocol.agent import AGENT_ERROR
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
-from keel.protocol.framing import frame, read_frame_async
+from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
 
 Handler = Callable[[str, Any], Awaitable[Any]]
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -83,6 +86,37 @@ def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict
     return env
 
 
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session `sid` (its leader's pid): the leader's group, and the other
+    groups in the session, such as a worker's agent group. Processes that left with setsid() are out of
+    reach; /proc is read where there is one (elsewhere only the leader's group is killed)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+    for _ in range(3):  # a process may fork while the session is being killed
+        members = [pid for pid in _session_members(sid) if pid != os.getpid()]
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != b"Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
+                members.append(int(entry.name))
+    return members
+
+
 def resolve_command(command: tuple[str, ...]) -> list[str]:
     """`python`/`python3` means the interpreter keel runs on, so agents see the same packages."""
     cmd = list(command)
@@ -112,7 +146,8 @@ class AgentProcess:
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *resolve_command(command), cwd=str(cwd), env=agent_env(env, hide_env),
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, limit=64 * 1024 * 1024)
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, limit=STREAM_LIMIT,
+                    start_new_session=True)
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
         return cls(proc, handler, name, log)
@@ -155,7 +190,10 @@ class AgentProcess:
                     self._fail(AgentError(f"agent {self.name} exited (code {code}) without finishing"
                                           f"{self._stderr_tail()}", died=True))
                     return
-                self._dispatch(rpc.decode(body))
+                message = rpc.decode(body)
+                if isinstance(message, rpc.Notification) and message.method == AGENT_ERROR:
+                    raise ProtocolError(_agent_error_message(message.params))
+                self._dispatch(message)
         except ProtocolError as exc:
             self._fail(AgentError(f"agent {self.name} wrote garbage on stdout: {exc.message}"))
             await self.kill()
@@ -209,7 +247,9 @@ class AgentProcess:
         self._send(rpc.Response(id=msg_id, result=msgspec.to_builtins(result)))
 
     def _fail(self, error: AgentError) -> None:
-        self._failure = error
+        """The first failure is the one reported: what came after (the pipe closing) only follows from it."""
+        if self._failure is None:
+            self._failure = error
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)
@@ -228,12 +268,12 @@ class AgentProcess:
             await asyncio.wait_for(self.proc.wait(), timeout=timeout)
         except TimeoutError:
             await self.kill()
+        kill_session(self.proc.pid)  # whatever it left behind, also when it exited by itself
         await self._finish()
 
     async def kill(self) -> None:
         if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
+            kill_session(self.proc.pid)
             await self.proc.wait()
         self._set_state(ProcState.EXITED)
 
@@ -247,3 +287,8 @@ class AgentProcess:
         with contextlib.suppress(BaseException):
             await self._reader
         self._set_state(ProcState.EXITED)
+
+
+def _agent_error_message(params: Any) -> str:
+    message = params.get("message") if isinstance(params, dict) else None
+    return message if isinstance(message, str) and message else f"{AGENT_ERROR} without a message: {params!r}"

@@ -3,6 +3,7 @@
 Makes a sample git repository in a temporary folder, runs a multi-unit migration mission with the
 scripted agent (real file edits, real verification commands, units in parallel), SIGKILLs its own host
 midway, resumes, and prints what survived. Uses the real CLI in subprocesses, exactly as a person would.
+`keel demo --store DIR` records the mission in DIR (and keeps the sample repository) for a look after.
 """
 
 from __future__ import annotations
@@ -87,33 +88,45 @@ def _keel(*args: str) -> list[str]:
     return [sys.executable, "-m", "keel.server.cli", *args]
 
 
-def run_demo(out: TextIO) -> int:
+def run_demo(out: TextIO, store: Path | None = None) -> int:
+    """The demo in a temporary folder, store included; with `store`, the mission is recorded there
+    instead and the folder with the sample repository (the mission's workspace) is kept, so that
+    `keel inspect`, `keel points` or `keel apply` can look at what the demo did afterwards."""
+    if store is None:
+        with tempfile.TemporaryDirectory(prefix="keel-demo-") as tmp:
+            return _demo(out, Path(tmp), Path(tmp) / ".keel" / "store")
+    root = Path(tempfile.mkdtemp(prefix="keel-demo-"))
+    store = store.resolve()  # the host's workers run in sandboxes: a relative path would point elsewhere
+    code = _demo(out, root, store)
+    print(f"the mission stays in store {store} (keel inspect --store {store}); its sample repository "
+          f"stays at {root / 'shop'}", file=out, flush=True)
+    return code
+
+
+def _demo(out: TextIO, root: Path, store: Path) -> int:
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="keel-demo-") as tmp:
-        root = Path(tmp)
-        repo = make_repository(root)
-        store = root / ".keel" / "store"
-        mission = write_mission(root, repo)
+    repo = make_repository(root)
+    mission = write_mission(root, repo)
 
-        def say(text: str) -> None:
-            print(text, file=out, flush=True)
+    def say(text: str) -> None:
+        print(text, file=out, flush=True)
 
-        say(f"sample repository: {repo} (3 modules to migrate, 1 test)")
-        host = subprocess.Popen(_keel("run", str(mission), "--json", "--store", str(store)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        mid, done_before = _watch_until_first_unit(host, say)
-        host.send_signal(signal.SIGKILL)
-        host.communicate(timeout=10)
-        say(f"SIGKILL sent to the mission host (pid {host.pid}) after {len(done_before)} of 4 units finished")
-        with Store.open(store, create=False) as s:
-            state = s.read(lambda t: m.get_mission(t, mid)).state.value
-            head = s.read(lambda t: m.head_checkpoint(t, mid))
-        done_before = [u for u, mk in head.units.items() if mk.state.value == "succeeded"] if head else []
-        say(f"the store says: mission {mid} is '{state}' with no host; resuming it")
-        resumed = subprocess.run(_keel("resume", mid, "--json", "--store", str(store)),
-                                 capture_output=True, text=True, timeout=120)
-        events = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith("{")]
-        return _report(say, store, repo, mid, done_before, events, resumed.returncode, started)
+    say(f"sample repository: {repo} (3 modules to migrate, 1 test)")
+    host = subprocess.Popen(_keel("run", str(mission), "--json", "--store", str(store)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mid, done_before = _watch_until_first_unit(host, say)
+    host.send_signal(signal.SIGKILL)
+    host.communicate(timeout=10)
+    say(f"SIGKILL sent to the mission host (pid {host.pid}) after {len(done_before)} of 4 units finished")
+    with Store.open(store, create=False) as s:
+        state = s.read(lambda t: m.get_mission(t, mid)).state.value
+        head = s.read(lambda t: m.head_checkpoint(t, mid))
+    done_before = [u for u, mk in head.units.items() if mk.state.value == "succeeded"] if head else []
+    say(f"the store says: mission {mid} is '{state}' with no host; resuming it")
+    resumed = subprocess.run(_keel("resume", mid, "--json", "--store", str(store)),
+                             capture_output=True, text=True, timeout=120)
+    events = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith("{")]
+    return _report(say, store, repo, mid, done_before, events, resumed.returncode, started)
 
 
 def _watch_until_first_unit(host: subprocess.Popen[str], say: Any) -> tuple[str, list[str]]:

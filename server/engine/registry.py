@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import msgspec
 from keel.protocol.records import Event, Evidence, Question, SubagentLease
 from keel.protocol.states import UnitState
 from keel.server.engine import merge, places
+from keel.server.engine.agentproc import kill_session
 from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
 from keel.server.tools.shell import command_owner, kill_leftovers
@@ -280,8 +280,7 @@ def terminate(held: SubagentLease, mission_id: str) -> bool:
         return False
     if b"keel.server.engine.subagent" not in cmdline or mission_id.encode() not in cmdline:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(held.pid, signal.SIGKILL)
+    kill_session(held.pid)  # the worker leads a session: its agent's process group goes with it
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline and _alive(held.pid):
         time.sleep(0.01)

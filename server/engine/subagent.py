@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from keel.protocol import rpc
-from keel.protocol.agent import ERR_DISK_FULL
+from keel.protocol.agent import AGENT_ERROR, ERR_DISK_FULL
 from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
@@ -73,12 +74,16 @@ class Worker:
             self._log(exc.message)
             return EXIT_DISK_FULL
         clear_stale_locks(self.sandbox)  # a worker killed in `git commit` here left its index.lock
+        # Its own process group, inside this worker's session: _stop_agent kills the group (the agent and
+        # whatever it started), and a host that kills this worker kills the session, agent included.
         self.agent = subprocess.Popen(self.command, cwd=str(self.sandbox), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, bufsize=0)
-        for target in (self._from_host, self._from_agent, self._heartbeat):
-            threading.Thread(target=target, daemon=True).start()
-        self.finished.wait()
-        self._stop_agent()
+                                      stdout=subprocess.PIPE, bufsize=0, process_group=0)
+        try:
+            for target in (self._from_host, self._from_agent, self._heartbeat):
+                threading.Thread(target=target, daemon=True).start()
+            self.finished.wait()
+        finally:
+            self._stop_agent()
         return self.exit_code or 0
 
     def _finish(self, code: int) -> None:
@@ -119,10 +124,12 @@ class Worker:
                 with self._out_lock:
                     self.out.write(frame(body))
                     self.out.flush()
-        except ProtocolError as exc:  # pass it on as what it is: not a frame (the host fails the unit)
+        except ProtocolError as exc:  # the agent is gone before the host hears why, as a frame of its own
             self._log(f"agent wrote garbage: {exc.message}")
+            self._kill_agent_group()
+            notice = rpc.Notification(method=AGENT_ERROR, params={"message": exc.message})
             with self._out_lock, contextlib.suppress(OSError):
-                self.out.write(f"the agent wrote garbage: {exc.message}\n\n".encode())
+                self.out.write(frame(rpc.encode(notice)))
                 self.out.flush()
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"agent connection ended: {exc}")
@@ -187,22 +194,29 @@ class Worker:
         self._finish(EXIT_ORPHANED)
 
     def _stop_agent(self) -> None:
+        """Let the agent end by itself (stdin closed) for a moment, then kill its process group: also what
+        it started and left behind, on every way out of this worker."""
         agent = self.agent
-        if agent is None or agent.poll() is not None:
+        if agent is None:
             return
         if agent.stdin is not None:
             with contextlib.suppress(OSError):
                 agent.stdin.close()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=0.8)
-        except subprocess.TimeoutExpired:
-            agent.kill()
+        self._kill_agent_group()
+        with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=5)
 
     def _send(self, message: rpc.Message) -> None:
         with self._out_lock, contextlib.suppress(OSError):
             self.out.write(frame(rpc.encode(message)))
             self.out.flush()
+
+    def _kill_agent_group(self) -> None:
+        if self.agent is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.agent.pid, signal.SIGKILL)
 
     def _log(self, text: str) -> None:
         with contextlib.suppress(OSError):  # the log's own disk may be the full one

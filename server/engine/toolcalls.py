@@ -37,8 +37,8 @@ class ToolCalls:
         from keel.server.tools import ToolContext
 
         host = self.session.host
-        if host.tool_env is None:
-            host.tool_env = scrubbed_env(host.spec.env)
+        if host.tool_env is None:  # the agents' environment: no provider key (api_key_env) reaches a command
+            host.tool_env = scrubbed_env(host.spec.env, host.models.hidden_env)
         owner = {OWNER_VAR: command_owner(host.mission_id, self.session.lane)}
         return ToolContext(sandbox=self.session.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
                            env={**host.tool_env, **owner})

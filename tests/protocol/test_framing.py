@@ -15,7 +15,14 @@ import pytest
 
 from keel.protocol import rpc
 from keel.protocol.errors import ProtocolError
-from keel.protocol.framing import frame, read_frame, read_frame_async
+from keel.protocol.framing import (
+    DEFAULT_MAX_SIZE,
+    MAX_HEADER_SIZE,
+    STREAM_LIMIT,
+    frame,
+    read_frame,
+    read_frame_async,
+)
 
 
 def _read_all_sync(data: bytes, max_size: int = 1024) -> list[bytes | None]:
@@ -68,14 +75,16 @@ def test_other_headers_are_ignored_and_lf_only_is_accepted() -> None:
     (b"Content-Length: ten\r\n\r\n{}", "not a number"),
     (b"Content-Length: 1_0\r\n\r\n0123456789", "not a number"),
     (b"Content-Length: -5\r\n\r\n{}", "negative Content-Length"),
-    (b"Content-Length: 5000\r\n\r\n{}", "exceeds the maximum message size of 1024"),
+    (b"Content-Length: 5000\r\n\r\n{}", "frame of 5000 bytes exceeds the limit of 1024 bytes"),
     (b"Content-Length: 10\r\n\r\n{}", "stream ended after 2 of 10 body bytes"),
     (b"Content-Length 2\r\n\r\n{}", "expected 'Name: value'"),
     (b"Content-Length: 2\r\n", "stream ended inside a frame header"),
     (b"Content-Len", "stream ended inside a frame header"),
-    (b"X: " + b"a" * 9000 + b"\r\n\r\n", "header line"),
+    (b"X: " + b"a" * 9000 + b"\r\n\r\n", "frame header longer than 8192 bytes"),
+    (b"X: " + b"a" * 20000, "frame header longer than 8192 bytes"),
+    (b"X: a\r\n" * 2000 + b"Content-Length: 2\r\n\r\n{}", "frame header longer than 8192 bytes"),
 ], ids=["no-length", "non-numeric", "underscore", "negative", "oversize", "truncated-body", "no-colon",
-        "eof-after-header", "eof-mid-header", "long-header"])
+        "eof-after-header", "eof-mid-header", "long-header", "long-header-no-newline", "many-header-lines"])
 def test_malformed_frames_say_what(data: bytes, expected: str) -> None:
     sync, async_ = _both(data)
     for result in (sync, async_):
@@ -107,15 +116,52 @@ def test_oversize_frame_is_refused_before_the_body_arrives() -> None:
     os.close(w)
     thread.join(5)
     assert outcome and isinstance(outcome[0], ProtocolError), outcome
-    assert "exceeds the maximum" in str(outcome[0])
+    assert "exceeds the limit of 1000 bytes" in str(outcome[0])
 
     async def read_async() -> None:
         reader = asyncio.StreamReader()
         reader.feed_data(b"Content-Length: 999999\r\n\r\n")  # no EOF: a body read would wait
-        with pytest.raises(ProtocolError, match="exceeds the maximum"):
+        with pytest.raises(ProtocolError, match="exceeds the limit of 1000 bytes"):
             await asyncio.wait_for(read_frame_async(reader, max_size=1000), 5)
 
     asyncio.run(read_async())
+
+
+def test_a_header_block_of_exactly_the_limit_is_read() -> None:
+    tail = b"\r\nContent-Length: 2\r\n\r\n"
+    data = b"X: " + b"a" * (MAX_HEADER_SIZE - len(b"X: ") - len(tail)) + tail + b"{}"
+    assert _both(data, 1024) == ([b"{}"], [b"{}"])
+    assert isinstance(_both(b"X: a" + data[3:], 1024)[0], ProtocolError)
+
+
+def test_a_large_body_arrives_whole_from_an_unbuffered_pipe() -> None:
+    """A raw pipe (what Popen(bufsize=0) gives) returns at most a pipe's worth per read: the reader loops."""
+    body = b'{"x":"' + b"y" * 3_000_000 + b'"}'
+    r, w = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w, frame(body)) and None, os.close(w)), daemon=True)
+    writer.start()
+    with os.fdopen(r, "rb", buffering=0) as stream:
+        assert read_frame(stream) == body
+        assert read_frame(stream) is None
+    writer.join(10)
+
+
+def test_a_long_header_line_is_refused_before_it_is_buffered() -> None:
+    """With STREAM_LIMIT, a header line with no end is refused once the limit is reached, not at EOF."""
+    async def read() -> None:
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+        reader.feed_data(b"X-Pad: " + b"a" * 20_000)  # no newline, no EOF: only the limit ends the read
+        with pytest.raises(ProtocolError, match="frame header longer than 8192 bytes"):
+            await asyncio.wait_for(read_frame_async(reader), 5)
+
+    asyncio.run(read())
+
+
+def test_a_claimed_huge_frame_is_refused_whatever_follows() -> None:
+    sync, async_ = _both(b"Content-Length: 73400320\r\n\r\n" + b"\x00garbage" * 10, DEFAULT_MAX_SIZE)
+    for result in (sync, async_):
+        assert isinstance(result, ProtocolError)
+        assert result.message == f"frame of 73400320 bytes exceeds the limit of {DEFAULT_MAX_SIZE} bytes"
 
 
 # -- JSON-RPC -------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -66,6 +68,45 @@ BAD = [
     ("max-parallel-zero", HEAD + "max_parallel = 0\n" + UNIT_A, ":4: mission.max_parallel: must be at least 1, got 0"),
     ("units-twice", HEAD + "units = []\n" + UNIT_A,
      ":4: mission.units: 'units' given both in [mission] and at top level"),
+    # numbers out of bounds: each field has a range, integers fit in 64 bits, no NaN or infinity
+    ("max-parallel-huge", HEAD + "max_parallel = 99999999999999999999\n" + UNIT_A,
+     ":4: mission.max_parallel: must be at most 256, got 99999999999999999999"),
+    ("max-parallel-too-many", HEAD + "max_parallel = 100000\n" + UNIT_A,
+     ":4: mission.max_parallel: must be at most 256, got 100000"),
+    ("timeout-negative", HEAD + UNIT_A + "timeout_s = -5\n", ":6: units[0].timeout_s: must be greater than 0, got -5"),
+    ("timeout-zero", HEAD + UNIT_A + UNIT_A.replace('"a"', '"b"') + "timeout_s = 0\n",
+     ":8: units[1].timeout_s: must be greater than 0, got 0"),
+    ("timeout-huge", HEAD + UNIT_A + "timeout_s = 1e30\n", ":6: units[0].timeout_s: must be at most 604800, got 1e+30"),
+    ("timeout-huge-int", HEAD + UNIT_A + "timeout_s = 99999999999999999999\n",
+     ":6: units[0].timeout_s: must be at most 604800, got 1e+20"),
+    ("timeout-nan", HEAD + UNIT_A + "timeout_s = nan\n", ":6: units[0].timeout_s: expected a finite number, got nan"),
+    ("timeout-inf", HEAD + UNIT_A + "timeout_s = inf\n", ":6: units[0].timeout_s: must be at most 604800, got inf"),
+    ("command-timeout-negative", HEAD + UNIT_A + "[permissions]\ncommand_timeout_s = -1\n",
+     ":7: permissions.command_timeout_s: must be greater than 0, got -1"),
+    ("group-window-negative", HEAD + UNIT_A + "[checkpoint]\ngroup_window_ms = -1\n",
+     ":7: checkpoint.group_window_ms: must be at least 0, got -1"),
+    ("interval-zero", HEAD + UNIT_A + '[checkpoint]\npolicy = "interval"\ninterval_ms = 0\n',
+     ":8: checkpoint.interval_ms: must be greater than 0, got 0"),
+    ("min-context-negative", HEAD + UNIT_A + "[models.require]\nmin_context = -1\n",
+     ":7: models.require.min_context: must be at least 0, got -1"),
+    ("max-cost-negative", HEAD + UNIT_A + "[models.require]\nmax_cost_per_mtok = -0.5\n",
+     ":7: models.require.max_cost_per_mtok: must be at least 0, got -0.5"),
+    ("param-int-too-big", HEAD + UNIT_A + "[units.params]\nn = 99999999999999999999\n",
+     ":7: units[0].params.n: integer 99999999999999999999 does not fit in 64 bits"),
+    ("param-nan", HEAD + UNIT_A + "params = { x = [1.0, -nan] }\n",
+     ":6: units[0].params.x[1]: expected a finite number, got nan"),
+    # nesting: refused before tomllib (which recurses) sees it
+    ("deep-array", HEAD + UNIT_A + "[units.params]\na = " + "[" * 100_000,
+     ":7: units[0].params.a: nested more than 32"),
+    ("deep-array-closed",
+     HEAD + UNIT_A + UNIT_A.replace('"a"', '"b"') + "params = { x = " + "[" * 40 + "]" * 40 + " }\n",
+     ":8: units[1].params: nested more than 32 levels deep"),
+    ("deep-inline-table", HEAD + "agent2 = " + "{ a = " * 100 + "1" + " }" * 100 + "\n" + UNIT_A,
+     ":4: mission.agent2: nested more than 32 levels deep"),
+    ("deep-dotted-key", HEAD + UNIT_A + "[units.params]\n" + ".".join(["a"] * 100_000) + " = 1\n",
+     ":7: units[0].params.a.a.a"),
+    ("deep-table-header", HEAD + UNIT_A + "[" + ".".join(["t"] * 50) + "]\n",
+     ":6: t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t.t"),
 ]
 
 
@@ -75,6 +116,38 @@ def test_bad_mission_file_names_file_field_and_line(text: str, expected: str) ->
         parse_mission(text, "m.toml")
     assert info.value.message.startswith("m.toml" + expected), info.value.message
     assert "\n" not in info.value.message.split(" TOML syntax error")[0]
+
+
+def test_brackets_in_strings_and_comments_are_not_nesting() -> None:
+    deep = "[" * 200 + "{" * 200
+    text = (HEAD + f'goal = "{deep}"  # {deep}\n' + f"workspace = '{deep}'\n" + UNIT_A
+            + f'title = """\n{deep}\n"""\n' + f"kind = '''{deep}'''\n" + "timeout_s = 604800\nafter = []\n")
+    spec = parse_mission(text, "m.toml")
+    assert spec.goal == deep and spec.units[0].title == deep + "\n" and spec.units[0].timeout_s == 604800.0
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    inner = "[" * 28 + "1" + "]" * 28  # units(1) [0](2) params(3) x(4): the 1 sits 28 arrays deeper, at 32
+    spec = parse_mission(HEAD + UNIT_A + "[units.params]\nx = " + inner + "\n", "m.toml")
+    assert spec.units[0].params["x"] is not None
+    with pytest.raises(MissionFileError, match=r"m\.toml:7: units\[0\]\.params\.x(\[0\]){29}: nested more than 32"):
+        parse_mission(HEAD + UNIT_A + "[units.params]\nx = [" + inner + "]\n", "m.toml")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (HEAD + "max_parallel = 99999999999999999999\n" + UNIT_A, ":4: mission.max_parallel: must be at most 256"),
+    (HEAD + UNIT_A + "[units.params]\na = " + "[" * 100_000, ":7: units[0].params.a: nested more than 32 levels"),
+    (HEAD + UNIT_A + "timeout_s = -5\n", ":6: units[0].timeout_s: must be greater than 0, got -5"),
+], ids=["huge-max-parallel", "deep-nesting", "negative-timeout"])
+def test_keel_run_refuses_a_bad_file_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
+    """Through the real CLI: exit code 2 (usage), one line on stderr, no traceback, nothing started."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "run", str(bad), "--store", str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"keel: {bad}{expected}" or proc.stderr.startswith(f"keel: {bad}{expected}")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
