@@ -27,7 +27,7 @@ from keel.server.engine import merge, places
 from keel.server.engine.agentproc import kill_session
 from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
-from keel.server.tools.shell import command_owner, kill_leftovers
+from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -282,14 +282,6 @@ def terminate(held: SubagentLease, mission_id: str) -> bool:
         return False
     kill_session(held.pid)  # the worker leads a session: its agent's process group goes with it
     deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and _alive(held.pid):
+    while time.monotonic() < deadline and process_running(held.pid):
         time.sleep(0.01)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

@@ -91,12 +91,13 @@ def kill_leftovers(owner_prefix: str, wait_s: float = 5.0) -> list[int]:
             _kill_group(os.getpgid(pid))
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(_running(pid) for pid in found):
+    while time.monotonic() < deadline and any(process_running(pid) for pid in found):
         time.sleep(0.01)
     return found
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether `pid` is alive: running or stopped, not a zombie and not gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
