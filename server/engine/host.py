@@ -26,7 +26,7 @@ import msgspec
 from keel.protocol import agent as ap
 from keel.protocol.diskspace import disk_full
 from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
-from keel.protocol.records import Event, Evidence, HostInfo, MissionRecord, Question
+from keel.protocol.records import CheckpointManifest, Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, merge, offline, places
 from keel.server.engine.checkpoint import Policy
@@ -145,7 +145,7 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
-        await self._settle_sandbox(manifest is not None and manifest.files_restored, manifest)
+        await self._settle_sandbox(manifest)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
@@ -155,12 +155,12 @@ class MissionHost:
                                       note=f"recovered from subagent epoch {held.epoch}")
         return None
 
-    async def _settle_sandbox(self, restored: bool, manifest: Any) -> None:
+    async def _settle_sandbox(self, manifest: CheckpointManifest | None) -> None:
         """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
         an interrupted merge; files a restore put there are checked and committed on the mission branch;
         anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
         await asyncio.to_thread(merge.settle, self.sandbox, keep_changes=True)
-        if restored:
+        if manifest is not None and manifest.files_restored:
             from keel.server.engine.restore import check_restored_files
 
             await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)

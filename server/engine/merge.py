@@ -21,7 +21,7 @@ from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
 from keel.server.engine.checkpoint import _file_digest
-from keel.server.engine.sandbox import SandboxError, _keel_files
+from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
 
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "keel", "GIT_AUTHOR_EMAIL": "keel@localhost",
                 "GIT_COMMITTER_NAME": "keel", "GIT_COMMITTER_EMAIL": "keel@localhost"}
@@ -121,23 +121,10 @@ _WORKTREE_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "AUTO_MERGE.lock
 _MERGE_STATE = ("MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "AUTO_MERGE")
 
 
-def _git_dir(sandbox: Path) -> Path | None:
-    """The worktree's own git folder (`.git/worktrees/<name>`), read from its `.git` link file."""
-    link = sandbox / ".git"
-    try:
-        text = link.read_text() if link.is_file() else ""
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    path = Path(text.split(":", 1)[1].strip())
-    return path if path.is_absolute() else (sandbox / path).resolve()
-
-
 def clear_stale_locks(sandbox: Path) -> list[str]:
     """Remove the lock files a killed git left in keel's own worktree `sandbox`; returns what it removed.
     Only call it when no keel process can be running git there."""
-    gitdir = _git_dir(sandbox)
+    gitdir = worktree_git_dir(sandbox)
     if gitdir is None or not gitdir.is_dir():
         return []
     removed = []
@@ -150,7 +137,7 @@ def clear_stale_locks(sandbox: Path) -> list[str]:
 
 
 def _common_dir(mission_sandbox: Path) -> Path | None:
-    gitdir = _git_dir(mission_sandbox)
+    gitdir = worktree_git_dir(mission_sandbox)
     if gitdir is None:
         return None
     common = gitdir / "commondir"
@@ -192,7 +179,7 @@ def settle(mission_sandbox: Path, *, keep_changes: bool = False) -> list[str]:
     if not is_git(mission_sandbox):
         return []
     clear_stale_locks(mission_sandbox)
-    gitdir = _git_dir(mission_sandbox)
+    gitdir = worktree_git_dir(mission_sandbox)
     if gitdir is not None:
         for name in _MERGE_STATE:
             (gitdir / name).unlink(missing_ok=True)

@@ -74,14 +74,26 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
     return target
 
 
+def worktree_git_dir(sandbox: Path) -> Path | None:
+    """A worktree's own git folder (`.git/worktrees/<name>`), read from its `.git` link file; None when
+    `sandbox` has no such link."""
+    link = sandbox / ".git"
+    try:
+        text = link.read_text(errors="replace") if link.is_file() else ""
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    path = Path(text.split(":", 1)[1].strip())
+    return path if path.is_absolute() else (sandbox / path).resolve()
+
+
 def _half_made(target: Path) -> bool:
     """A git worktree whose creation was killed: its admin folder is gone or still locked
     "initializing", or it has no checked-out HEAD."""
-    link = target / ".git"
-    if not link.is_file():
+    if not (target / ".git").is_file():
         return False
-    text = link.read_text(errors="replace")
-    admin = Path(text.split(":", 1)[1].strip()) if text.startswith("gitdir:") else None
+    admin = worktree_git_dir(target)
     if admin is None or not admin.is_dir():
         return True
     locked = admin / "locked"

@@ -7,7 +7,6 @@ undisturbed run, and `keel verify` passes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from engine_helpers import files, keel, read, record, sandbox_of, start_keel, wa
 
 from keel.protocol.states import MissionState, PauseReason
 from keel.storage import missions as m
+from tests import tmpfs
 
 BIG = "x" * 100_000 + "\n"  # a write that surely needs fresh space (store pages or sandbox blocks)
 MARKERS = ["a1", "a2", "b1", "b2", "c1"]
@@ -65,35 +65,14 @@ def mount(tmp_path: Path) -> Iterator[Mount]:
     mounted: list[Path] = []
 
     def do(where: Path, size: str = "3m") -> Path:
-        where.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root")
-        mounted.append(where)
+        mounted.append(tmpfs.mount(where, size))
         return where
 
     try:
         yield do
     finally:
         for where in reversed(mounted):
-            subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(mnt: Path) -> Path:
-    """A ballast file that takes every free byte of the filesystem at `mnt`."""
-    filler = mnt / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        for chunk in (1 << 16, 512, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * chunk)
-            except OSError as exc:
-                assert exc.errno == 28, exc
-    finally:
-        os.close(fd)
-    return filler
+            tmpfs.unmount(where)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +95,7 @@ def _run_until_full(mission: Path, store: Path, side: Path, gate: Path, mnt: Pat
         assert proc.stdout is not None
         mid = json.loads(proc.stdout.readline())["mission"]
         wait_for(lambda: side.exists() and "a1" in side.read_text().split(), timeout=60)
-        filler = _fill(mnt)
+        filler = tmpfs.fill(mnt)
         gate.touch()
         out, err = proc.communicate(timeout=120)
     finally:

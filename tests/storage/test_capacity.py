@@ -4,8 +4,6 @@ what is in flight."""
 
 from __future__ import annotations
 
-import errno
-import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -18,6 +16,7 @@ from keel.storage import DB, Store, StoreFullError, Txn
 from keel.storage.keys import mission_prefix
 from keel.storage.store import DEFAULT_RESERVE_BYTES
 from keel.storage.verify import verify_all
+from tests.tmpfs import fill, mounted
 
 PREFIX = mission_prefix("m1")
 PREFIXES = [mission_prefix(m) for m in ("j1", "j2", "j3")]
@@ -64,15 +63,8 @@ def test_map_ceiling_is_store_full_and_keeps_what_was_committed(tmp_path: Path) 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A real 2 MiB filesystem; unmounted afterwards."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root with CAP_SYS_ADMIN")
-    try:
+    with mounted(tmp_path / "tmpfs", "2m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_filesystem_is_store_full_and_nothing_committed_is_lost(tmpfs: Path, tmp_path: Path) -> None:
@@ -99,34 +91,11 @@ def test_full_filesystem_is_store_full_and_nothing_committed_is_lost(tmpfs: Path
         store.write(lambda t: t.append(DB.EVENTS, PREFIX, _event(done + 1)))  # off the full disk, writes go on
 
 
-def _fill(mnt: Path, leave: int = 0) -> Path:
-    """A ballast file taking every free byte of the filesystem at `mnt` but about `leave`."""
-    filler = mnt / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        for chunk in (1 << 16, 4096, 1):
-            try:
-                while os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize > leave + chunk or not leave:
-                    os.write(fd, b"\0" * chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A real 4 MiB filesystem: room for a store, its 1 MiB reserve, a filler, and the reserve again."""
-    mnt = tmp_path / "small_fs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root with CAP_SYS_ADMIN")
-    try:
+    with mounted(tmp_path / "small_fs", "4m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _small_txn(i: int) -> Callable[[Txn], None]:
@@ -143,7 +112,7 @@ def test_a_full_disk_spends_the_reserve_and_the_next_commits_go_through(small_fs
         store.reserve_owner = True
         assert (path / "reserve").stat().st_size == DEFAULT_RESERVE_BYTES and store.full_disk() == ""
         store.write(lambda t: t.append(DB.EVENTS, PREFIX, _event(0)))
-        filler = _fill(small_fs)
+        filler = fill(small_fs)
         done = 0
         with pytest.raises(StoreFullError) as info:
             for i in range(1, 100_000):
@@ -169,7 +138,7 @@ def test_a_full_disk_spends_the_reserve_and_the_next_commits_go_through(small_fs
 def test_only_the_reserve_owner_spends_it(small_fs: Path) -> None:
     path = small_fs / "store"
     with Store.open(path) as store:
-        filler = _fill(small_fs)
+        filler = fill(small_fs)
         with pytest.raises(StoreFullError, match=f"the filesystem mounted at {small_fs} "):
             for i in range(1, 100_000):
                 store.write(_small_txn(i))
@@ -182,7 +151,7 @@ def test_a_short_write_reported_as_eio_is_a_full_disk(small_fs: Path) -> None:
     disk, named by its mount point, not a broken store."""
     path = small_fs / "store"
     with Store.open(path, reserve_bytes=0) as store:
-        filler = _fill(small_fs, leave=200 * 1024)
+        filler = fill(small_fs, leave=200 * 1024)
         with pytest.raises(StoreFullError) as info:
             store.write(lambda t: t.put_object("x" * 600_000))
         assert "Input/output error" in info.value.message or "No space left" in info.value.message

@@ -4,9 +4,6 @@ journals nothing); what a full disk does not explain stays an ordinary result.""
 
 from __future__ import annotations
 
-import errno
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,33 +11,18 @@ import pytest
 
 from keel.protocol.errors import DiskFullError
 from keel.server.tools import TOOLS, ToolContext
+from tests.tmpfs import fill, mounted
 
 
 @pytest.fixture
 def full_box(tmp_path: Path) -> Iterator[ToolContext]:
     """A sandbox on a 1 MiB tmpfs that a ballast file has filled to the last byte."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root")
-    try:
+    with mounted(tmp_path / "mnt", "1m") as mnt:
         root = mnt / "sandbox"
         root.mkdir()
         (root / "notes.txt").write_text("alpha\n")
-        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for chunk in (1 << 16, 512, 1):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
+        fill(mnt)
         yield ToolContext(sandbox=root, timeout_s=20.0)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _names_the_mount(exc: DiskFullError, box: ToolContext) -> None:
