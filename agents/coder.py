@@ -33,61 +33,102 @@ TOOL_SPECS: tuple[ap.ToolCallSpec, ...] = (
     ap.ToolCallSpec(
         name="read_file",
         description="Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
-                    "inclusive). Large files are cut at max_bytes.",
-        parameters={"type": "object", "properties": {
-            "path": _PATH, "start_line": {"type": "integer", "minimum": 1},
-            "end_line": {"type": "integer", "minimum": 1},
-            "max_bytes": {"type": "integer", "minimum": 1, "maximum": 256 * 1024}},
-            "required": ["path"], "additionalProperties": False}),
+        "inclusive). Large files are cut at max_bytes.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": _PATH,
+                "start_line": {"type": "integer", "minimum": 1},
+                "end_line": {"type": "integer", "minimum": 1},
+                "max_bytes": {"type": "integer", "minimum": 1, "maximum": 256 * 1024},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
     ap.ToolCallSpec(
         name="list_files",
         description="List files in the workspace (recursively) whose relative path matches a glob such as "
-                    "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.",
-        parameters={"type": "object", "properties": {
-            "path": {"type": "string", "description": "folder to list, relative to the workspace root",
-                     "default": "."},
-            "glob": {"type": "string", "default": "*"},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": 1000}},
-            "additionalProperties": False}),
+        "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "folder to list, relative to the workspace root",
+                    "default": ".",
+                },
+                "glob": {"type": "string", "default": "*"},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 1000},
+            },
+            "additionalProperties": False,
+        },
+    ),
     ap.ToolCallSpec(
         name="search",
         description="Search text files in the workspace for a regular expression (Python syntax); returns "
-                    "matching lines with their path and line number.",
-        parameters={"type": "object", "properties": {
-            "pattern": {"type": "string", "description": "regular expression"},
-            "path": {"type": "string", "description": "file or folder to search", "default": "."},
-            "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
-            "ignore_case": {"type": "boolean", "default": False},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": 100}},
-            "required": ["pattern"], "additionalProperties": False}),
+        "matching lines with their path and line number.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "regular expression"},
+                "path": {"type": "string", "description": "file or folder to search", "default": "."},
+                "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
+                "ignore_case": {"type": "boolean", "default": False},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 100},
+            },
+            "required": ["pattern"],
+            "additionalProperties": False,
+        },
+    ),
     ap.ToolCallSpec(
         name="write_file",
         description="Create or replace a whole file in the workspace with the given content (parent folders "
-                    "are created). Returns the unified diff of the change.",
-        parameters={"type": "object", "properties": {
-            "path": _PATH, "content": {"type": "string", "description": "the complete new content of the file"}},
-            "required": ["path", "content"], "additionalProperties": False}),
+        "are created). Returns the unified diff of the change.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": _PATH,
+                "content": {"type": "string", "description": "the complete new content of the file"},
+            },
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    ),
     ap.ToolCallSpec(
         name="apply_diff",
         description="Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
-                    "Context lines must match the files; use /dev/null as the old name to create a file and as "
-                    "the new name to delete one. Either every file changes or none does.",
-        parameters={"type": "object", "properties": {
-            "diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
-            "required": ["diff"], "additionalProperties": False}),
+        "Context lines must match the files; use /dev/null as the old name to create a file and as "
+        "the new name to delete one. Either every file changes or none does.",
+        parameters={
+            "type": "object",
+            "properties": {"diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
+            "required": ["diff"],
+            "additionalProperties": False,
+        },
+    ),
     ap.ToolCallSpec(
         name="run",
         description="Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
-                    "its output. Set verify=true when the command checks the work (tests, build, lint): the "
-                    "call then counts as passed only with exit code 0.",
-        parameters={"type": "object", "properties": {
-            "cmd": {"type": "string", "description": "the shell command"},
-            "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
-            "verify": {"type": "boolean", "default": False},
-            "idempotent": {"type": "boolean", "default": False,
-                           "description": "running the command twice has the same effect as once"}},
-            "required": ["cmd"], "additionalProperties": False}),
+        "its output. Set verify=true when the command checks the work (tests, build, lint): the "
+        "call then counts as passed only with exit code 0.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "cmd": {"type": "string", "description": "the shell command"},
+                "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
+                "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+                "verify": {"type": "boolean", "default": False},
+                "idempotent": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "running the command twice has the same effect as once",
+                },
+            },
+            "required": ["cmd"],
+            "additionalProperties": False,
+        },
+    ),
 )
 _SPECS = {spec.name: spec for spec in TOOL_SPECS}
 _KNOWN = set(_SPECS)
@@ -108,8 +149,13 @@ class StepLimitError(RuntimeError):
 
 def first_messages(ctx: Context) -> list[dict[str, Any]]:
     unit = ctx.unit
-    system = SYSTEM_PROMPT.format(goal=ctx.goal or "(none given)", title=unit.title or unit.id, unit_id=unit.id,
-                                  kind=unit.kind, params=json.dumps(unit.params, sort_keys=True))
+    system = SYSTEM_PROMPT.format(
+        goal=ctx.goal or "(none given)",
+        title=unit.title or unit.id,
+        unit_id=unit.id,
+        kind=unit.kind,
+        params=json.dumps(unit.params, sort_keys=True),
+    )
     task = unit.params.get("task") or unit.title or f"Carry out unit {unit.id} for the mission goal."
     return [{"role": "system", "content": system}, {"role": "user", "content": str(task)}]
 
@@ -154,8 +200,9 @@ class Coder:
     async def run(self) -> dict[str, Any]:
         while self.step < self.max_steps:
             self.step += 1
-            reply = await self.ctx.model(self.messages, tools=list(TOOL_SPECS),
-                                         purpose=f"unit {self.ctx.unit.id} step {self.step}")
+            reply = await self.ctx.model(
+                self.messages, tools=list(TOOL_SPECS), purpose=f"unit {self.ctx.unit.id} step {self.step}"
+            )
             message = assistant_message(reply.message)
             self.messages.append(message)
             calls = message.get("tool_calls") or []
@@ -165,16 +212,31 @@ class Coder:
             await self.ctx.save_state(self.state(done=final))
             if final:
                 answer = str(message.get("content") or "")
-                await self.ctx.evidence("note", f"unit {self.ctx.unit.id}: {answer[:200]}",
-                                        {"steps": self.step, "model": reply.model, "changed": self.changed})
-                return {"answer": answer, "steps": self.step, "changed": self.changed,
-                        "verifications": self.verifications, "model": reply.model}
-        raise StepLimitError(f"unit {self.ctx.unit.id}: no final answer after {self.max_steps} model calls "
-                             "(raise params.max_steps to allow more)")
+                await self.ctx.evidence(
+                    "note",
+                    f"unit {self.ctx.unit.id}: {answer[:200]}",
+                    {"steps": self.step, "model": reply.model, "changed": self.changed},
+                )
+                return {
+                    "answer": answer,
+                    "steps": self.step,
+                    "changed": self.changed,
+                    "verifications": self.verifications,
+                    "model": reply.model,
+                }
+        raise StepLimitError(
+            f"unit {self.ctx.unit.id}: no final answer after {self.max_steps} model calls "
+            "(raise params.max_steps to allow more)"
+        )
 
     def state(self, *, done: bool) -> dict[str, Any]:
-        return {"messages": self.messages, "step": self.step, "changed": self.changed,
-                "verifications": self.verifications, "done": done}
+        return {
+            "messages": self.messages,
+            "step": self.step,
+            "changed": self.changed,
+            "verifications": self.verifications,
+            "done": done,
+        }
 
     async def accept_final(self) -> bool:
         """True unless the unit names a verification command and it fails; then the model hears why."""
@@ -183,10 +245,16 @@ class Coder:
         result = await self._run_tool("run", {"cmd": self.verify_cmd, "verify": True})
         if result.ok:
             return True
-        self.messages.append({"role": "user", "content": (
-            f"The unit's verification `{self.verify_cmd}` failed, so the work is not done yet:\n"
-            + json.dumps({"error": result.error, "output": result.output}, sort_keys=True)[:TOOL_RESULT_CHARS]
-            + "\nFix the problem, then answer again.")})
+        self.messages.append(
+            {
+                "role": "user",
+                "content": (
+                    f"The unit's verification `{self.verify_cmd}` failed, so the work is not done yet:\n"
+                    + json.dumps({"error": result.error, "output": result.output}, sort_keys=True)[:TOOL_RESULT_CHARS]
+                    + "\nFix the problem, then answer again."
+                ),
+            }
+        )
         return False
 
     async def call_tool(self, call: dict[str, Any]) -> dict[str, Any]:
@@ -195,8 +263,7 @@ class Coder:
         function = call.get("function") or {}
         name = function.get("name", "")
         if name not in _KNOWN:
-            return _tool_message(call_id, {"ok": False, "error": f"unknown tool {name!r}; use one of "
-                                                                 f"{sorted(_KNOWN)}"})
+            return _tool_message(call_id, {"ok": False, "error": f"unknown tool {name!r}; use one of {sorted(_KNOWN)}"})
         try:
             args = json.loads(function.get("arguments") or "{}")
         except json.JSONDecodeError as exc:

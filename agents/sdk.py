@@ -90,11 +90,18 @@ class Context:
         async with self._lock:  # one journaled request at a time: replay order is request order
             return await self._conn.request(method, None if params is None else msgspec.to_builtins(params))
 
-    async def model(self, messages: list[dict[str, Any]], *, tools: list[ap.ToolCallSpec] | None = None,
-                    max_tokens: int | None = None, temperature: float | None = None,
-                    purpose: str = "") -> ap.ModelCompleteResult:
-        params = ap.ModelCompleteParams(messages=messages, tools=tools or [], max_tokens=max_tokens,
-                                        temperature=temperature, purpose=purpose)
+    async def model(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[ap.ToolCallSpec] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        purpose: str = "",
+    ) -> ap.ModelCompleteResult:
+        params = ap.ModelCompleteParams(
+            messages=messages, tools=tools or [], max_tokens=max_tokens, temperature=temperature, purpose=purpose
+        )
         return msgspec.convert(await self._call("model/complete", params), ap.ModelCompleteResult)
 
     async def tool(self, name: str, **args: Any) -> ap.ToolRunResult:
@@ -149,7 +156,8 @@ class Agent:
         if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
             reader = asyncio.StreamReader(limit=STREAM_LIMIT)
             await asyncio.get_running_loop().connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+                lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer
+            )
             return lambda: read_frame_async(reader)
         return lambda: asyncio.to_thread(read_frame, sys.stdin.buffer)
 
@@ -183,8 +191,11 @@ class Agent:
             result = await self._dispatch(conn, method, params)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            conn.send(rpc.ErrorResponse(id=msg_id, error=rpc.ErrorObject(
-                code=rpc.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")))
+            conn.send(
+                rpc.ErrorResponse(
+                    id=msg_id, error=rpc.ErrorObject(code=rpc.INTERNAL_ERROR, message=f"{type(exc).__name__}: {exc}")
+                )
+            )
             return
         conn.send(rpc.Response(id=msg_id, result=msgspec.to_builtins(result)))
 

@@ -35,8 +35,11 @@ RESULT = {"time": 1735732800.0, "note": "x" * 200}
 
 def _prepare(store: Store, subagents: int) -> dict[str, int]:
     def grant(txn: Txn) -> dict[str, int]:
-        return {f"u{i}": leases.grant(txn, MISSION, f"u{i}", lane=f"u{i}", host_id="bench", ttl_s=60).epoch
-                for i in range(subagents)}
+        return {
+            f"u{i}": leases.grant(txn, MISSION, f"u{i}", lane=f"u{i}", host_id="bench", ttl_s=60).epoch
+            for i in range(subagents)
+        }
+
     return store.write(grant)
 
 
@@ -46,6 +49,7 @@ def _entry_fn(unit: str, epoch: int, seq: int):  # type: ignore[no-untyped-def]
     def write(txn: Txn) -> None:
         leases.update(txn, MISSION, unit, epoch, last_checkpoint=seq)
         m.journal_put(txn, MISSION, unit, entry)
+
     return write
 
 
@@ -83,10 +87,13 @@ async def _per_entry(store: Store, epochs: dict[str, int], entries: int) -> tupl
 
 def _durable(path: Path) -> int:
     """Entries found by a fresh process (what survives this one)."""
-    code = ("import sys; from keel.storage import Store, DB; s = Store.open(sys.argv[1], create=False); "
-            "print(s.read(lambda t: sum(1 for _ in t.scan_raw(DB.JOURNAL, b'mbench\\x00')))); s.close()")
-    return int(subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                              check=True).stdout)
+    code = (
+        "import sys; from keel.storage import Store, DB; s = Store.open(sys.argv[1], create=False); "
+        "print(s.read(lambda t: sum(1 for _ in t.scan_raw(DB.JOURNAL, b'mbench\\x00')))); s.close()"
+    )
+    return int(
+        subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    )
 
 
 def _one(mode: str, folder: Path, args: argparse.Namespace) -> tuple[float, int, int]:
@@ -120,8 +127,10 @@ def main() -> None:
                 rate, commits[mode], _durable_count = _one(mode, folder, args)
                 rates[mode].append(rate)
     total = args.subagents * args.entries
-    print(f"{args.subagents} subagents x {args.entries} entries = {total} entries per run; "
-          f"median of {args.runs} runs; every acknowledged entry found durable by a fresh process")
+    print(
+        f"{args.subagents} subagents x {args.entries} entries = {total} entries per run; "
+        f"median of {args.runs} runs; every acknowledged entry found durable by a fresh process"
+    )
     print(f"{'mode':<10} {'entries/s':>10} {'commits':>8}")
     for mode, values in rates.items():
         print(f"{mode:<10} {statistics.median(values):>10.0f} {commits[mode]:>8}")

@@ -71,8 +71,9 @@ async def main(args: argparse.Namespace) -> None:
         pass
 
     await client.start_io(sys.executable, "-m", "keel.server.cli", "serve", "--store", str(store))
-    await client.initialize_async(types.InitializeParams(capabilities=types.ClientCapabilities(),
-                                                         root_uri=root.as_uri()))
+    await client.initialize_async(
+        types.InitializeParams(capabilities=types.ClientCapabilities(), root_uri=root.as_uri())
+    )
     client.initialized(types.InitializedParams())
     ids = []
     try:
@@ -81,7 +82,8 @@ async def main(args: argparse.Namespace) -> None:
             path = root / f"m{i}.toml"
             path.write_text(mission_toml(f"bench{i}", [{"id": "u", "steps": steps}]))
             reply = await client.workspace_execute_command_async(
-                types.ExecuteCommandParams(command="keel.startMission", arguments=[str(path)]))
+                types.ExecuteCommandParams(command="keel.startMission", arguments=[str(path)])
+            )
             ids.append(reply["id"])
         deadline = time.monotonic() + 60
         while sum(states.get(i) == "running" for i in ids) < args.missions and time.monotonic() < deadline:
@@ -96,24 +98,34 @@ async def main(args: argparse.Namespace) -> None:
             assert len(result) == args.missions
         still = sum(states.get(i) == "running" for i in ids)
 
-        writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(store), ids[0],
-                                                      str(args.changes))
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", WRITER, str(store), ids[0], str(args.changes)
+        )
         await writer.wait()
         await asyncio.sleep(0.5)
         delays = [v * 1000 for v in arrivals.values()]
-        print(f"keel serve benchmark — {args.missions} missions started, {running} running when timing began, "
-              f"{still} still running after the requests; {os.cpu_count()} CPUs")
+        print(
+            f"keel serve benchmark — {args.missions} missions started, {running} running when timing began, "
+            f"{still} still running after the requests; {os.cpu_count()} CPUs"
+        )
         print(f"{'measure':<42} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-        print(f"{'keel/missions round trip':<42} {len(latencies):>5} {statistics.median(latencies):>8.1f} "
-              f"{pct(latencies, 0.99):>8.1f} {max(latencies):>8.1f}")
-        print(f"{'missionChanged after another process wrote':<42} {len(delays):>5} "
-              f"{statistics.median(delays):>8.1f} {pct(delays, 0.99):>8.1f} {max(delays):>8.1f}")
-        print(f"notifications received for the writer's {args.changes} changes: {len(delays)} "
-              "(changes landing within one 50 ms poll are sent once, as the newest summary)")
+        print(
+            f"{'keel/missions round trip':<42} {len(latencies):>5} {statistics.median(latencies):>8.1f} "
+            f"{pct(latencies, 0.99):>8.1f} {max(latencies):>8.1f}"
+        )
+        print(
+            f"{'missionChanged after another process wrote':<42} {len(delays):>5} "
+            f"{statistics.median(delays):>8.1f} {pct(delays, 0.99):>8.1f} {max(delays):>8.1f}"
+        )
+        print(
+            f"notifications received for the writer's {args.changes} changes: {len(delays)} "
+            "(changes landing within one 50 ms poll are sent once, as the newest summary)"
+        )
     finally:
         with contextlib.suppress(Exception):
             await client.workspace_execute_command_async(
-                types.ExecuteCommandParams(command="keel.pauseAll", arguments=[]))
+                types.ExecuteCommandParams(command="keel.pauseAll", arguments=[])
+            )
         await asyncio.sleep(0.5)
         kill_hosts(store)
         await client.shutdown_async(None)

@@ -68,8 +68,13 @@ def bench_dbos(folder: Path, steps: int) -> dict[str, float]:
 
     (folder / "data.txt").write_text(RESULT)
     stamps: list[float] = []
-    DBOS(config={"name": "keel-bench", "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
-                 "run_admin_server": False})  # type: ignore[typeddict-unknown-key]
+    DBOS(
+        config={
+            "name": "keel-bench",
+            "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
+            "run_admin_server": False,
+        }
+    )  # type: ignore[typeddict-unknown-key]
 
     @DBOS.step()
     def tool(i: int) -> str:

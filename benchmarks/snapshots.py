@@ -52,10 +52,14 @@ def main() -> None:
                 unchanged.append(snapshot())
     print(f"sandbox: {args.files} files of {args.size} bytes")
     print(f"first snapshot:        {first_ms:8.1f} ms  {first_bytes:>10} bytes stored")
-    print(f"one file changed:      {statistics.median(c[0] for c in changed):8.1f} ms  "
-          f"{statistics.median(c[1] for c in changed):>10} bytes stored (median of 5)")
-    print(f"nothing changed:       {statistics.median(u[0] for u in unchanged):8.1f} ms  "
-          f"{statistics.median(u[1] for u in unchanged):>10} bytes stored")
+    print(
+        f"one file changed:      {statistics.median(c[0] for c in changed):8.1f} ms  "
+        f"{statistics.median(c[1] for c in changed):>10} bytes stored (median of 5)"
+    )
+    print(
+        f"nothing changed:       {statistics.median(u[0] for u in unchanged):8.1f} ms  "
+        f"{statistics.median(u[1] for u in unchanged):>10} bytes stored"
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,10 @@ def _mission(root: Path, steps: int, sleep: float = 0.0, step: str = TOOL_STEP) 
     (root / "ws" / "data.txt").write_text(RESULT)
     body = ", ".join([step] * steps) if not sleep else ", ".join([f"{{ sleep = {sleep} }}"] * steps)
     path = root / "mission.toml"
-    path.write_text(f'[mission]\nname = "bench"\nagent = "python -m keel.agents.scripted"\nworkspace = "ws"\n\n'
-                    f'[[units]]\nid = "u"\nparams.steps = [{body}]\n')
+    path.write_text(
+        f'[mission]\nname = "bench"\nagent = "python -m keel.agents.scripted"\nworkspace = "ws"\n\n'
+        f'[[units]]\nid = "u"\nparams.steps = [{body}]\n'
+    )
     return path
 
 
@@ -59,8 +61,11 @@ def bench_keel(root: Path, steps: int, step: str = TOOL_STEP) -> dict[str, float
     root.mkdir()
     store = root / "store"
     started = time.perf_counter()
-    subprocess.run(_keel("run", str(_mission(root, steps, step=step)), "--store", str(store), "--plain"),
-                   check=True, capture_output=True)
+    subprocess.run(
+        _keel("run", str(_mission(root, steps, step=step)), "--store", str(store), "--plain"),
+        check=True,
+        capture_output=True,
+    )
     wall = time.perf_counter() - started
     with Store.open(store, create=False) as s:
         mid = s.read(m.list_missions)[0].id
@@ -68,9 +73,13 @@ def bench_keel(root: Path, steps: int, step: str = TOOL_STEP) -> dict[str, float
     assert len(entries) == steps, f"expected {steps} entries, found {len(entries)}"
     gaps = [(b.at - a.at) * 1000 for a, b in itertools.pairwise(entries)]
     tool_ms = statistics.median(e.cost.wall_ms for e in entries)
-    return {"step_ms_median": statistics.median(gaps), "step_ms_p99": _pct(gaps, 99), "mission_wall_s": wall,
-            "tool_ms_median": tool_ms,
-            "mission": mid}  # type: ignore[dict-item]
+    return {
+        "step_ms_median": statistics.median(gaps),
+        "step_ms_p99": _pct(gaps, 99),
+        "mission_wall_s": wall,
+        "tool_ms_median": tool_ms,
+        "mission": mid,
+    }  # type: ignore[dict-item]
 
 
 RESTORE = """
@@ -95,8 +104,9 @@ print((t2 - t1) * 1000, (t2 - t0) * 1000, entries)
 
 def bench_restore(store: Path, mission_id: str) -> dict[str, float]:
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", RESTORE, str(store), mission_id], check=True, capture_output=True,
-                         text=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", RESTORE, str(store), mission_id], check=True, capture_output=True, text=True
+    ).stdout.split()
     total = (time.perf_counter() - started) * 1000
     return {"restore_ms": float(out[0]), "restore_with_imports_ms": float(out[1]), "process_ms": total}
 
@@ -120,8 +130,11 @@ def bench_pause(root: Path, trials: int) -> dict[str, float]:
         folder = root / f"pause{i}"
         folder.mkdir()
         store = folder / "store"
-        host = subprocess.Popen(_keel("run", str(_mission(folder, 40, sleep=0.05)), "--store", str(store),
-                                      "--plain"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host = subprocess.Popen(
+            _keel("run", str(_mission(folder, 40, sleep=0.05)), "--store", str(store), "--plain"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         with _wait_store(store) as s:
             mid = _wait(lambda: (s.read(m.list_missions) or [None])[0]).id
 
@@ -135,8 +148,7 @@ def bench_pause(root: Path, trials: int) -> dict[str, float]:
             _wait(lambda: state() in (MissionState.PAUSING, MissionState.PAUSED) or None, step=0.0005)
             acks.append((time.perf_counter() - t0) * 1000)
         host.wait(timeout=30)
-    return {"pause_ack_ms_p50": statistics.median(acks), "pause_ack_ms_p99": _pct(acks, 99),
-            "pause_trials": trials}
+    return {"pause_ack_ms_p50": statistics.median(acks), "pause_ack_ms_p99": _pct(acks, 99), "pause_trials": trials}
 
 
 class _wait_store:
@@ -184,8 +196,12 @@ def main() -> None:
         pause = bench_pause(root, args.pauses)
         peers = {}
         if args.peers:
-            out = subprocess.run([args.peers, str(Path(__file__).with_name("peers.py")), "--steps", str(args.steps),
-                                  "--dir", str(root)], check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [args.peers, str(Path(__file__).with_name("peers.py")), "--steps", str(args.steps), "--dir", str(root)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             peers = json.loads(out)
     results = {"keel": keel, "keel_bare": bare, "restore": restore, "lmdb": raw, "pause": pause, "peers": peers}
     if args.json:
@@ -200,28 +216,38 @@ def _table(r: dict, steps: int) -> None:  # type: ignore[type-arg]
     print(f"{'runtime':<44} {'per step ms':>12} {'p99 ms':>8} {'vs raw LMDB':>12}")
     floor = "raw LMDB sync commit (floor)"
     print(f"{floor:<44} {raw['commit_ms_median']:>12.3f} {raw['commit_ms_p99']:>8.3f} {1.0:>11.2f}x")
-    print(f"{'keel (agent->host->journal commit->agent)':<44} {k['step_ms_median']:>12.3f} {k['step_ms_p99']:>8.3f} "
-          f"{k['step_ms_median'] / raw['commit_ms_median']:>11.2f}x")
+    print(
+        f"{'keel (agent->host->journal commit->agent)':<44} {k['step_ms_median']:>12.3f} {k['step_ms_p99']:>8.3f} "
+        f"{k['step_ms_median'] / raw['commit_ms_median']:>11.2f}x"
+    )
     b = r["keel_bare"]
-    print(f"{'keel, bare journaled step (now), no tool':<44} {b['step_ms_median']:>12.3f} {b['step_ms_p99']:>8.3f} "
-          f"{b['step_ms_median'] / raw['commit_ms_median']:>11.2f}x")
+    print(
+        f"{'keel, bare journaled step (now), no tool':<44} {b['step_ms_median']:>12.3f} {b['step_ms_p99']:>8.3f} "
+        f"{b['step_ms_median'] / raw['commit_ms_median']:>11.2f}x"
+    )
     print(f"  (the read_file tool itself takes {k['tool_ms_median']:.3f} ms of each keel tool step)")
     for name, peer in r["peers"].items():
         if "error" in peer:
             print(f"{name:<44} did not run: {peer['error']}")
             continue
-        print(f"{name:<44} {peer['step_ms_median']:>12.3f} {peer['step_ms_p99']:>8.3f} "
-              f"{peer['step_ms_median'] / raw['commit_ms_median']:>11.2f}x  "
-              f"(keel is {peer['step_ms_median'] / k['step_ms_median']:.1f}x cheaper)")
+        print(
+            f"{name:<44} {peer['step_ms_median']:>12.3f} {peer['step_ms_p99']:>8.3f} "
+            f"{peer['step_ms_median'] / raw['commit_ms_median']:>11.2f}x  "
+            f"(keel is {peer['step_ms_median'] / k['step_ms_median']:.1f}x cheaper)"
+        )
     rs = r["restore"]
-    print(f"restore in a fresh process: {rs['restore_ms']:.2f} ms reading ({rs['restore_with_imports_ms']:.1f} ms "
-          f"with imports, {rs['process_ms']:.0f} ms with interpreter start)")
+    print(
+        f"restore in a fresh process: {rs['restore_ms']:.2f} ms reading ({rs['restore_with_imports_ms']:.1f} ms "
+        f"with imports, {rs['process_ms']:.0f} ms with interpreter start)"
+    )
     for name, peer in r["peers"].items():
         if "restore_ms" in peer and "error" not in peer:
             print(f"  {name} restore: {peer['restore_ms']:.2f} ms")
     p = r["pause"]
-    print(f"pause acknowledged: p50 {p['pause_ack_ms_p50']:.1f} ms, p99 {p['pause_ack_ms_p99']:.1f} ms "
-          f"over {p['pause_trials']} trials")
+    print(
+        f"pause acknowledged: p50 {p['pause_ack_ms_p50']:.1f} ms, p99 {p['pause_ack_ms_p99']:.1f} ms "
+        f"over {p['pause_trials']} trials"
+    )
     print(f"whole keel mission wall time: {k['mission_wall_s']:.2f} s (incl. process starts)")
 
 

@@ -27,8 +27,14 @@ from keel.storage.keys import log_key, mission_prefix, unit_prefix
 from keel.storage.record import Codec, seal
 from keel.storage.verify import verify_all
 
-ENTRY = JournalEntry(seq=0, kind="tool/run", fingerprint="f" * 64, tool_class="effectful",
-                     result={"stdout": "x" * 1900, "exit": 0}, summary="run tests")
+ENTRY = JournalEntry(
+    seq=0,
+    kind="tool/run",
+    fingerprint="f" * 64,
+    tool_class="effectful",
+    result={"stdout": "x" * 1900, "exit": 0},
+    summary="run tests",
+)
 
 
 def bench_appends(folder: Path, n: int) -> dict[str, list[float]]:
@@ -50,8 +56,11 @@ def bench_appends(folder: Path, n: int) -> dict[str, list[float]]:
     def keel_append() -> None:
         store.write(lambda t: t.append(DB.JOURNAL, prefix, ENTRY))
 
-    steps: dict[str, Callable[[], None]] = {"write+fdatasync": raw_fsync, "py-lmdb sync commit": raw_lmdb,
-                                            "keel Store.write+append": keel_append}
+    steps: dict[str, Callable[[], None]] = {
+        "write+fdatasync": raw_fsync,
+        "py-lmdb sync commit": raw_lmdb,
+        "keel Store.write+append": keel_append,
+    }
     times: dict[str, list[float]] = {name: [] for name in steps}
     try:
         for i in range(n + 20):
@@ -70,10 +79,15 @@ def bench_appends(folder: Path, n: int) -> dict[str, list[float]]:
 def bench_verify(folder: Path, records: int) -> tuple[int, float]:
     with Store.open(folder / "verify") as store:
         for batch in range(0, records, 10_000):
+
             def fill(t: object, batch: int = batch) -> None:
                 for i in range(batch, min(batch + 10_000, records)):
-                    t.put(DB.EVENTS, log_key(mission_prefix("m1"), i + 1),  # type: ignore[attr-defined]
-                          Event(kind="state", at=float(i), unit="u1", message="unit started"))
+                    t.put(
+                        DB.EVENTS,
+                        log_key(mission_prefix("m1"), i + 1),  # type: ignore[attr-defined]
+                        Event(kind="state", at=float(i), unit="u1", message="unit started"),
+                    )
+
             store.write(fill)
         start = time.perf_counter()
         report = verify_all(store)
@@ -93,8 +107,9 @@ def main() -> None:
         count, elapsed = bench_verify(Path(tmp), args.verify_records)
     floor = statistics.median(times["write+fdatasync"])
     lmdb_p50 = statistics.median(times["py-lmdb sync commit"])
-    print(f"durable append of a {len(msgspec.msgpack.encode(ENTRY))} B JournalEntry, n={args.n}, "
-          f"dir={args.dir.resolve()}")
+    print(
+        f"durable append of a {len(msgspec.msgpack.encode(ENTRY))} B JournalEntry, n={args.n}, dir={args.dir.resolve()}"
+    )
     print(f"{'':26}{'p50 ms':>9}{'p99 ms':>9}{'x fsync':>9}{'x lmdb':>9}")
     for name, samples in times.items():
         p50 = statistics.median(samples)

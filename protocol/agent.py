@@ -125,8 +125,9 @@ class RandomResult(msgspec.Struct, frozen=True):
     value: float
 
 
-AgentMethod = Literal["model/complete", "tool/run", "human/ask", "evidence/add", "state/save", "plan/add",
-                      "now", "random"]
+AgentMethod = Literal[
+    "model/complete", "tool/run", "human/ask", "evidence/add", "state/save", "plan/add", "now", "random"
+]
 
 #: Params type of each agent -> host method (the host decodes with these; None = no params).
 AGENT_METHODS: dict[str, type[Any] | None] = {

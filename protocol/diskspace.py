@@ -78,6 +78,9 @@ def disk_full(path: str | os.PathLike[str], cause: str, what: str = "") -> DiskF
     except OSError:
         free = "free space unknown"
     subject = f"{what} {path}" if what else str(path)
-    return DiskFullError(f"disk full: the filesystem mounted at {mount} ({free}) cannot take a write to "
-                         f"{subject}: {cause.strip()[:300]}; free some space there, then resume",
-                         mount=str(mount), path=str(path))
+    return DiskFullError(
+        f"disk full: the filesystem mounted at {mount} ({free}) cannot take a write to "
+        f"{subject}: {cause.strip()[:300]}; free some space there, then resume",
+        mount=str(mount),
+        path=str(path),
+    )

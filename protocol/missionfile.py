@@ -84,14 +84,18 @@ def parse_mission(text: str, filename: str = "<mission>") -> MissionSpec:
 
 # Structure characters outside comments and strings (multi-line strings first); approximate on purpose:
 # tomllib still parses the file, this only has to see every bracket that opens a nested value.
-_TOKEN = re.compile("|".join((
-    r"#[^\n]*",
-    r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""',
-    r"'''[\s\S]*?'''",
-    r'"(?:[^"\\\n]|\\.)*"',
-    r"'[^'\n]*'",
-    r"[\[\]{}=,\n]",
-)))
+_TOKEN = re.compile(
+    "|".join(
+        (
+            r"#[^\n]*",
+            r'"""(?:[^"\\]|\\[\s\S]|"(?!""))*"""',
+            r"'''[\s\S]*?'''",
+            r'"(?:[^"\\\n]|\\.)*"',
+            r"'[^'\n]*'",
+            r"[\[\]{}=,\n]",
+        )
+    )
+)
 
 
 def _check_nesting(text: str, filename: str) -> None:
@@ -114,7 +118,7 @@ def _check_nesting(text: str, filename: str) -> None:
             continue
         if "\n" in kind:  # a multi-line string
             line, line_start = line + kind.count("\n"), text.rfind("\n", 0, pos) + 1
-        if kind == "[" and depth == 0 and not text[line_start:token.start()].strip():
+        if kind == "[" and depth == 0 and not text[line_start : token.start()].strip():
             line_end = text.find("\n", line_start)
             header = _HEADER.match(text, line_start, len(text) if line_end < 0 else line_end)
             if header:  # a table header: the keys that follow belong to it
@@ -130,7 +134,7 @@ def _check_nesting(text: str, filename: str) -> None:
         elif kind in ("]", "}"):
             depth = max(0, depth - 1)
         elif kind == "=":
-            written = text[key_start:token.start()].strip()
+            written = text[key_start : token.start()].strip()
             if depth == 0:
                 key = written.strip("\"'")
             if written.count(".") >= MAX_NESTING:
@@ -315,8 +319,10 @@ def _check_graph(spec: MissionSpec, filename: str, text: str) -> None:
     if not spec.agent or not spec.agent[0]:
         raise _error(filename, text, "mission.agent", "the agent command is empty")
     if not spec.units and not spec.plan:
-        raise MissionFileError(f"{filename}:{locate_field(text, 'mission') or 1}: units: no [[units]] given and "
-                               "plan = false; nothing to do")
+        raise MissionFileError(
+            f"{filename}:{locate_field(text, 'mission') or 1}: units: no [[units]] given and "
+            "plan = false; nothing to do"
+        )
     seen: dict[str, int] = {}
     for index, unit in enumerate(spec.units):
         if not _ID.match(unit.id):
@@ -355,7 +361,7 @@ def find_cycle(units: tuple[UnitSpec, ...] | list[UnitSpec]) -> list[str] | None
                 stack.append((node, i + 1))
                 nxt = after[i]
                 if color.get(nxt) == 1:
-                    return path[path.index(nxt):]
+                    return path[path.index(nxt) :]
                 if not color.get(nxt) and nxt in deps:
                     stack.append((nxt, 0))
             else:

@@ -13,8 +13,9 @@ import msgspec
 from keel.protocol.spec import MissionSpec
 from keel.protocol.states import MissionState, PauseReason, UnitState
 
-JournalKind = Literal["model/complete", "tool/run", "human/ask", "now", "random", "state/save", "plan/add",
-                      "evidence/add"]
+JournalKind = Literal[
+    "model/complete", "tool/run", "human/ask", "now", "random", "state/save", "plan/add", "evidence/add"
+]
 ToolClass = Literal["read_only", "idempotent", "effectful"]
 
 

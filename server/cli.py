@@ -56,8 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug, not bad input: still one line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(f"keel: internal error: {type(exc).__name__}: {exc} (run with --debug for details)",
-              file=sys.stderr)
+        print(f"keel: internal error: {type(exc).__name__}: {exc} (run with --debug for details)", file=sys.stderr)
         return Exit.FAILURE
 
 

@@ -24,11 +24,18 @@ _SKIP = (".git", ".keel")
 _EXCLUDE = [":(exclude).keel", ":(exclude).git"]
 
 
-def _git(cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None,
-         check: str = "") -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, timeout=120, input=data,
-                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
-                          stdin=None if data is not None else subprocess.DEVNULL)
+def _git(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None, check: str = ""
+) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        timeout=120,
+        input=data,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+        stdin=None if data is not None else subprocess.DEVNULL,
+    )
     if check and proc.returncode != 0:
         raise BundleError(f"{check}: git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc
@@ -101,17 +108,28 @@ def check_applicable(bundle: Bundle, workspace: Path) -> None:
     if shutil.which("git") is None:
         raise BundleError("bundle carries a git patch but git is not installed here")
     if _git(workspace, "rev-parse", "--show-toplevel").returncode != 0:
-        raise BundleError(f"workspace {workspace} is not a git repository; the bundle's changes are relative to "
-                          f"commit {ws.base_commit[:12]}: clone the repository there first")
+        raise BundleError(
+            f"workspace {workspace} is not a git repository; the bundle's changes are relative to "
+            f"commit {ws.base_commit[:12]}: clone the repository there first"
+        )
     if _git(workspace, "cat-file", "-e", f"{ws.base_commit}^{{commit}}").returncode != 0:
-        raise BundleError(f"workspace {workspace} does not have the bundle's base commit {ws.base_commit[:12]}; "
-                          "fetch or clone it first")
+        raise BundleError(
+            f"workspace {workspace} does not have the bundle's base commit {ws.base_commit[:12]}; "
+            "fetch or clone it first"
+        )
     if not ws.paths:
         return
-    numstat = _git(workspace, "apply", "--numstat", "-z", "--binary", "-",
-                   data=bundle.workspace_payload(PATCH_KEY), check="bundle workspace patch is unreadable").stdout
-    touched = {field.split(b"\t")[-1].decode("utf-8", "surrogateescape")
-               for field in numstat.split(b"\0") if field}
+    numstat = _git(
+        workspace,
+        "apply",
+        "--numstat",
+        "-z",
+        "--binary",
+        "-",
+        data=bundle.workspace_payload(PATCH_KEY),
+        check="bundle workspace patch is unreadable",
+    ).stdout
+    touched = {field.split(b"\t")[-1].decode("utf-8", "surrogateescape") for field in numstat.split(b"\0") if field}
     for path in touched:
         check_relative_path(path)
     if touched != set(ws.paths):
@@ -141,15 +159,39 @@ def _rebuild_git(bundle: Bundle, workspace: Path, target: Path, mission_id: str)
     branch = f"keel/{mission_id}"
     if _git(workspace, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0:
         raise BundleError(f"workspace {workspace} already has a branch {branch}; nothing was imported")
-    _git(workspace, "worktree", "add", "--force", "-b", branch, str(target), ws.base_commit,
-         check=f"cannot create the sandbox {target}")
+    _git(
+        workspace,
+        "worktree",
+        "add",
+        "--force",
+        "-b",
+        branch,
+        str(target),
+        ws.base_commit,
+        check=f"cannot create the sandbox {target}",
+    )
     if ws.paths:
-        _git(target, "apply", "--binary", "--whitespace=nowarn", "-", data=bundle.workspace_payload(PATCH_KEY),
-             check="the bundle's changes do not apply to the base commit")
+        _git(
+            target,
+            "apply",
+            "--binary",
+            "--whitespace=nowarn",
+            "-",
+            data=bundle.workspace_payload(PATCH_KEY),
+            check="the bundle's changes do not apply to the base commit",
+        )
         # committed on the mission branch, as on the exporting side: unit sandboxes branch off from HEAD
         _git(target, "add", "-A", "--", ".", *_EXCLUDE, check=f"cannot commit the imported changes in {target}")
-        _git(target, "commit", "-q", "--no-verify", "-m", f"keel: changes of mission {mission_id} (imported)",
-             env=GIT_IDENTITY, check=f"cannot commit the imported changes in {target}")
+        _git(
+            target,
+            "commit",
+            "-q",
+            "--no-verify",
+            "-m",
+            f"keel: changes of mission {mission_id} (imported)",
+            env=GIT_IDENTITY,
+            check=f"cannot commit the imported changes in {target}",
+        )
 
 
 def _rebuild_files(bundle: Bundle, target: Path) -> None:

@@ -9,5 +9,13 @@ from keel.storage.keys import DB
 from keel.storage.store import Store
 from keel.storage.txn import Txn
 
-__all__ = ["DB", "CorruptRecordError", "Store", "StoreDamagedError", "StoreError", "StoreFullError",
-           "StoreTooNewError", "Txn"]
+__all__ = [
+    "DB",
+    "CorruptRecordError",
+    "Store",
+    "StoreDamagedError",
+    "StoreError",
+    "StoreFullError",
+    "StoreTooNewError",
+    "Txn",
+]

@@ -55,13 +55,27 @@ WORKSPACE_DB = "workspace"  # pseudo-database of workspace payloads: the git pat
 PATCH_KEY = b"patch"
 
 #: Databases a bundle carries, in the order entries appear; within one, entries sort by key.
-EXPORT_ORDER: tuple[str, ...] = (DB.MISSIONS.value, DB.HEADS.value, DB.POINTS.value, DB.CONTROL.value,
-                                 DB.EVENTS.value, DB.EVIDENCE.value, DB.JOURNAL.value, DB.BLOBS.value,
-                                 WORKSPACE_DB)
+EXPORT_ORDER: tuple[str, ...] = (
+    DB.MISSIONS.value,
+    DB.HEADS.value,
+    DB.POINTS.value,
+    DB.CONTROL.value,
+    DB.EVENTS.value,
+    DB.EVIDENCE.value,
+    DB.JOURNAL.value,
+    DB.BLOBS.value,
+    WORKSPACE_DB,
+)
 _LOGS = (DB.CONTROL, DB.EVENTS, DB.EVIDENCE)  # points are not: `keel gc` may drop some
-_TYPES: dict[str, Any] = {DB.MISSIONS.value: MissionRecord, DB.HEADS.value: str, DB.POINTS.value: RestorePoint,
-                          DB.CONTROL.value: Control, DB.EVENTS.value: Event, DB.EVIDENCE.value: Evidence,
-                          DB.JOURNAL.value: JournalEntry}
+_TYPES: dict[str, Any] = {
+    DB.MISSIONS.value: MissionRecord,
+    DB.HEADS.value: str,
+    DB.POINTS.value: RestorePoint,
+    DB.CONTROL.value: Control,
+    DB.EVENTS.value: Event,
+    DB.EVIDENCE.value: Evidence,
+    DB.JOURNAL.value: JournalEntry,
+}
 
 
 class BundleError(KeelError):
@@ -124,7 +138,8 @@ def collect_records(txn: Txn, mission_id: str) -> list[tuple[str, bytes, bytes]]
     record = portable_record(m.get_mission(txn, mission_id))
     key = mission_id.encode()
     out: list[tuple[str, bytes, bytes]] = [
-        (DB.MISSIONS.value, key, seal(DB.MISSIONS.value, key, msgspec.msgpack.encode(record), Codec.MSGPACK))]
+        (DB.MISSIONS.value, key, seal(DB.MISSIONS.value, key, msgspec.msgpack.encode(record), Codec.MSGPACK))
+    ]
     head_raw = _raw(txn, DB.HEADS, key)
     if head_raw is not None:
         out.append((DB.HEADS.value, key, head_raw))
@@ -166,8 +181,16 @@ def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -
 
 
 def manifest_refs(manifest: CheckpointManifest) -> list[str]:
-    return [ref for ref in (manifest.graph, manifest.config, manifest.context,
-                            *(mark.agent_state for mark in manifest.units.values())) if ref]
+    return [
+        ref
+        for ref in (
+            manifest.graph,
+            manifest.config,
+            manifest.context,
+            *(mark.agent_state for mark in manifest.units.values()),
+        )
+        if ref
+    ]
 
 
 def is_tree_ref(value: str) -> bool:
@@ -193,13 +216,24 @@ def tree_refs(get_blob: Callable[[str], bytes | None], digest: str) -> list[str]
     return [] if tree is None else [digest, *(entry.blob for entry in tree.entries)]
 
 
-def write_bundle(mission_id: str, records: list[tuple[str, bytes, bytes]], workspace: WorkspaceSection,
-                 *, signing_key: bytes | None, created_at: float | None = None) -> bytes:
+def write_bundle(
+    mission_id: str,
+    records: list[tuple[str, bytes, bytes]],
+    workspace: WorkspaceSection,
+    *,
+    signing_key: bytes | None,
+    created_at: float | None = None,
+) -> bytes:
     """The bundle's bytes; `records` include the workspace payloads (db "workspace") in bundle order."""
     entries = tuple(Entry(db=db, key=key, length=len(raw), digest=_digest(raw)) for db, key, raw in records)
-    manifest = BundleManifest(format=BUNDLE_FORMAT, keel_version=__version__, mission_id=mission_id,
-                              created_at=time.time() if created_at is None else created_at,
-                              entries=entries, workspace=workspace)
+    manifest = BundleManifest(
+        format=BUNDLE_FORMAT,
+        keel_version=__version__,
+        mission_id=mission_id,
+        created_at=time.time() if created_at is None else created_at,
+        entries=entries,
+        workspace=workspace,
+    )
     head = _header_line(BUNDLE_FORMAT, __version__)
     body = msgspec.msgpack.encode(manifest)
     covered = head + _LEN.pack(len(body)) + body
@@ -230,10 +264,12 @@ def read_bundle(data: bytes, *, signing_key: bytes | None, allow_unsigned: bool)
         where = f"record {index} ({entry.db}/{render_key(entry.key)})"
         position = _order_position(entry, manifest.mission_id, where)
         if previous is not None and position <= previous:
-            raise BundleError(f"bundle records are out of order or repeated at {where}; "
-                              "the bundle was rearranged after it was written")
+            raise BundleError(
+                f"bundle records are out of order or repeated at {where}; "
+                "the bundle was rearranged after it was written"
+            )
         previous = position
-        raw = data[offset:offset + entry.length]
+        raw = data[offset : offset + entry.length]
         offset += entry.length
         if _digest(raw) != entry.digest:
             raise BundleError(f"bundle {where}: digest mismatch; the record's bytes were changed")
@@ -253,8 +289,10 @@ def _parse_frame(data: bytes) -> tuple[bytes, BundleManifest]:
         raise BundleError("not a keel bundle (the first line is not `KEELBUNDLE <format> keel-<version>`)")
     fmt, version = int(parts[1]), parts[2][5:].decode(errors="replace")
     if fmt > BUNDLE_FORMAT:
-        raise BundleError(f"bundle format {fmt} (written by keel {version}) is newer than this keel "
-                          f"({__version__}) reads (format {BUNDLE_FORMAT}); upgrade keel to import it")
+        raise BundleError(
+            f"bundle format {fmt} (written by keel {version}) is newer than this keel "
+            f"({__version__}) reads (format {BUNDLE_FORMAT}); upgrade keel to import it"
+        )
     if fmt != BUNDLE_FORMAT:
         raise BundleError(f"unknown bundle format {fmt}")
     start = newline + 1
@@ -267,10 +305,11 @@ def _parse_frame(data: bytes) -> tuple[bytes, BundleManifest]:
     covered = data[:body_end]
     seal_at = data.rfind(SIG_MAGIC) + len(SIG_MAGIC) + 1
     if seal_at <= body_end + len(SIG_MAGIC) or not hmac.compare_digest(
-            data[seal_at:seal_at + _SEAL_BYTES], hashlib.blake2b(covered, digest_size=32).digest()):
+        data[seal_at : seal_at + _SEAL_BYTES], hashlib.blake2b(covered, digest_size=32).digest()
+    ):
         raise BundleError("bundle manifest digest mismatch: its header, manifest or trailer was changed")
     try:
-        manifest = msgspec.msgpack.decode(data[start + _LEN.size:body_end], type=BundleManifest)
+        manifest = msgspec.msgpack.decode(data[start + _LEN.size : body_end], type=BundleManifest)
     except msgspec.DecodeError as exc:
         raise BundleError(f"bundle manifest does not decode: {exc}") from None
     if data[:start] != _header_line(manifest.format, manifest.keel_version) or manifest.format != fmt:
@@ -278,26 +317,32 @@ def _parse_frame(data: bytes) -> tuple[bytes, BundleManifest]:
     return covered, manifest
 
 
-def _check_trailer(covered: bytes, trailer: bytes, manifest: BundleManifest, key: bytes | None,
-                   allow_unsigned: bool) -> bool:
+def _check_trailer(
+    covered: bytes, trailer: bytes, manifest: BundleManifest, key: bytes | None, allow_unsigned: bool
+) -> bool:
     """The seal was checked; here: the trailer's exact shape, then the signature. Returns `signed`."""
-    kind = trailer[len(SIG_MAGIC):len(SIG_MAGIC) + 1]
+    kind = trailer[len(SIG_MAGIC) : len(SIG_MAGIC) + 1]
     sizes = {b"\x00": len(SIG_MAGIC) + 1 + _SEAL_BYTES, b"\x01": len(SIG_MAGIC) + 1 + 2 * _SEAL_BYTES}
     if not trailer.startswith(SIG_MAGIC) or sizes.get(kind) != len(trailer):
-        raise BundleError("bundle records do not end where its manifest says (bytes added, dropped or changed "
-                          "between the records and the signature trailer)")
+        raise BundleError(
+            "bundle records do not end where its manifest says (bytes added, dropped or changed "
+            "between the records and the signature trailer)"
+        )
     if kind == b"\x00":
         if not allow_unsigned:
-            raise BundleError(f"bundle of mission {manifest.mission_id} is not signed; import it only if you "
-                              "trust where it came from, with --allow-unsigned")
+            raise BundleError(
+                f"bundle of mission {manifest.mission_id} is not signed; import it only if you "
+                "trust where it came from, with --allow-unsigned"
+            )
         return False
     if key is None:
-        raise BundleError("bundle is signed but no signing key is configured here "
-                          "(`keel key set --signing`, or KEEL_SIGNING_KEY); cannot check its signature")
+        raise BundleError(
+            "bundle is signed but no signing key is configured here "
+            "(`keel key set --signing`, or KEEL_SIGNING_KEY); cannot check its signature"
+        )
     expected = hmac.new(key, covered, hashlib.sha256).digest()
     if not hmac.compare_digest(trailer[-_SEAL_BYTES:], expected):
-        raise BundleError("bundle signature does not match: it was changed after signing, or signed with "
-                          "another key")
+        raise BundleError("bundle signature does not match: it was changed after signing, or signed with another key")
     return True
 
 
@@ -335,8 +380,11 @@ def _check_complete(bundle: Bundle) -> None:
         raise BundleError(f"bundle lacks the mission record of {mid}")
     prefix = mission_prefix(mid)
     for db in _LOGS:
-        seqs = sorted(int.from_bytes(k[len(prefix):], "big") for d, k in bundle.payloads
-                      if d == db.value and len(k) == len(prefix) + SEQ_BYTES)
+        seqs = sorted(
+            int.from_bytes(k[len(prefix) :], "big")
+            for d, k in bundle.payloads
+            if d == db.value and len(k) == len(prefix) + SEQ_BYTES
+        )
         if seqs != list(range(1, len(seqs) + 1)):
             missing = next(n for n, s in enumerate(seqs, 1) if n != s)
             raise BundleError(f"bundle lacks record {db.value}/{mid}/{missing}: a record was dropped")
@@ -346,16 +394,20 @@ def _check_complete(bundle: Bundle) -> None:
         raw = blobs.get(digest)
         return None if raw is None else open_record(DB.BLOBS.value, digest.encode(), raw)[1]
 
-    roots = [decode_value(DB.POINTS.value, k, raw, RestorePoint).checkpoint
-             for (d, k), raw in bundle.payloads.items() if d == DB.POINTS.value]
+    roots = [
+        decode_value(DB.POINTS.value, k, raw, RestorePoint).checkpoint
+        for (d, k), raw in bundle.payloads.items()
+        if d == DB.POINTS.value
+    ]
     if (DB.HEADS.value, key) in bundle.payloads:
         roots.append(decode_value(DB.HEADS.value, key, bundle.payloads[(DB.HEADS.value, key)], str))
     for root in roots:
         _check_chain(mid, root, get_blob, bundle.payloads)
 
 
-def _check_chain(mid: str, digest: str, get_blob: Callable[[str], bytes | None],
-                 payloads: dict[tuple[str, bytes], bytes]) -> None:
+def _check_chain(
+    mid: str, digest: str, get_blob: Callable[[str], bytes | None], payloads: dict[tuple[str, bytes], bytes]
+) -> None:
     while digest:
         data = get_blob(digest)
         if data is None:
@@ -366,14 +418,17 @@ def _check_chain(mid: str, digest: str, get_blob: Callable[[str], bytes | None],
             refs += tree_refs(get_blob, manifest.sandbox_tree) or [manifest.sandbox_tree]
         for ref in refs:
             if get_blob(ref) is None:
-                raise BundleError(f"bundle lacks blob {ref[:16]} that checkpoint {manifest.number} refers to: "
-                                  "a record was dropped")
+                raise BundleError(
+                    f"bundle lacks blob {ref[:16]} that checkpoint {manifest.number} refers to: a record was dropped"
+                )
         for unit, mark in manifest.units.items():
             lane = unit if mark.epoch == 0 else f"{unit}#{mark.epoch}"
             want = log_key(mission_prefix(mid) + lane.encode() + b"\x00", mark.journal_hwm)
             if mark.journal_hwm and (DB.JOURNAL.value, want) not in payloads:
-                raise BundleError(f"bundle lacks journal entry {lane}/{mark.journal_hwm} that checkpoint "
-                                  f"{manifest.number} refers to: a record was dropped")
+                raise BundleError(
+                    f"bundle lacks journal entry {lane}/{mark.journal_hwm} that checkpoint "
+                    f"{manifest.number} refers to: a record was dropped"
+                )
         digest = manifest.parent
 
 
@@ -383,8 +438,7 @@ def check_relative_path(path: str) -> None:
     if not path or path.startswith("/") or "\\" in path or "\x00" in path or (len(path) > 1 and path[1] == ":"):
         raise BundleError(f"bundle workspace path {path!r} is absolute or malformed; refusing it")
     if any(p in ("", ".", "..") for p in parts) or parts[0] in (".git", ".keel"):
-        raise BundleError(f"bundle workspace path {path!r} leaves the workspace or names keel/git state; "
-                          "refusing it")
+        raise BundleError(f"bundle workspace path {path!r} leaves the workspace or names keel/git state; refusing it")
 
 
 def _check_workspace(bundle: Bundle) -> None:
@@ -411,8 +465,11 @@ def _check_workspace(bundle: Bundle) -> None:
 def install_txn(txn: Txn, bundle: Bundle, record: MissionRecord) -> None:
     """Write a verified bundle's records (the mission record as re-rooted by the caller)."""
     mid = bundle.mission_id
-    if txn.exists(DB.MISSIONS, mid.encode()) or txn.exists(DB.HEADS, mid.encode()) \
-            or any(True for _ in txn.scan_raw(DB.EVENTS, mission_prefix(mid))):
+    if (
+        txn.exists(DB.MISSIONS, mid.encode())
+        or txn.exists(DB.HEADS, mid.encode())
+        or any(True for _ in txn.scan_raw(DB.EVENTS, mission_prefix(mid)))
+    ):
         raise BundleError(f"mission {mid} already exists in this store; nothing was imported")
     for entry in bundle.manifest.entries:
         raw = bundle.payloads[(entry.db, entry.key)]

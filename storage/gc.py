@@ -33,8 +33,9 @@ class GcReport(msgspec.Struct):
     dry_run: bool = False
 
 
-def kept_points(points: list[RestorePoint], head: str | None, keep_last: int | None,
-                keep: tuple[str, ...]) -> list[RestorePoint]:
+def kept_points(
+    points: list[RestorePoint], head: str | None, keep_last: int | None, keep: tuple[str, ...]
+) -> list[RestorePoint]:
     """The points a policy retains: all (no policy), else the last N, the named ones and HEAD's point.
     A name is a point id (`p3`), a label, or `MISSION:POINT`."""
     if keep_last is None and not keep:

@@ -39,13 +39,22 @@ def list_leases(txn: Txn, mission_id: str) -> list[SubagentLease]:
     return [lease for _, lease in txn.scan(DB.LEASES, mission_prefix(mission_id), SubagentLease)]
 
 
-def grant(txn: Txn, mission_id: str, unit_id: str, *, lane: str, host_id: str, ttl_s: float,
-          **fields: object) -> SubagentLease:
+def grant(
+    txn: Txn, mission_id: str, unit_id: str, *, lane: str, host_id: str, ttl_s: float, **fields: object
+) -> SubagentLease:
     """A new lease for the unit with the next epoch: every earlier holder is fenced off from now on."""
     old = get(txn, mission_id, unit_id)
     now = time.time()
-    lease = SubagentLease(unit=unit_id, lane=lane, epoch=(old.epoch + 1) if old else 1, host_id=host_id,
-                          heartbeat=now, started_at=now, ttl_s=ttl_s, **fields)  # type: ignore[arg-type]
+    lease = SubagentLease(
+        unit=unit_id,
+        lane=lane,
+        epoch=(old.epoch + 1) if old else 1,
+        host_id=host_id,
+        heartbeat=now,
+        started_at=now,
+        ttl_s=ttl_s,
+        **fields,  # type: ignore[arg-type]
+    )
     put(txn, mission_id, lease)
     return lease
 
@@ -55,8 +64,10 @@ def check(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> SubagentLease:
     lease = get(txn, mission_id, unit_id)
     if lease is None or lease.epoch != epoch:
         now = lease.epoch if lease else 0
-        raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
-                              f"(current epoch {now}); this worker's write is rejected")
+        raise StaleLeaseError(
+            f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
+            f"(current epoch {now}); this worker's write is rejected"
+        )
     if lease.state == "done":
         raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: epoch {epoch} already completed")
     return lease
@@ -69,11 +80,13 @@ def update(txn: Txn, mission_id: str, unit_id: str, epoch: int, **changes: objec
     return lease
 
 
-def complete(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: object, commit: str,
-             tree: str) -> SubagentLease:
+def complete(
+    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: object, commit: str, tree: str
+) -> SubagentLease:
     """The unit's completion, exactly once: only the current epoch may record it, only once."""
-    return update(txn, mission_id, unit_id, epoch, state="done", result=result, commit=commit, tree=tree,
-                  heartbeat=time.time())
+    return update(
+        txn, mission_id, unit_id, epoch, state="done", result=result, commit=commit, tree=tree, heartbeat=time.time()
+    )
 
 
 STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting (imports, git worktree)

@@ -81,8 +81,7 @@ class Meta:
     def parse(cls, page: bytes) -> Meta:
         pgno, _pad, flags, _lower, _upper = _HEADER.unpack_from(page)
         magic, version, _address, mapsize, free, main, last_pg, txnid = _META.unpack_from(page, PAGE_HEADER)
-        return cls(pgno, flags, magic, version, mapsize, DbRecord.parse(free), DbRecord.parse(main),
-                   last_pg, txnid)
+        return cls(pgno, flags, magic, version, mapsize, DbRecord.parse(free), DbRecord.parse(main), last_pg, txnid)
 
     def fault(self, expected_pgno: int) -> str | None:
         """Why this meta page cannot be used (a predicate of "data.mdb …"), or None."""
@@ -100,8 +99,7 @@ class Meta:
             return f"says {where} that its last used page is {self.last_pg}"
         for name, db in (("free-page", self.free), ("main", self.main)):
             if db.root != P_INVALID and not NUM_METAS <= db.root <= self.last_pg:
-                return (f"puts the {name} tree's root at page {db.root} {where}, "
-                        f"outside pages 2..{self.last_pg}")
+                return f"puts the {name} tree's root at page {db.root} {where}, outside pages 2..{self.last_pg}"
         return None
 
 
@@ -144,7 +142,7 @@ class Node:
 def read_node(page: bytes, ptr: int) -> Node:
     lo, hi, flags, ksize = _NODE.unpack_from(page, ptr)
     start = ptr + NODE_HEADER
-    return Node(ptr, lo, hi, flags, bytes(page[start:start + ksize]))
+    return Node(ptr, lo, hi, flags, bytes(page[start : start + ksize]))
 
 
 def overflow_page_count(data_size: int, page_size: int) -> int:
@@ -187,8 +185,9 @@ class DataFile:
             raise FileDamage(fault)
         size = meta0.page_size
         if self.size < NUM_METAS * size:
-            raise FileDamage(f"is {self.size} bytes, shorter than its two meta pages of {size} bytes: "
-                             "the file was truncated")
+            raise FileDamage(
+                f"is {self.size} bytes, shorter than its two meta pages of {size} bytes: the file was truncated"
+            )
         meta1 = Meta.parse(self.read(size, META_BYTES))
         fault = meta1.fault(1)
         if fault:

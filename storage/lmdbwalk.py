@@ -67,13 +67,17 @@ def check_data_file(path: Path) -> Meta:
         for name, root in (("free-page", meta.free.root), ("main", meta.main.root)):
             header = PageHeader.parse(f.read(root * size, PAGE_HEADER)) if root < pages else None
             if header is not None and (header.pgno != root or header.flags not in (P_BRANCH, P_LEAF)):
-                raise FileDamage(f"has a damaged {name} tree root: page {root}'s header says page {header.pgno}, "
-                                 f"flags {header.flags:#x}")
+                raise FileDamage(
+                    f"has a damaged {name} tree root: page {root}'s header says page {header.pgno}, "
+                    f"flags {header.flags:#x}"
+                )
         if meta.last_pg >= pages:
             free = _Walk(f, meta).free_pages()
             if free is None or not set(range(pages, meta.last_pg + 1)) <= free:
-                raise FileDamage(f"is {f.size} bytes but its newest meta page says it uses {meta.last_pg + 1} "
-                                 f"pages of {size} bytes: the file was truncated")
+                raise FileDamage(
+                    f"is {f.size} bytes but its newest meta page says it uses {meta.last_pg + 1} "
+                    f"pages of {size} bytes: the file was truncated"
+                )
         return meta
 
 
@@ -89,8 +93,9 @@ def walk(path: Path, databases: frozenset[str] = frozenset()) -> list[PageProble
         problems = walker.run()
         missing = sorted(databases - {name for name, _ in walker.named})
         if missing and not problems:
-            problems.append(PageProblem(MAIN_DB, meta.main.root, f"the main tree lacks the databases "
-                                                                 f"{', '.join(missing)}"))
+            problems.append(
+                PageProblem(MAIN_DB, meta.main.root, f"the main tree lacks the databases {', '.join(missing)}")
+            )
         return problems
 
 
@@ -121,8 +126,12 @@ class _Walk:
 
     def run(self) -> list[PageProblem]:
         if self.f.size % self.psize:
-            self.problem("*", -1, f"data.mdb is {self.f.size} bytes, not a whole number of {self.psize}-byte "
-                                  "pages: the file was truncated")
+            self.problem(
+                "*",
+                -1,
+                f"data.mdb is {self.f.size} bytes, not a whole number of {self.psize}-byte "
+                "pages: the file was truncated",
+            )
         self.tree(FREE_DB, self.meta.free, self.free_leaf)
         self.tree(MAIN_DB, self.meta.main, self.main_leaf)
         for name, record in self.named:
@@ -152,9 +161,13 @@ class _Walk:
         seen = (counts.branch, counts.leaf, counts.overflow, counts.entries)
         claimed = (record.branch_pages, record.leaf_pages, record.overflow_pages, record.entries)
         if seen != claimed and not self.problems_in(db):
-            self.problem(db, record.root, f"tree holds {seen[0]} branch, {seen[1]} leaf, {seen[2]} overflow pages "
-                                          f"and {seen[3]} entries; its record says {claimed[0]}, {claimed[1]}, "
-                                          f"{claimed[2]} and {claimed[3]}")
+            self.problem(
+                db,
+                record.root,
+                f"tree holds {seen[0]} branch, {seen[1]} leaf, {seen[2]} overflow pages "
+                f"and {seen[3]} entries; its record says {claimed[0]}, {claimed[1]}, "
+                f"{claimed[2]} and {claimed[3]}",
+            )
 
     def problems_in(self, db: str) -> bool:
         return any(p.db == db for p in self.problems)
@@ -168,13 +181,24 @@ class _Walk:
             return False
         self.owner[pgno] = db
         if (pgno + 1) * self.psize > self.f.size:
-            self.problem(db, pgno, f"{what} page {pgno} lies past the end of the file "
-                                   f"({self.f.size} bytes): the file was truncated")
+            self.problem(
+                db,
+                pgno,
+                f"{what} page {pgno} lies past the end of the file ({self.f.size} bytes): the file was truncated",
+            )
             return False
         return True
 
-    def page(self, db: str, record: DbRecord, pgno: int, level: int, bounds: tuple[bytes | None, bytes | None],
-             counts: _Counts, on_leaf: Callable[[str, int, Node, bytes], None] | None) -> None:
+    def page(
+        self,
+        db: str,
+        record: DbRecord,
+        pgno: int,
+        level: int,
+        bounds: tuple[bytes | None, bytes | None],
+        counts: _Counts,
+        on_leaf: Callable[[str, int, Node, bytes], None] | None,
+    ) -> None:
         leaf = level == record.depth
         if not self.claim(db, pgno, "leaf" if leaf else "branch"):
             return
@@ -186,8 +210,12 @@ class _Walk:
             return
         if header.flags != want:
             kind = "leaf" if leaf else "branch"
-            self.problem(db, pgno, f"page {pgno} at depth {level} of {record.depth} should be a {kind} page "
-                                   f"(flags {want:#x}) but has flags {header.flags:#x}")
+            self.problem(
+                db,
+                pgno,
+                f"page {pgno} at depth {level} of {record.depth} should be a {kind} page "
+                f"(flags {want:#x}) but has flags {header.flags:#x}",
+            )
             return
         nodes = self.nodes(db, pgno, raw, header, leaf)
         if nodes is None:
@@ -209,27 +237,28 @@ class _Walk:
         """The page's nodes, each checked to lie in the node area [upper, page end) without overlap."""
         lower, upper, psize = header.lower, header.upper, self.psize
         if not PAGE_HEADER <= lower <= upper <= psize or (lower - PAGE_HEADER) % 2:
-            self.problem(db, pgno, f"page {pgno} has free-space bounds lower {lower}, upper {upper}, "
-                                   f"outside {PAGE_HEADER}..{psize}")
+            self.problem(
+                db,
+                pgno,
+                f"page {pgno} has free-space bounds lower {lower}, upper {upper}, outside {PAGE_HEADER}..{psize}",
+            )
             return None
         count = (lower - PAGE_HEADER) // 2
         if count == 0:
             self.problem(db, pgno, f"page {pgno} has no nodes")
             return None
-        ptrs = [int.from_bytes(raw[PAGE_HEADER + 2 * i:PAGE_HEADER + 2 * i + 2], "little") for i in range(count)]
+        ptrs = [int.from_bytes(raw[PAGE_HEADER + 2 * i : PAGE_HEADER + 2 * i + 2], "little") for i in range(count)]
         nodes: list[Node] = []
         ends: list[tuple[int, int, int]] = []
         for i, ptr in enumerate(ptrs):
             if ptr < upper or ptr % 2 or ptr + NODE_HEADER > psize:
-                self.problem(db, pgno, f"page {pgno} node {i} has offset {ptr}, outside the node area "
-                                       f"{upper}..{psize}")
+                self.problem(db, pgno, f"page {pgno} node {i} has offset {ptr}, outside the node area {upper}..{psize}")
                 return None
             node = read_node(raw, ptr)
             body = len(node.key) + (self.leaf_data_size(node) if leaf else 0)
             end = ptr + NODE_HEADER + body
             if end > psize:
-                self.problem(db, pgno, f"page {pgno} node {i} at offset {ptr} runs past the page end "
-                                       f"({end} > {psize})")
+                self.problem(db, pgno, f"page {pgno} node {i} at offset {ptr} runs past the page end ({end} > {psize})")
                 return None
             nodes.append(node)
             ends.append((ptr, end, i))
@@ -240,8 +269,12 @@ class _Walk:
                 return None
         used = sum(_even(end - start) for start, end, _ in ends)
         if ends[0][0] != upper or used != psize - upper:  # LMDB packs nodes from `upper` to the page end
-            self.problem(db, pgno, f"page {pgno}'s nodes take {used} bytes from offset {ends[0][0]}, but its "
-                                   f"node area is {upper}..{psize}")
+            self.problem(
+                db,
+                pgno,
+                f"page {pgno}'s nodes take {used} bytes from offset {ends[0][0]}, but its "
+                f"node area is {upper}..{psize}",
+            )
             return None
         return nodes
 
@@ -249,8 +282,15 @@ class _Walk:
     def leaf_data_size(node: Node) -> int:
         return 8 if node.flags & F_BIGDATA else node.data_size
 
-    def key_order(self, db: str, record: DbRecord, pgno: int, nodes: list[Node],
-                  bounds: tuple[bytes | None, bytes | None], leaf: bool) -> None:
+    def key_order(
+        self,
+        db: str,
+        record: DbRecord,
+        pgno: int,
+        nodes: list[Node],
+        bounds: tuple[bytes | None, bytes | None],
+        leaf: bool,
+    ) -> None:
         """Keys strictly increase within the page and lie in [low, high) set by the parent's separators
         (a branch page's first key is unused by LMDB and skipped)."""
         sort_key = _sort_key(record.flags)
@@ -264,28 +304,41 @@ class _Walk:
                 self.problem(db, pgno, f"page {pgno} node {i} has an integer key of {len(node.key)} bytes")
                 return
             key = sort_key(node.key)
-            wrong = ("is not above the key before it" if previous is not None and key <= previous  # type: ignore[operator]
-                     else "is below its parent's separator" if low is not None and key < low  # type: ignore[operator]
-                     else "is not below its parent's next separator" if high is not None and key >= high  # type: ignore[operator]
-                     else "")
+            wrong = (
+                "is not above the key before it"
+                if previous is not None and key <= previous  # type: ignore[operator]
+                else "is below its parent's separator"
+                if low is not None and key < low  # type: ignore[operator]
+                else "is not below its parent's next separator"
+                if high is not None and key >= high  # type: ignore[operator]
+                else ""
+            )
             if wrong:
                 self.problem(db, pgno, f"page {pgno} node {i}: key {node.key[:32]!r} {wrong}")
                 return
             previous = key
 
-    def leaf_node(self, db: str, pgno: int, node: Node, raw: bytes, counts: _Counts,
-                  on_leaf: Callable[[str, int, Node, bytes], None] | None) -> None:
+    def leaf_node(
+        self,
+        db: str,
+        pgno: int,
+        node: Node,
+        raw: bytes,
+        counts: _Counts,
+        on_leaf: Callable[[str, int, Node, bytes], None] | None,
+    ) -> None:
         if node.flags not in _LEAF_FLAGS or node.flags & F_DUPDATA:
             self.problem(db, pgno, f"page {pgno}: node {node.key[:32]!r} has flags {node.flags:#x}")
             return
         start = node.ptr + NODE_HEADER + len(node.key)
         if node.flags & F_BIGDATA:
-            data = self.overflow(db, int.from_bytes(raw[start:start + 8], "little"), node.data_size, counts,
-                                 on_leaf is not None)
+            data = self.overflow(
+                db, int.from_bytes(raw[start : start + 8], "little"), node.data_size, counts, on_leaf is not None
+            )
             if data is None:
                 return
         else:
-            data = bytes(raw[start:start + node.data_size])
+            data = bytes(raw[start : start + node.data_size])
         if on_leaf is not None:
             on_leaf(db, pgno, node, data)
         elif node.flags & F_SUBDATA:
@@ -298,8 +351,12 @@ class _Walk:
         header = PageHeader.parse(self.f.read(first * self.psize, PAGE_HEADER))
         need = overflow_page_count(size, self.psize)
         if header.pgno != first or header.flags != P_OVERFLOW or header.overflow_pages != need:
-            self.problem(db, first, f"overflow page {first} has header pgno {header.pgno}, flags {header.flags:#x}, "
-                                    f"{header.overflow_pages} pages; expected a run of {need} for {size} bytes")
+            self.problem(
+                db,
+                first,
+                f"overflow page {first} has header pgno {header.pgno}, flags {header.flags:#x}, "
+                f"{header.overflow_pages} pages; expected a run of {need} for {size} bytes",
+            )
             return None
         for pgno in range(first + 1, first + need):
             if not self.claim(db, pgno, "overflow"):
@@ -321,11 +378,10 @@ class _Walk:
         txnid = int.from_bytes(node.key, "little")
         count = int.from_bytes(data[:8], "little") if len(data) >= 8 else -1
         if count < 0 or 8 + 8 * count > len(data):
-            self.problem(db, pgno, f"page {pgno}: free list of txn {txnid} claims {count} pages "
-                                   f"in {len(data)} bytes")
+            self.problem(db, pgno, f"page {pgno}: free list of txn {txnid} claims {count} pages in {len(data)} bytes")
             return
         for i in range(count):
-            page = int.from_bytes(data[8 + 8 * i:16 + 8 * i], "little")
+            page = int.from_bytes(data[8 + 8 * i : 16 + 8 * i], "little")
             if not NUM_METAS <= page <= self.meta.last_pg:
                 self.problem(db, pgno, f"free list of txn {txnid} names page {page}, outside 2..{self.meta.last_pg}")
             elif page in self.free:
@@ -340,8 +396,12 @@ class _Walk:
             self.problem(FREE_DB, page, f"page {page} is listed free but used by {self.owner[page]}")
         total = NUM_METAS + len(self.owner) + len(self.free)
         if not self.problems and total != self.meta.last_pg + 1:
-            self.problem("*", -1, f"{total} pages are accounted for (2 meta, {len(self.owner)} used, "
-                                  f"{len(self.free)} free) but the file's last page is {self.meta.last_pg}")
+            self.problem(
+                "*",
+                -1,
+                f"{total} pages are accounted for (2 meta, {len(self.owner)} used, "
+                f"{len(self.free)} free) but the file's last page is {self.meta.last_pg}",
+            )
 
 
 def _even(n: int) -> int:

@@ -67,9 +67,11 @@ def set_mission_state(txn: Txn, mission_id: str, state: MissionState, **changes:
     new = msgspec.structs.replace(old, state=state, updated_at=time.time(), **changes)
     put_mission(txn, new)
     if old.state != state:
-        txn.append(DB.EVENTS, mission_prefix(mission_id),
-                   Event(kind="state", at=new.updated_at, state=state.value,
-                         message=f"{old.state.value} -> {state.value}"))
+        txn.append(
+            DB.EVENTS,
+            mission_prefix(mission_id),
+            Event(kind="state", at=new.updated_at, state=state.value, message=f"{old.state.value} -> {state.value}"),
+        )
     return new
 
 
@@ -96,8 +98,9 @@ def add_evidence(txn: Txn, mission_id: str, evidence: Evidence) -> int:
     return txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
 
 
-def evidence_after(txn: Txn, mission_id: str, after: int = 0,
-                   upto: int | None = None) -> Iterator[tuple[int, Evidence]]:
+def evidence_after(
+    txn: Txn, mission_id: str, after: int = 0, upto: int | None = None
+) -> Iterator[tuple[int, Evidence]]:
     return txn.read_log(DB.EVIDENCE, mission_prefix(mission_id), Evidence, after=after, upto=upto)
 
 
@@ -147,8 +150,14 @@ def commit_checkpoint(txn: Txn, manifest: CheckpointManifest, *, label: str = ""
     txn.put(DB.HEADS, manifest.mission_id.encode(), digest)
     prefix = mission_prefix(manifest.mission_id)
     number = txn.last_seq(DB.POINTS, prefix) + 1
-    point = RestorePoint(id=f"p{number}", mission_id=manifest.mission_id, checkpoint=digest,
-                         reason=manifest.reason, created_at=manifest.created_at, label=label)
+    point = RestorePoint(
+        id=f"p{number}",
+        mission_id=manifest.mission_id,
+        checkpoint=digest,
+        reason=manifest.reason,
+        created_at=manifest.created_at,
+        label=label,
+    )
     txn.put(DB.POINTS, log_key(prefix, number), point, overwrite=False)
     return point
 

@@ -58,17 +58,19 @@ def open_record(db: str, key: bytes, data: bytes) -> tuple[Codec, bytes]:
     if magic != MAGIC:
         raise CorruptRecordError(db, key, f"bad magic {magic!r}")
     if version > FORMAT_VERSION:
-        raise CorruptRecordError(db, key, f"record format {version} is newer than this keel reads "
-                                          f"({FORMAT_VERSION}); upgrade keel")
+        raise CorruptRecordError(
+            db, key, f"record format {version} is newer than this keel reads ({FORMAT_VERSION}); upgrade keel"
+        )
     if version != FORMAT_VERSION:
         raise CorruptRecordError(db, key, f"unknown record format {version}")
     if codec not in (Codec.MSGPACK, Codec.RAW) or reserved:
         raise CorruptRecordError(db, key, f"bad header (codec {codec}, reserved {reserved})")
     if len(data) != HEADER_SIZE + length:
-        raise CorruptRecordError(db, key, f"length mismatch: header says {length} payload bytes, "
-                                          f"record has {len(data) - HEADER_SIZE}")
+        raise CorruptRecordError(
+            db, key, f"length mismatch: header says {length} payload bytes, record has {len(data) - HEADER_SIZE}"
+        )
     payload = data[HEADER_SIZE:]
-    if _digest(db, key, data[:_HEAD.size], payload) != data[_HEAD.size:HEADER_SIZE]:
+    if _digest(db, key, data[: _HEAD.size], payload) != data[_HEAD.size : HEADER_SIZE]:
         raise CorruptRecordError(db, key, "digest mismatch (BLAKE2b-256)")
     return Codec(codec), payload
 

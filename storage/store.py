@@ -81,8 +81,14 @@ class Store:
 
     Opening the same path again in one process shares the environment; it closes with its last user."""
 
-    def __init__(self, shared: _Env, path: Path, max_map_size: int, write_timeout: float | None = None,
-                 reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> None:
+    def __init__(
+        self,
+        shared: _Env,
+        path: Path,
+        max_map_size: int,
+        write_timeout: float | None = None,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ) -> None:
         self._shared = shared
         self.path = path
         self.max_map_size = max_map_size
@@ -104,10 +110,17 @@ class Store:
         return self._shared.dbs
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
-             max_map_size: int = DEFAULT_MAX_MAP_SIZE, create: bool = True,
-             write_timeout: float | None = None, readonly: bool = False,
-             reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Store:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
+        create: bool = True,
+        write_timeout: float | None = None,
+        readonly: bool = False,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ) -> Store:
         """Open (or, with `create` and no data.mdb, make) the store.
 
         `readonly`: an existing store for reading only; opening it never waits on a writer (it is
@@ -130,8 +143,9 @@ class Store:
         if creating:
             with writer.held(timeout):  # another process may be creating it right now: let it finish
                 if not (path / "data.mdb").exists():
-                    store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False,
-                                       reserve_bytes)
+                    store = cls._adopt(
+                        _lmdb_open(path, map_size, False), path, size, write_timeout, False, reserve_bytes
+                    )
                     prepare_keel_dir(path)
                     store.keep_reserve()
                     return store
@@ -140,8 +154,7 @@ class Store:
             try:
                 store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True, reserve_bytes)
             except _NeedsWrite:
-                store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False,
-                                   reserve_bytes)
+                store = cls._adopt(_lmdb_open(path, map_size, False), path, size, write_timeout, False, reserve_bytes)
                 store.keep_reserve()
                 return store
             try:
@@ -156,8 +169,15 @@ class Store:
         return store
 
     @classmethod
-    def _adopt(cls, env: lmdb.Environment, path: Path, max_map_size: int, write_timeout: float | None,
-               readonly: bool, reserve_bytes: int) -> Store:
+    def _adopt(
+        cls,
+        env: lmdb.Environment,
+        path: Path,
+        max_map_size: int,
+        write_timeout: float | None,
+        readonly: bool,
+        reserve_bytes: int,
+    ) -> Store:
         try:
             env.reader_check()  # clear reader slots left by killed processes
             shared = _Env(env, readonly)
@@ -308,8 +328,9 @@ class Store:
                     self._env.set_mapsize(0)  # adopt the size another process grew the map to
             except lmdb.PanicError:
                 if reopened:
-                    raise StoreDamagedError(f"store at {self.path} stays unusable after reopening (MDB_PANIC); "
-                                            f"run `keel verify`") from None
+                    raise StoreDamagedError(
+                        f"store at {self.path} stays unusable after reopening (MDB_PANIC); run `keel verify`"
+                    ) from None
                 self.reopen()  # a failed commit (full disk) left the environment fatal: committed data is intact
                 reopened = True
             except lmdb.Error as exc:
@@ -320,8 +341,10 @@ class Store:
         with self._shared.lock:
             current = self._env.info()["map_size"]
             if current >= self.max_map_size:
-                raise StoreFullError(f"store at {self.path} reached its size ceiling of "
-                                     f"{self.max_map_size} bytes; nothing committed was lost")
+                raise StoreFullError(
+                    f"store at {self.path} reached its size ceiling of "
+                    f"{self.max_map_size} bytes; nothing committed was lost"
+                )
             self._env.set_mapsize(min(current * 2, self.max_map_size))
 
     # -- facts ----------------------------------------------------------------------------------
@@ -354,7 +377,8 @@ class Store:
             if info.version > SCHEMA_VERSION:
                 raise StoreTooNewError(
                     f"store at {self.path} has schema {info.version}, written by keel {info.written_by}; "
-                    f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel")
+                    f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel"
+                )
             for version in range(info.version, SCHEMA_VERSION):
                 MIGRATIONS[version](txn)
             if info.version < SCHEMA_VERSION:
@@ -369,9 +393,9 @@ class Store:
         if current is not None and current.version > SCHEMA_VERSION:
             raise StoreTooNewError(
                 f"store at {self.path} has schema {current.version}, written by keel {current.written_by}; "
-                f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel")
+                f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel"
+            )
         return current is not None and current.version == SCHEMA_VERSION
-
 
     def _open_dbs(self, env: lmdb.Environment) -> dict[DB, Any]:
         """Open the named databases. py-lmdb opens one in a write transaction unless the environment is
@@ -404,16 +428,25 @@ def _share(path: Path, readonly: bool) -> _Env | None:
         if shared is None:
             return None
         if shared.readonly and not readonly:
-            raise StoreError(f"store at {path} is open read-only in this process; it cannot also be "
-                             "opened for writing")
+            raise StoreError(f"store at {path} is open read-only in this process; it cannot also be opened for writing")
         shared.users += 1
         return shared
 
 
 def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
     try:
-        return lmdb.open(str(path), map_size=map_size, max_dbs=len(DB) + 4, max_readers=512, readonly=readonly,
-                         sync=True, metasync=True, subdir=True, readahead=False, writemap=False)
+        return lmdb.open(
+            str(path),
+            map_size=map_size,
+            max_dbs=len(DB) + 4,
+            max_readers=512,
+            readonly=readonly,
+            sync=True,
+            metasync=True,
+            subdir=True,
+            readahead=False,
+            writemap=False,
+        )
     except (lmdb.Error, OSError) as exc:
         raise _translate(exc, f"cannot open store at {path}", path) from None
 
@@ -438,8 +471,16 @@ def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
 
 
 # LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).
-_DAMAGE = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError, lmdb.BadValsizeError,
-           lmdb.BadTxnError, lmdb.PanicError, lmdb.IncompatibleError, lmdb.VersionMismatchError)
+_DAMAGE = (
+    lmdb.CorruptedError,
+    lmdb.InvalidError,
+    lmdb.PageNotFoundError,
+    lmdb.BadValsizeError,
+    lmdb.BadTxnError,
+    lmdb.PanicError,
+    lmdb.IncompatibleError,
+    lmdb.VersionMismatchError,
+)
 
 
 def _translate(exc: BaseException, context: str, path: Path) -> StoreError:

@@ -65,14 +65,16 @@ class Txn:
     def exists(self, db: DB, key: bytes) -> bool:
         return self._txn.get(key, db=self._dbs[db]) is not None
 
-    def scan(self, db: DB, prefix: bytes, type_: type[T], *, reverse: bool = False,
-             start: bytes | None = None) -> Iterator[tuple[bytes, T]]:
+    def scan(
+        self, db: DB, prefix: bytes, type_: type[T], *, reverse: bool = False, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, T]]:
         """Records whose key starts with `prefix`, in key order (or reversed), from `start` on."""
         for key, raw in self.scan_raw(db, prefix, reverse=reverse, start=start):
             yield key, decode_value(db.value, key, raw, type_)
 
-    def scan_raw(self, db: DB, prefix: bytes, *, reverse: bool = False,
-                 start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    def scan_raw(
+        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
         with self._txn.cursor(db=self._dbs[db]) as cur:
             if reverse:
                 upper = _prefix_end(prefix)
@@ -98,7 +100,7 @@ class Txn:
     # -- append-only logs -----------------------------------------------------------------------
     def last_seq(self, db: DB, prefix: bytes) -> int:
         for key, _ in self.scan_raw(db, prefix, reverse=True):
-            tail = key[len(prefix):]
+            tail = key[len(prefix) :]
             if len(tail) == SEQ_BYTES:
                 return int.from_bytes(tail, "big")
         return 0
@@ -110,11 +112,12 @@ class Txn:
             raise StoreError(f"log {db.value}/{prefix!r} already has entry {seq}")
         return seq
 
-    def read_log(self, db: DB, prefix: bytes, type_: type[T], after: int = 0,
-                 upto: int | None = None) -> Iterator[tuple[int, T]]:
+    def read_log(
+        self, db: DB, prefix: bytes, type_: type[T], after: int = 0, upto: int | None = None
+    ) -> Iterator[tuple[int, T]]:
         start = log_key(prefix, after + 1)
         for key, value in self.scan(db, prefix, type_, start=start):
-            seq = int.from_bytes(key[len(prefix):], "big")
+            seq = int.from_bytes(key[len(prefix) :], "big")
             if upto is not None and seq > upto:
                 break
             yield seq, value

@@ -67,8 +67,10 @@ _TYPES: dict[DB, Any] = {
 
 def verify_structure(data_file: Path) -> list[Problem]:
     """Every structural problem of an LMDB data file, each naming its database and page."""
-    return [Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message)
-            for p in walk(data_file, frozenset(db.value for db in DB))]
+    return [
+        Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message)
+        for p in walk(data_file, frozenset(db.value for db in DB))
+    ]
 
 
 def verify_all(store: Store) -> Report:
@@ -114,8 +116,7 @@ def _verify(txn: Txn) -> Report:
     for key, raw in txn.scan_raw(DB.POINTS, b""):
         point = check(DB.POINTS, key, partial(decode_value, DB.POINTS.value, key, raw, RestorePoint))
         if isinstance(point, RestorePoint) and not txn.exists(DB.BLOBS, point.checkpoint.encode()):
-            missing(DB.POINTS, key, f"restore point {point.id} refers to missing checkpoint "
-                                    f"{point.checkpoint[:16]}")
+            missing(DB.POINTS, key, f"restore point {point.id} refers to missing checkpoint {point.checkpoint[:16]}")
     report.problems = list(dict.fromkeys(report.problems))  # a record reached twice is reported once
     return report
 
@@ -126,8 +127,13 @@ def _check_blob(key: bytes, raw: bytes) -> None:
         raise CorruptRecordError(DB.BLOBS.value, key, "blob content does not match its name")
 
 
-def _check_chain(txn: Txn, digest: str, head_key: bytes, missing: Callable[[DB, bytes, str], None],
-                 check: Callable[[DB, bytes, Callable[[], object]], object | None]) -> None:
+def _check_chain(
+    txn: Txn,
+    digest: str,
+    head_key: bytes,
+    missing: Callable[[DB, bytes, str], None],
+    check: Callable[[DB, bytes, Callable[[], object]], object | None],
+) -> None:
     """Walk HEAD's manifest chain through its parents; each manifest's blobs must exist."""
     seen: set[str] = set()
     while digest and digest not in seen:
@@ -138,8 +144,12 @@ def _check_chain(txn: Txn, digest: str, head_key: bytes, missing: Callable[[DB, 
         manifest = check(DB.BLOBS, digest.encode(), partial(txn.get_object, digest, CheckpointManifest))
         if not isinstance(manifest, CheckpointManifest):
             return
-        refs = [manifest.graph, manifest.config, manifest.context,
-                *(mark.agent_state for mark in manifest.units.values())]
+        refs = [
+            manifest.graph,
+            manifest.config,
+            manifest.context,
+            *(mark.agent_state for mark in manifest.units.values()),
+        ]
         tree = manifest.sandbox_tree
         if is_tree_ref(tree) and tree not in seen:
             seen.add(tree)
@@ -147,6 +157,5 @@ def _check_chain(txn: Txn, digest: str, head_key: bytes, missing: Callable[[DB, 
             refs += files if isinstance(files, list) and files else [tree]
         for ref in refs:
             if ref and not txn.exists(DB.BLOBS, ref.encode()):
-                missing(DB.BLOBS, digest.encode(),
-                        f"checkpoint {manifest.number} refers to missing blob {ref[:16]}")
+                missing(DB.BLOBS, digest.encode(), f"checkpoint {manifest.number} refers to missing blob {ref[:16]}")
         digest = manifest.parent

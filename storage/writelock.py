@@ -65,8 +65,10 @@ class WriterLock:
     def held(self, timeout: float) -> Iterator[None]:
         deadline = time.monotonic() + timeout
         if not self._thread.acquire(timeout=max(timeout, 0.0)):
-            raise StoreBusyError(f"the store's write lock is held by another thread of this process "
-                                 f"(pid {os.getpid()}); gave up after {timeout:g} s")
+            raise StoreBusyError(
+                f"the store's write lock is held by another thread of this process "
+                f"(pid {os.getpid()}); gave up after {timeout:g} s"
+            )
         try:
             fd = self._open()
             if self._depth == 0:
@@ -111,9 +113,11 @@ class WriterLock:
     def _busy_message(self, fd: int, timeout: float) -> str:
         pid = holder_pid(fd, _WRITER) or holder_pid(fd, _TURNSTILE)
         who = f"pid {pid} ({process_state(pid)})" if pid else "another process"
-        return (f"the store's write lock is held by {who}; gave up after {timeout:g} s "
-                f"({self.path}). Continue or end that process and try again "
-                f"(set {TIMEOUT_ENV} to wait longer)")
+        return (
+            f"the store's write lock is held by {who}; gave up after {timeout:g} s "
+            f"({self.path}). Continue or end that process and try again "
+            f"(set {TIMEOUT_ENV} to wait longer)"
+        )
 
 
 def holder_pid(fd: int, byte: int) -> int:
@@ -131,5 +135,9 @@ def process_state(pid: int) -> str:
         return "state unknown"
     state = stat.rpartition(")")[2].split()[:1]
     letter = state[0] if state else "?"
-    return {"T": "stopped: SIGSTOP/frozen", "t": "stopped by a debugger", "D": "running: waiting on disk",
-            "Z": "exiting"}.get(letter, "running")
+    return {
+        "T": "stopped: SIGSTOP/frozen",
+        "t": "stopped by a debugger",
+        "D": "running: waiting on disk",
+        "Z": "exiting",
+    }.get(letter, "running")

@@ -39,8 +39,9 @@ class Behaviour:
     chunks: int = 2  # cut: events sent before the connection drops
 
 
-def ok(content: str = "ok", tool_calls: tuple[dict[str, Any], ...] = (), model: str = "",
-       chunk_delay: float = 0.0) -> Behaviour:
+def ok(
+    content: str = "ok", tool_calls: tuple[dict[str, Any], ...] = (), model: str = "", chunk_delay: float = 0.0
+) -> Behaviour:
     return Behaviour("ok", content=content, tool_calls=tool_calls, model=model, seconds=chunk_delay)
 
 
@@ -53,8 +54,9 @@ def reset() -> Behaviour:
 
 
 def error(status: int, code: str = "", message: str = "", retry_after: str | None = None) -> Behaviour:
-    return Behaviour("error", status=status, code=code, message=message or f"injected HTTP {status}",
-                     retry_after=retry_after)
+    return Behaviour(
+        "error", status=status, code=code, message=message or f"injected HTTP {status}", retry_after=retry_after
+    )
 
 
 def rate_limited(retry_after: str | None) -> Behaviour:
@@ -66,8 +68,11 @@ def unknown_model() -> Behaviour:
 
 
 def context_exceeded() -> Behaviour:
-    return error(400, "context_length_exceeded",
-                 "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.")
+    return error(
+        400,
+        "context_length_exceeded",
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+    )
 
 
 def cut_stream(chunks: int = 2) -> Behaviour:
@@ -230,10 +235,18 @@ def _handler_for(server: FaultServer) -> type[BaseHTTPRequestHandler]:
 
         def _error(self, b: Behaviour, anthropic: bool) -> None:
             if anthropic:
-                kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                        404: "not_found_error", 429: "rate_limit_error"}.get(b.status, "api_error")
-                message = "prompt is too long: 9000 tokens > 8192 maximum" if b.code == "context_length_exceeded" \
+                kind = {
+                    400: "invalid_request_error",
+                    401: "authentication_error",
+                    403: "permission_error",
+                    404: "not_found_error",
+                    429: "rate_limit_error",
+                }.get(b.status, "api_error")
+                message = (
+                    "prompt is too long: 9000 tokens > 8192 maximum"
+                    if b.code == "context_length_exceeded"
                     else b.message
+                )
                 payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
             else:
                 payload = {"error": {"message": b.message, "type": "invalid_request_error", "code": b.code or None}}
@@ -281,64 +294,157 @@ def _openai_json(b: Behaviour, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": b.content if not b.tool_calls else None}
     if b.tool_calls:
         message["tool_calls"] = [dict(c) for c in b.tool_calls]
-    return {"id": "chatcmpl-fault", "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if b.tool_calls else "stop"}],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
+    return {
+        "id": "chatcmpl-fault",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if b.tool_calls else "stop"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
 
 
 def _openai_events(b: Behaviour, model: str) -> list[tuple[str, Any]]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, Any]:
-        return "message", {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "model": model,
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return "message", {
+            "id": "chatcmpl-fault",
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
     events = [chunk({"role": "assistant", "content": ""})]
     if b.tool_calls:
         for index, call in enumerate(b.tool_calls):
             fn = call["function"]
-            events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                                 "function": {"name": fn["name"], "arguments": ""}}]}))
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": fn["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             half = len(fn["arguments"]) // 2
             for part in (fn["arguments"][:half], fn["arguments"][half:]):
                 events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}))
     else:
         events += [chunk({"content": piece}) for piece in _pieces(b.content)]
     events.append(chunk({}, "tool_calls" if b.tool_calls else "stop"))
-    events.append(("message", {"id": "chatcmpl-fault", "object": "chat.completion.chunk", "model": model,
-                               "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}))
+    events.append(
+        (
+            "message",
+            {
+                "id": "chatcmpl-fault",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+            },
+        )
+    )
     events.append(("message", "[DONE]"))
     return events
 
 
 def _anthropic_json(b: Behaviour, model: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": b.content}] if not b.tool_calls else []
-    content += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-                 "input": json.loads(c["function"]["arguments"])} for c in b.tool_calls]
-    return {"id": "msg_fault", "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": "tool_use" if b.tool_calls else "end_turn",
-            "usage": {"input_tokens": 7, "output_tokens": 3}}
+    content += [
+        {
+            "type": "tool_use",
+            "id": c["id"],
+            "name": c["function"]["name"],
+            "input": json.loads(c["function"]["arguments"]),
+        }
+        for c in b.tool_calls
+    ]
+    return {
+        "id": "msg_fault",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "tool_use" if b.tool_calls else "end_turn",
+        "usage": {"input_tokens": 7, "output_tokens": 3},
+    }
 
 
 def _anthropic_events(b: Behaviour, model: str) -> list[tuple[str, Any]]:
-    events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": {
-        "id": "msg_fault", "type": "message", "role": "assistant", "model": model, "content": [],
-        "usage": {"input_tokens": 7, "output_tokens": 0}}})]
+    events: list[tuple[str, Any]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_fault",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "usage": {"input_tokens": 7, "output_tokens": 0},
+                },
+            },
+        )
+    ]
     if b.tool_calls:
         for index, call in enumerate(b.tool_calls):
-            events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": call["id"],
+                            "name": call["function"]["name"],
+                            "input": {},
+                        },
+                    },
+                )
+            )
             args = call["function"]["arguments"]
-            for part in (args[: len(args) // 2], args[len(args) // 2:]):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                       "delta": {"type": "input_json_delta", "partial_json": part}}))
+            for part in (args[: len(args) // 2], args[len(args) // 2 :]):
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": part},
+                        },
+                    )
+                )
             events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     else:
-        events.append(("content_block_start", {"type": "content_block_start", "index": 0,
-                                               "content_block": {"type": "text", "text": ""}}))
-        events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                            "delta": {"type": "text_delta", "text": piece}})
-                   for piece in _pieces(b.content)]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            )
+        )
+        events += [
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+            )
+            for piece in _pieces(b.content)
+        ]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": "tool_use" if b.tool_calls else "end_turn"},
-                                     "usage": {"output_tokens": 3}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use" if b.tool_calls else "end_turn"},
+                "usage": {"output_tokens": 3},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events

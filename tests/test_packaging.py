@@ -54,8 +54,19 @@ def test_wheel_installs_only_keel_packages_and_the_console_script(tmp_path: Path
         shutil.copy(ROOT / name, src / name)
     for name in PACKAGES:
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp_path / "dist",
-         src, cwd=tmp_path)
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        tmp_path / "dist",
+        src,
+        cwd=tmp_path,
+    )
     (wheel,) = (tmp_path / "dist").glob("keel-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("keel/", "keel-0.1.0.dist-info/")) for n in names), names
@@ -65,8 +76,9 @@ def test_wheel_installs_only_keel_packages_and_the_console_script(tmp_path: Path
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
     _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel, cwd=tmp_path)
-    site_dir = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                         cwd=tmp_path).stdout.strip())
+    site_dir = Path(
+        _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).stdout.strip()
+    )
     outer = Path(sysconfig.get_paths()["purelib"])
     assert outer in map(Path, site.getsitepackages())
     (site_dir / "_keel_test_deps.pth").write_text(f"{outer}\n")
@@ -77,7 +89,9 @@ def test_wheel_installs_only_keel_packages_and_the_console_script(tmp_path: Path
 
 
 def test_editable_install_resolves_to_the_repository_folders(tmp_path: Path) -> None:
-    code = "import keel.protocol, keel.storage, keel.server, keel.agents as a; " \
-           "print('\\n'.join(m.__file__ for m in (keel.protocol, keel.storage, keel.server, a)))"
+    code = (
+        "import keel.protocol, keel.storage, keel.server, keel.agents as a; "
+        "print('\\n'.join(m.__file__ for m in (keel.protocol, keel.storage, keel.server, a)))"
+    )
     files = _run(sys.executable, "-c", code, cwd=tmp_path).stdout.split()
     assert [Path(f) for f in files] == [ROOT / name / "__init__.py" for name in PACKAGES]

@@ -16,8 +16,9 @@ import pytest
 def mount(where: Path, size: str) -> Path:
     """Mount a real tmpfs of `size` (e.g. "2m") at `where`; skips the test where that is not permitted."""
     where.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"mounting a tmpfs is not permitted here ({proc.stderr.strip()}); needs root with CAP_SYS_ADMIN")
     return where

@@ -33,13 +33,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", parents=[common], help="write a mission and its sandbox changes to one bundle file")
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="bundle file to write")
-    p.add_argument("--base", default="", metavar="COMMIT",
-                   help="commit the sandbox changes are relative to (default: where the sandbox branched off)")
+    p.add_argument(
+        "--base",
+        default="",
+        metavar="COMMIT",
+        help="commit the sandbox changes are relative to (default: where the sandbox branched off)",
+    )
     p.set_defaults(run=run_export)
     p = sub.add_parser("import", parents=[common], help="verify a bundle and add its mission to this store")
     p.add_argument("file", help="bundle file")
-    p.add_argument("--workspace", default=".", metavar="DIR",
-                   help="the workspace the mission continues in (a clone holding the base commit); default .")
+    p.add_argument(
+        "--workspace",
+        default=".",
+        metavar="DIR",
+        help="the workspace the mission continues in (a clone holding the base commit); default .",
+    )
     p.add_argument("--allow-unsigned", action="store_true", help="accept a bundle that carries no signature")
     p.set_defaults(run=run_import)
 
@@ -49,8 +57,9 @@ def run_export(args: argparse.Namespace) -> int:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         record = store.read(lambda t: m.get_mission(t, mission_id))
         if record.state not in TERMINAL_MISSION_STATES and host_alive(record):
-            raise b.BundleError(f"mission {mission_id} is running; pause it first "
-                                f"(`keel pause {mission_id} --wait 30`), then export")
+            raise b.BundleError(
+                f"mission {mission_id} is running; pause it first (`keel pause {mission_id} --wait 30`), then export"
+            )
         records = store.read(lambda t: b.collect_records(t, mission_id))
         sandbox = Path(record.sandbox or places.sandbox_path(store_path(args), mission_id))
         if record.state not in TERMINAL_MISSION_STATES:
@@ -63,13 +72,22 @@ def run_export(args: argparse.Namespace) -> int:
     tmp = out.with_name(out.name + ".part")
     tmp.write_bytes(data)
     os.replace(tmp, out)
-    summary = {"mission": mission_id, "file": str(out), "bytes": len(data), "records": len(records),
-               "workspace": section.kind, "base_commit": section.base_commit, "signed": key is not None}
+    summary = {
+        "mission": mission_id,
+        "file": str(out),
+        "bytes": len(data),
+        "records": len(records),
+        "workspace": section.kind,
+        "base_commit": section.base_commit,
+        "signed": key is not None,
+    }
     if args.json:
         print_json(summary)
     else:
-        print(f"exported mission {mission_id} to {out}: {len(records)} records, {len(data)} bytes, "
-              f"workspace {section.kind}" + (f" against {section.base_commit[:12]}" if section.base_commit else ""))
+        print(
+            f"exported mission {mission_id} to {out}: {len(records)} records, {len(data)} bytes, "
+            f"workspace {section.kind}" + (f" against {section.base_commit[:12]}" if section.base_commit else "")
+        )
         if key is None:
             print("keel: note: the bundle is NOT signed (no signing key; `keel key set --signing`)", file=sys.stderr)
     return Exit.OK
@@ -80,12 +98,17 @@ def _carry_unit_work(store: Store, mission_id: str, sandbox: Path) -> None:
     try:
         carried = registry.carry_unfinished(store, mission_id, sandbox)
     except merge.MergeConflict as conflict:
-        raise b.BundleError(f"cannot export mission {mission_id}: {conflict} (work of an unfinished unit, "
-                            f"which the bundle would lose); resume the mission until that unit finishes, "
-                            f"then export") from None
+        raise b.BundleError(
+            f"cannot export mission {mission_id}: {conflict} (work of an unfinished unit, "
+            f"which the bundle would lose); resume the mission until that unit finishes, "
+            f"then export"
+        ) from None
     if carried:
-        print(f"keel: merged the unfinished work of unit(s) {', '.join(carried)} into the mission sandbox "
-              f"(their sandboxes stay on this machine)", file=sys.stderr)
+        print(
+            f"keel: merged the unfinished work of unit(s) {', '.join(carried)} into the mission sandbox "
+            f"(their sandboxes stay on this machine)",
+            file=sys.stderr,
+        )
 
 
 def run_import(args: argparse.Namespace) -> int:
@@ -102,8 +125,10 @@ def run_import(args: argparse.Namespace) -> int:
     if (path / "data.mdb").exists():
         with Store.open(path, create=False) as store:
             if store.read(lambda t: m.find_mission(t, mission_id)) is not None:
-                raise b.BundleError(f"mission {mission_id} already exists in the store at {path}; "
-                                    "nothing was imported (import into another store)")
+                raise b.BundleError(
+                    f"mission {mission_id} already exists in the store at {path}; "
+                    "nothing was imported (import into another store)"
+                )
     sandboxcopy.check_applicable(bundle, workspace)
     record = _rerooted(bundle, workspace, path)
     sandboxcopy.rebuild(bundle, workspace, Path(record.sandbox), mission_id)
@@ -112,15 +137,23 @@ def run_import(args: argparse.Namespace) -> int:
         with Store.open(path) as store:
             store.write(lambda t: b.install_txn(t, bundle, record))
     except BaseException:
-        sandboxcopy.remove(workspace, Path(record.sandbox), mission_id,
-                           git=bundle.manifest.workspace.kind == "git")
+        sandboxcopy.remove(workspace, Path(record.sandbox), mission_id, git=bundle.manifest.workspace.kind == "git")
         raise
     if args.json:
-        print_json({"mission": mission_id, "state": record.state.value, "signed": bundle.signed,
-                    "sandbox": record.sandbox, "records": len(bundle.manifest.entries)})
+        print_json(
+            {
+                "mission": mission_id,
+                "state": record.state.value,
+                "signed": bundle.signed,
+                "sandbox": record.sandbox,
+                "records": len(bundle.manifest.entries),
+            }
+        )
     else:
-        print(f"imported mission {mission_id} ({record.state.value}, "
-              f"{'signed' if bundle.signed else 'UNSIGNED'}); continue with `keel resume {mission_id}`")
+        print(
+            f"imported mission {mission_id} ({record.state.value}, "
+            f"{'signed' if bundle.signed else 'UNSIGNED'}); continue with `keel resume {mission_id}`"
+        )
     return Exit.OK
 
 
@@ -129,5 +162,9 @@ def _rerooted(bundle: b.Bundle, workspace: Path, store: Path) -> Any:
     mission_file = workspace / record.mission_file if record.mission_file else None
     sandbox = places.sandbox_path(store, record.id) if bundle.manifest.workspace.kind != "none" else None
     return msgspec.structs.replace(
-        record, workspace=str(workspace), sandbox=str(sandbox) if sandbox else "", host=None,
-        mission_file=str(mission_file) if mission_file is not None and mission_file.is_file() else "")
+        record,
+        workspace=str(workspace),
+        sandbox=str(sandbox) if sandbox else "",
+        host=None,
+        mission_file=str(mission_file) if mission_file is not None and mission_file.is_file() else "",
+    )

@@ -11,9 +11,13 @@ from keel.server.engine.demo import run_demo
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("demo", parents=[common], help="show a mission surviving a SIGKILL (offline, < 1 min)",
-                       description="Runs in a temporary folder. With --store DIR the mission is recorded in DIR "
-                                   "and the sample repository is kept, to look at afterwards.")
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="show a mission surviving a SIGKILL (offline, < 1 min)",
+        description="Runs in a temporary folder. With --store DIR the mission is recorded in DIR "
+        "and the sample repository is kept, to look at afterwards.",
+    )
     p.set_defaults(run=run)
 
 

@@ -23,12 +23,22 @@ class GcUsageError(KeelError):
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("gc", parents=[common], help="remove blobs and records that no restore point or HEAD reaches, "
-                                    "and the sandboxes and branches of finished units")
-    p.add_argument("--keep-last", type=int, metavar="N", help="keep only each mission's last N restore points "
-                   "(plus the named ones and HEAD's); their whole parent chains stay")
-    p.add_argument("--keep", nargs="+", default=[], metavar="POINT",
-                   help="restore points to keep: p3, a label, or MISSION:p3")
+    p = sub.add_parser(
+        "gc",
+        parents=[common],
+        help="remove blobs and records that no restore point or HEAD reaches, "
+        "and the sandboxes and branches of finished units",
+    )
+    p.add_argument(
+        "--keep-last",
+        type=int,
+        metavar="N",
+        help="keep only each mission's last N restore points "
+        "(plus the named ones and HEAD's); their whole parent chains stay",
+    )
+    p.add_argument(
+        "--keep", nargs="+", default=[], metavar="POINT", help="restore points to keep: p3, a label, or MISSION:p3"
+    )
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
     p.set_defaults(run=run_gc)
 
@@ -37,16 +47,17 @@ def run_gc(args: argparse.Namespace) -> int:
     if args.keep_last is not None and args.keep_last < 0:
         raise GcUsageError(f"--keep-last must be 0 or more (got {args.keep_last})")
     with open_store(args) as store:
-        report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep),
-                                              dry_run=args.dry_run))
+        report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep), dry_run=args.dry_run))
         units = unitgc.collect(store, store_path(args), dry_run=args.dry_run)
     if args.json:
         print_json({**msgspec.to_builtins(report), "units": msgspec.to_builtins(units)})
         return Exit.OK
     verb = "would remove" if args.dry_run else "removed"
-    print(f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
-          f"{len(report.points_dropped)} restore points, {report.orphan_records} records of deleted missions; "
-          f"{report.blobs_kept} blobs kept")
+    print(
+        f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
+        f"{len(report.points_dropped)} restore points, {report.orphan_records} records of deleted missions; "
+        f"{report.blobs_kept} blobs kept"
+    )
     for point in report.points_dropped:
         print(f"  dropped restore point {point}")
     print("\n".join(unitgc.describe(units)))

@@ -41,13 +41,19 @@ def run_status(args: argparse.Namespace) -> int:
     if not args.id:
         return run_missions(args)
     with open_store(args, readonly=True) as store:
+
         def read(txn: Any) -> dict[str, Any]:
             mid = m.resolve_mission_id(txn, args.id)
             record = m.get_mission(txn, mid)
             manifest = m.head_checkpoint(txn, mid)
-            return {"mission": record, "units": manifest.units if manifest else {},
-                    "states": unit_states(txn, mid), "points": len(m.restore_points(txn, mid)),
-                    "subagents": leases.list_leases(txn, mid)}
+            return {
+                "mission": record,
+                "units": manifest.units if manifest else {},
+                "states": unit_states(txn, mid),
+                "points": len(m.restore_points(txn, mid)),
+                "subagents": leases.list_leases(txn, mid),
+            }
+
         data = store.read(read)
     if args.json:
         print_json(data)
@@ -75,8 +81,10 @@ def _print_subagents(held: list[Any]) -> None:
     now = time.time()
     for lease in held:
         state = "expired" if leases.expired(lease, now) else lease.state
-        print(f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
-              f"heartbeat {_ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}")
+        print(
+            f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
+            f"heartbeat {_ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}"
+        )
 
 
 def _ago(at: float) -> str:

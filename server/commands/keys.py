@@ -29,8 +29,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     s = verbs.add_parser("set", parents=[common], help="store PROVIDER's key (prompted without echo)")
     s.add_argument("provider", nargs="?", help="the provider name from [[providers]] name = ...")
     s.add_argument("--stdin", action="store_true", help="read the key as one line from standard input")
-    s.add_argument("--signing", action="store_true",
-                   help="set the bundle signing key instead (generated when neither --stdin nor a prompt gives one)")
+    s.add_argument(
+        "--signing",
+        action="store_true",
+        help="set the bundle signing key instead (generated when neither --stdin nor a prompt gives one)",
+    )
     s.set_defaults(run=run_set)
     d = verbs.add_parser("delete", parents=[common], help="delete PROVIDER's key")
     d.add_argument("provider")
@@ -68,6 +71,8 @@ def _set_signing(args: argparse.Namespace) -> int:
         raise KeyUsageError("no signing key on standard input; nothing stored")
     where = set_signing_key(value)
     what = "stored the given" if value else "generated a new"
-    print(f"{what} bundle signing key in {where}; other machines that import your bundles need the same key",
-          file=sys.stderr)
+    print(
+        f"{what} bundle signing key in {where}; other machines that import your bundles need the same key",
+        file=sys.stderr,
+    )
     return Exit.OK

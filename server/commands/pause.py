@@ -16,8 +16,9 @@ from keel.storage import missions as m
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("pause", parents=[common], help="pause a running mission at a consistent point")
     p.add_argument("id", help="mission id (or a unique prefix)")
-    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
-                   help="wait up to this long until the mission is paused")
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to this long until the mission is paused"
+    )
     p.set_defaults(run=run_pause)
     p = sub.add_parser("answer", parents=[common], help="answer the question a mission waits on")
     p.add_argument("id", help="mission id (or a unique prefix)")
@@ -31,8 +32,10 @@ def run_pause(args: argparse.Namespace) -> int:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         record = control.request_pause(store, mission_id, source="cli")
         deadline = time.monotonic() + args.wait
-        while record.state not in (MissionState.PAUSED, MissionState.COMPLETED, MissionState.FAILED) \
-                and time.monotonic() < deadline:
+        while (
+            record.state not in (MissionState.PAUSED, MissionState.COMPLETED, MissionState.FAILED)
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
             record = store.read(lambda t: m.get_mission(t, mission_id))
     if args.json:

@@ -24,8 +24,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("restore", parents=[common], help="rewind a mission to a restore point (a new checkpoint)")
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
-    p.add_argument("--files", action="store_true",
-                   help="also put the sandbox's files back as they were at the point (verified afterwards)")
+    p.add_argument(
+        "--files",
+        action="store_true",
+        help="also put the sandbox's files back as they were at the point (verified afterwards)",
+    )
     p.set_defaults(run=run_restore)
 
 
@@ -33,8 +36,12 @@ def run_points(args: argparse.Namespace) -> int:
     with open_store(args, readonly=True) as store:
         points = store.read(lambda t: m.restore_points(t, m.resolve_mission_id(t, args.id)))
     if args.json:
-        print_json([{"id": p.id, "time": p.created_at, "reason": p.reason, "checkpoint": p.checkpoint,
-                     "label": p.label} for p in points])
+        print_json(
+            [
+                {"id": p.id, "time": p.created_at, "reason": p.reason, "checkpoint": p.checkpoint, "label": p.label}
+                for p in points
+            ]
+        )
         return Exit.OK
     for p in points:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.created_at))
@@ -67,6 +74,8 @@ def run_restore(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"mission": mission_id, "point": point.id, "restored_to": args.point, "files": args.files})
     else:
-        print(f"mission {mission_id}: restored to {args.point}{' with its files' if args.files else ''} as new "
-              f"point {point.id}; continue with `keel resume {mission_id}`")
+        print(
+            f"mission {mission_id}: restored to {args.point}{' with its files' if args.files else ''} as new "
+            f"point {point.id}; continue with `keel resume {mission_id}`"
+        )
     return Exit.OK

@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
         flag = "*" if row["active"] else " "
         cool = f"  cooling {row['cooldown_until'] - now:.0f}s" if row["cooldown_until"] > now else ""
         where = "" if row["configured"] else "  (not in configuration)"
-        print(f"{flag} {row['provider']}/{row['endpoint']}  {row['state']:<12} {row['model']}  {row['url']}"
-              f"{cool}{where}")
+        print(
+            f"{flag} {row['provider']}/{row['endpoint']}  {row['state']:<12} {row['model']}  {row['url']}{cool}{where}"
+        )
         if row["last_error"]:
             print(f"    last error ({row['last_error_kind']}): {row['last_error']}")
     return Exit.OK

@@ -30,11 +30,16 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("point", help="restore point id, e.g. p3")
     p.add_argument("point2", nargs="?", default="", help="second point (default: the sandbox as it is now)")
     p.set_defaults(run=run_diff)
-    p = sub.add_parser("apply", parents=[common],
-                       help="bring a mission's result into your working tree as uncommitted changes")
+    p = sub.add_parser(
+        "apply", parents=[common], help="bring a mission's result into your working tree as uncommitted changes"
+    )
     p.add_argument("id", help="mission id (or a unique prefix)")
-    p.add_argument("--branch", default="", metavar="NAME",
-                   help="commit the result on a new branch NAME instead (working tree untouched)")
+    p.add_argument(
+        "--branch",
+        default="",
+        metavar="NAME",
+        help="commit the result on a new branch NAME instead (working tree untouched)",
+    )
     p.set_defaults(run=run_apply)
 
 
@@ -44,11 +49,19 @@ def run_fork(args: argparse.Namespace) -> int:
         with mission_lock(store_path(args), mission_id, "a fork"):
             record = fork(store, store_path(args), mission_id, args.point)
     if args.json:
-        print_json({"mission": record.id, "forked_from": record.forked_from, "sandbox": record.sandbox,
-                    "state": record.state.value})
+        print_json(
+            {
+                "mission": record.id,
+                "forked_from": record.forked_from,
+                "sandbox": record.sandbox,
+                "state": record.state.value,
+            }
+        )
     else:
-        print(f"mission {record.id} forked from {mission_id} at {args.point} (paused); "
-              f"continue with `keel resume {record.id}`")
+        print(
+            f"mission {record.id} forked from {mission_id} at {args.point} (paused); "
+            f"continue with `keel resume {record.id}`"
+        )
     return Exit.OK
 
 
@@ -60,9 +73,18 @@ def run_diff(args: argparse.Namespace) -> int:
         text = trees.unified_diff(old, new, old_blob, new_blob, old_name, new_name)
     if args.json:
         changed = sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
-        print_json({"mission": mission_id, "from": old_name, "to": new_name, "diff": text,
-                    "files": [{"path": p, "status": "added" if p not in old else "removed" if p not in new
-                               else "modified"} for p in changed]})
+        print_json(
+            {
+                "mission": mission_id,
+                "from": old_name,
+                "to": new_name,
+                "diff": text,
+                "files": [
+                    {"path": p, "status": "added" if p not in old else "removed" if p not in new else "modified"}
+                    for p in changed
+                ],
+            }
+        )
     else:
         sys.stdout.write(text)
     return Exit.OK
@@ -78,6 +100,8 @@ def run_apply(args: argparse.Namespace) -> int:
         return Exit.OK
     count = len(report.added) + len(report.modified) + len(report.removed)
     where = f"branch {report.branch} ({report.commit[:12]})" if report.branch else f"{report.target} (uncommitted)"
-    print(f"applied mission {mission_id} to {where}: {len(report.modified)} modified, {len(report.added)} added, "
-          f"{len(report.removed)} removed" + ("" if count else " (nothing to apply)"))
+    print(
+        f"applied mission {mission_id} to {where}: {len(report.modified)} modified, {len(report.added)} added, "
+        f"{len(report.removed)} removed" + ("" if count else " (nothing to apply)")
+    )
     return Exit.OK

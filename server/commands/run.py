@@ -36,9 +36,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _host_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detach", action="store_true", help="run the host as a detached process; print the id")
     p.add_argument("--plain", action="store_true", help="plain progress lines even on a terminal")
-    p.add_argument("--wait-online", action="store_true",
-                   help="when every model provider is unreachable, wait (probing) and resume by itself "
-                        "instead of exiting with code 3")
+    p.add_argument(
+        "--wait-online",
+        action="store_true",
+        help="when every model provider is unreachable, wait (probing) and resume by itself "
+        "instead of exiting with code 3",
+    )
 
 
 def exit_for_state(state: MissionState) -> int:
@@ -78,16 +81,22 @@ def _foreground(path: Path, mission_id: str, progress: Progress, store: Store, w
     state = run_host_blocking(path, mission_id, progress, store, wait_online)
     record = store.read(lambda t: m.get_mission(t, mission_id))
     if record.question is not None and state == MissionState.WAITING_INPUT:
-        progress.line(f"mission {mission_id} waits for an answer: {record.question.text}\n"
-                      f"  answer with: keel answer {mission_id} TEXT")
+        progress.line(
+            f"mission {mission_id} waits for an answer: {record.question.text}\n"
+            f"  answer with: keel answer {mission_id} TEXT"
+        )
     elif state == MissionState.OFFLINE:
-        progress.line(f"mission {mission_id} is offline: {record.error}\n"
-                      f"  continue when a provider answers again: keel resume {mission_id} --wait-online")
+        progress.line(
+            f"mission {mission_id} is offline: {record.error}\n"
+            f"  continue when a provider answers again: keel resume {mission_id} --wait-online"
+        )
     elif state == MissionState.PAUSED and record.pause_reason == PauseReason.DISK_FULL:
         progress.line(f"mission {mission_id} paused (disk_full): {record.error} (keel resume {mission_id})")
     elif state == MissionState.PAUSED and record.error:
-        progress.line(f"mission {mission_id} paused ({record.pause_reason}): {record.error}\n"
-                      f"  continue with: keel resume {mission_id}")
+        progress.line(
+            f"mission {mission_id} paused ({record.pause_reason}): {record.error}\n"
+            f"  continue with: keel resume {mission_id}"
+        )
     elif state == MissionState.PAUSED:
         progress.line(f"mission {mission_id} paused; continue with: keel resume {mission_id}")
     elif state == MissionState.FAILED:

@@ -32,9 +32,13 @@ _CHILD = "import sys; from keel.server.commands.verify import child_main; sys.ex
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", parents=[common], help="check every record of the store")
-    p.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="give up (and report the store as damaged) after S seconds "
-                        "(default: 60 s plus 10 s per 100 MB of store)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="give up (and report the store as damaged) after S seconds (default: 60 s plus 10 s per 100 MB of store)",
+    )
     p.set_defaults(run=run)
 
 
@@ -58,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
 def verify_in_child(path: Path, timeout: float) -> Report:
     """Run verify_all on `path` in a child process; its death or a timeout is reported as damage."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(path)], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return _damaged(f"verification did not finish within {timeout:.0f} s (a damaged B-tree can loop)")
     if proc.returncode < 0:

@@ -117,6 +117,12 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
+def _open_log(log: Path) -> Any:
+    """The agent's stderr file, appended to (a quick local open, done before the agent starts)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return open(log, "ab")
+
+
 def resolve_command(command: tuple[str, ...]) -> list[str]:
     """`python`/`python3` means the interpreter keel runs on, so agents see the same packages."""
     cmd = list(command)
@@ -139,15 +145,29 @@ class AgentProcess:
         self._reader = asyncio.create_task(self._read_loop())
 
     @classmethod
-    async def start(cls, command: tuple[str, ...], *, cwd: Path, env: dict[str, str], log: Path,
-                    handler: Handler, name: str, hide_env: frozenset[str] = frozenset()) -> AgentProcess:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as err:
+    async def start(
+        cls,
+        command: tuple[str, ...],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        log: Path,
+        handler: Handler,
+        name: str,
+        hide_env: frozenset[str] = frozenset(),
+    ) -> AgentProcess:
+        with _open_log(log) as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *resolve_command(command), cwd=str(cwd), env=agent_env(env, hide_env),
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, limit=STREAM_LIMIT,
-                    start_new_session=True)
+                    *resolve_command(command),
+                    cwd=str(cwd),
+                    env=agent_env(env, hide_env),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=err,
+                    limit=STREAM_LIMIT,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
         return cls(proc, handler, name, log)
@@ -187,8 +207,11 @@ class AgentProcess:
                 body = await read_frame_async(self.proc.stdout)
                 if body is None:
                     code = await self._exit_code()
-                    self._fail(AgentError(f"agent {self.name} exited (code {code}) without finishing"
-                                          f"{self._stderr_tail()}", died=True))
+                    self._fail(
+                        AgentError(
+                            f"agent {self.name} exited (code {code}) without finishing{self._stderr_tail()}", died=True
+                        )
+                    )
                     return
                 message = rpc.decode(body)
                 if isinstance(message, rpc.Notification) and message.method == AGENT_ERROR:
@@ -255,7 +278,7 @@ class AgentProcess:
                 future.set_exception(error)
         self._pending.clear()
 
-    async def close(self, timeout: float = 2.0) -> None:
+    async def close(self, grace: float = 2.0) -> None:
         """Ask the agent to shut down, close its stdin, and make sure it is gone."""
         if self.state != ProcState.EXITED:
             self._set_state(ProcState.STOPPING)
@@ -265,7 +288,7 @@ class AgentProcess:
             with contextlib.suppress(Exception):
                 self.proc.stdin.close()
         try:
-            await asyncio.wait_for(self.proc.wait(), timeout=timeout)
+            await asyncio.wait_for(self.proc.wait(), timeout=grace)
         except TimeoutError:
             await self.kill()
         kill_session(self.proc.pid)  # whatever it left behind, also when it exited by itself

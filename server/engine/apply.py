@@ -76,10 +76,13 @@ def apply_result(store: Store, store_path: Path, mission_id: str, *, branch: str
     if top is not None:
         changed = _not_ignored(sandbox, changed)
     target = top or Path(record.workspace)
-    report = ApplyReport(mission=mission_id, target=str(target),
-                         added=[p for p in changed if p not in base],
-                         modified=[p for p in changed if p in base and p in result],
-                         removed=[p for p in changed if p not in result])
+    report = ApplyReport(
+        mission=mission_id,
+        target=str(target),
+        added=[p for p in changed if p not in base],
+        modified=[p for p in changed if p in base and p in result],
+        removed=[p for p in changed if p not in result],
+    )
     if branch:
         if top is None:
             raise ApplyConflictError(f"--branch needs a git workspace; {record.workspace} is not one")
@@ -106,7 +109,8 @@ def _to_worktree(target: Path, changed: list[str], base: trees.Files, result: tr
     if conflicts:
         raise ApplyConflictError(
             f"not applied: the working tree has local changes to {len(conflicts)} file(s) the mission also "
-            f"changed: {', '.join(conflicts)}; commit or stash them, or use --branch NAME")
+            f"changed: {', '.join(conflicts)}; commit or stash them, or use --branch NAME"
+        )
     for path in changed:
         full = target / path
         if path not in result:
@@ -118,10 +122,18 @@ def _to_worktree(target: Path, changed: list[str], base: trees.Files, result: tr
             trees.write_file(target, path, mode, trees.read_bytes(str(sandbox / path), mode))
 
 
-def _git(cwd: Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None,
-         check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, timeout=120, input=data,
-                          env={**os.environ, **(env or {})}, stdin=None if data is not None else subprocess.DEVNULL)
+def _git(
+    cwd: Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        timeout=120,
+        input=data,
+        env={**os.environ, **(env or {})},
+        stdin=None if data is not None else subprocess.DEVNULL,
+    )
     if check and proc.returncode != 0:
         raise ApplyConflictError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc
@@ -130,14 +142,16 @@ def _git(cwd: Path, *args: str, data: bytes | None = None, env: dict[str, str] |
 def _not_ignored(sandbox: Path, paths: list[str]) -> list[str]:
     if not paths:
         return paths
-    proc = _git(sandbox, "check-ignore", "-z", "--stdin", data=b"\0".join(p.encode() for p in paths) + b"\0",
-                check=False)
+    proc = _git(
+        sandbox, "check-ignore", "-z", "--stdin", data=b"\0".join(p.encode() for p in paths) + b"\0", check=False
+    )
     ignored = {p.decode() for p in proc.stdout.split(b"\0") if p}
     return [p for p in paths if p not in ignored]
 
 
-def _to_branch(top: Path, branch: str, changed: list[str], base: trees.Files, result: trees.Files, sandbox: Path,
-               mission_id: str) -> str:
+def _to_branch(
+    top: Path, branch: str, changed: list[str], base: trees.Files, result: trees.Files, sandbox: Path, mission_id: str
+) -> str:
     if _git(top, "check-ref-format", "--branch", branch, check=False).returncode != 0:
         raise ApplyConflictError(f"{branch!r} is not a valid branch name")
     if _git(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False).returncode == 0:
@@ -145,8 +159,9 @@ def _to_branch(top: Path, branch: str, changed: list[str], base: trees.Files, re
     at_head = _head_files(top, changed)
     conflicts = [p for p in changed if at_head.get(p) not in (base.get(p), result.get(p))]
     if conflicts:
-        raise ApplyConflictError(f"not applied: HEAD's version of {', '.join(conflicts)} is not the one the "
-                                 "mission started from")
+        raise ApplyConflictError(
+            f"not applied: HEAD's version of {', '.join(conflicts)} is not the one the mission started from"
+        )
     with tempfile.TemporaryDirectory(prefix="keel-apply-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(top, "read-tree", "HEAD", env=env)
@@ -156,12 +171,25 @@ def _to_branch(top: Path, branch: str, changed: list[str], base: trees.Files, re
                 continue
             mode = result[path][0]
             sha = _git(top, "hash-object", "-w", "--stdin", data=trees.read_bytes(str(sandbox / path), mode))
-            _git(top, "update-index", "--add", "--cacheinfo",
-                 f"{_GIT_MODES[mode]},{sha.stdout.decode().strip()},{path}", env=env)
+            _git(
+                top,
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                f"{_GIT_MODES[mode]},{sha.stdout.decode().strip()},{path}",
+                env=env,
+            )
         tree = _git(top, "write-tree", env=env).stdout.decode().strip()
-    who = {} if _git(top, "config", "user.email", check=False).returncode == 0 else {
-        "GIT_AUTHOR_NAME": "keel", "GIT_AUTHOR_EMAIL": "keel@localhost",
-        "GIT_COMMITTER_NAME": "keel", "GIT_COMMITTER_EMAIL": "keel@localhost"}
+    who = (
+        {}
+        if _git(top, "config", "user.email", check=False).returncode == 0
+        else {
+            "GIT_AUTHOR_NAME": "keel",
+            "GIT_AUTHOR_EMAIL": "keel@localhost",
+            "GIT_COMMITTER_NAME": "keel",
+            "GIT_COMMITTER_EMAIL": "keel@localhost",
+        }
+    )
     commit = _git(top, "commit-tree", tree, "-p", "HEAD", "-m", f"keel mission {mission_id}", env=who)
     sha1 = commit.stdout.decode().strip()
     _git(top, "update-ref", f"refs/heads/{branch}", sha1, "")
@@ -189,7 +217,7 @@ def _head_files(top: Path, paths: list[str]) -> trees.Files:
     for path, mode in found.items():
         header_end = batch.index(b"\n", offset)
         size = int(batch[offset:header_end].split()[2])
-        data = batch[header_end + 1:header_end + 1 + size]
+        data = batch[header_end + 1 : header_end + 1 + size]
         offset = header_end + 1 + size + 1
         out[path] = (mode, content_digest(data))
     return out

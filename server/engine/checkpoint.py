@@ -65,25 +65,46 @@ class Policy:
 def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
     """What a checkpoint keeps as configuration: permissions, policies, model selection, and the model
     ("provider/model") serving the mission now — the only part that a failover changes."""
-    return {"permissions": msgspec.to_builtins(spec.permissions), "models": msgspec.to_builtins(spec.models),
-            "checkpoint": msgspec.to_builtins(spec.checkpoint), "max_parallel": spec.max_parallel,
-            "active_model": active_model}
+    return {
+        "permissions": msgspec.to_builtins(spec.permissions),
+        "models": msgspec.to_builtins(spec.models),
+        "checkpoint": msgspec.to_builtins(spec.checkpoint),
+        "max_parallel": spec.max_parallel,
+        "active_model": active_model,
+    }
 
 
-def commit(txn: Txn, mission_id: str, *, reason: str, units: list[UnitSpec], marks: dict[str, UnitMark],
-           config: dict[str, Any], state: MissionState, sandbox_tree: str = "", label: str = "",
-           files_restored: bool = False) -> RestorePoint:
+def commit(
+    txn: Txn,
+    mission_id: str,
+    *,
+    reason: str,
+    units: list[UnitSpec],
+    marks: dict[str, UnitMark],
+    config: dict[str, Any],
+    state: MissionState,
+    sandbox_tree: str = "",
+    label: str = "",
+    files_restored: bool = False,
+) -> RestorePoint:
     """Write a checkpoint manifest (sharing unchanged blobs), move HEAD, add a restore point."""
     fault_point("CHECKPOINT")
     parent = m.head(txn, mission_id) or ""
     previous = m.get_checkpoint(txn, parent) if parent else None
     manifest = CheckpointManifest(
-        mission_id=mission_id, number=(previous.number + 1) if previous else 1, reason=reason,
-        created_at=time.time(), graph=txn.put_object(list(units)), units=dict(marks),
-        config=txn.put_object(config), parent=parent,
+        mission_id=mission_id,
+        number=(previous.number + 1) if previous else 1,
+        reason=reason,
+        created_at=time.time(),
+        graph=txn.put_object(list(units)),
+        units=dict(marks),
+        config=txn.put_object(config),
+        parent=parent,
         sandbox_tree=sandbox_tree,
-        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)), state=state,
-        files_restored=files_restored)
+        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)),
+        state=state,
+        files_restored=files_restored,
+    )
     return m.commit_checkpoint(txn, manifest, label=label)
 
 

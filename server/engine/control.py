@@ -37,9 +37,15 @@ def create_mission(store: Store, mission_file: Path) -> MissionRecord:
     if not workspace.is_dir():
         raise NotFoundError(f"{mission_file}: workspace {workspace} is not a folder")
     now = time.time()
-    record = MissionRecord(id=places.new_mission_id(now), spec=spec, state=MissionState.CREATED,
-                           created_at=now, updated_at=now, workspace=str(workspace),
-                           mission_file=str(mission_file))
+    record = MissionRecord(
+        id=places.new_mission_id(now),
+        spec=spec,
+        state=MissionState.CREATED,
+        created_at=now,
+        updated_at=now,
+        workspace=str(workspace),
+        mission_file=str(mission_file),
+    )
     store.write(lambda txn: m.put_mission(txn, record))
     return record
 
@@ -65,9 +71,23 @@ def spawn_host(store_path: Path, mission_id: str) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "keel.server.cli", "resume", mission_id, "--store", str(store_path),
-             "--plain", "--wait-online"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True)
+            [
+                sys.executable,
+                "-m",
+                "keel.server.cli",
+                "resume",
+                mission_id,
+                "--store",
+                str(store_path),
+                "--plain",
+                "--wait-online",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
     return proc.pid
 
 
@@ -79,10 +99,15 @@ def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     def txn_fn(txn: Txn) -> MissionRecord:
         seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
         record = m.get_mission(txn, mission_id)
-        if record.state in (MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE) \
-                and not host_alive(record):
-            record = m.set_mission_state(txn, mission_id, MissionState.PAUSED,
-                                         pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None)
+        if record.state in (
+            MissionState.RUNNING,
+            MissionState.CREATED,
+            MissionState.PAUSING,
+            MissionState.OFFLINE,
+        ) and not host_alive(record):
+            record = m.set_mission_state(
+                txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None
+            )
         return record
 
     return store.write(txn_fn)
@@ -116,6 +141,7 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int | N
 def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bool = True) -> MissionRecord:
     """Record the person's answer to the mission's question durably, then resume it (detached)."""
     with Store.open(store_path, create=False) as store:
+
         def txn_fn(txn: Txn) -> MissionRecord:
             mid = m.resolve_mission_id(txn, mission_id)
             record = m.get_mission(txn, mid)
@@ -123,8 +149,9 @@ def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bo
             if record.state != MissionState.WAITING_INPUT or question is None:
                 raise AnswerError(f"mission {mid} is {record.state.value}; it is not waiting for an answer")
             if question.choices and text not in question.choices:
-                raise AnswerError(f"mission {mid} asks {question.text!r}: answer one of "
-                                  f"{', '.join(question.choices)} (got {text!r})")
+                raise AnswerError(
+                    f"mission {mid} asks {question.text!r}: answer one of {', '.join(question.choices)} (got {text!r})"
+                )
             m.add_control(txn, mid, Control(action="answer", at=time.time(), text=text, source=source))
             return record
 
@@ -167,7 +194,6 @@ def _boot_time() -> float:
     return 0.0
 
 
-
 def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:
     """Each unit's state for a view (CLI status, the editor): the HEAD checkpoint's marks, with units a
     live host has started since then shown as running (from the mission's event log)."""
@@ -180,7 +206,11 @@ def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:
         return states
     since = manifest.created_at if manifest else 0.0
     for _, event in m.events_after(txn, mission_id):
-        if event.kind == "unit" and event.at >= since and event.state == "running" \
-                and states.get(event.unit) not in (None, "succeeded", "failed"):
+        if (
+            event.kind == "unit"
+            and event.at >= since
+            and event.state == "running"
+            and states.get(event.unit) not in (None, "succeeded", "failed")
+        ):
             states[event.unit] = "running"
     return states

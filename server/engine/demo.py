@@ -31,7 +31,8 @@ SAMPLE = {
         "    def test_texts(self):\n        self.assertEqual(label('tea', 2.5), 'tea costs 2.50')\n"
         "        self.assertEqual(report('tea', 3), 'tea: 3 left')\n"
         "        self.assertEqual(receipt('7', 9), 'order 7: 9.00')\n\n\n"
-        "if __name__ == '__main__':\n    unittest.main()\n"),
+        "if __name__ == '__main__':\n    unittest.main()\n"
+    ),
 }
 MIGRATED = {
     "shop/pricing.py": 'def label(name, price):\n    return f"{name} costs {price:.2f}"\n',
@@ -41,8 +42,12 @@ MIGRATED = {
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.email=demo@keel.invalid", "-c", "user.name=keel demo", *args],
-                   cwd=cwd, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.email=demo@keel.invalid", "-c", "user.name=keel demo", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
 
 
 def make_repository(root: Path) -> Path:
@@ -65,20 +70,40 @@ def _toml(value: Any) -> str:
 
 
 def write_mission(root: Path, repo: Path) -> Path:
-    lines = ['[mission]', 'name = "migrate %-formatting to f-strings"', 'agent = "python -m keel.agents.scripted"',
-             f'workspace = {json.dumps(str(repo))}', 'max_parallel = 3', '']
+    lines = [
+        "[mission]",
+        'name = "migrate %-formatting to f-strings"',
+        'agent = "python -m keel.agents.scripted"',
+        f"workspace = {json.dumps(str(repo))}",
+        "max_parallel = 3",
+        "",
+    ]
     for index, (rel, text) in enumerate(MIGRATED.items()):
         uid = Path(rel).stem
         pace = 0.2 + 0.5 * index  # staggered, so the kill finds units at different points
-        steps = [{"tool": "read_file", "args": {"path": rel}}, {"sleep": pace},
-                 {"tool": "write_file", "args": {"path": rel, "content": text}},
-                 {"tool": "run", "args": {"cmd": f"python -m py_compile {rel}", "verify": True, "idempotent": True}},
-                 {"sleep": pace}, {"evidence": {"kind": "note", "summary": f"{rel} migrated"}}]
-        lines += ["[[units]]", f'id = "{uid}"', f"title = {json.dumps('migrate ' + rel)}",
-                  f"params = {_toml({'steps': steps})}", ""]
+        steps = [
+            {"tool": "read_file", "args": {"path": rel}},
+            {"sleep": pace},
+            {"tool": "write_file", "args": {"path": rel, "content": text}},
+            {"tool": "run", "args": {"cmd": f"python -m py_compile {rel}", "verify": True, "idempotent": True}},
+            {"sleep": pace},
+            {"evidence": {"kind": "note", "summary": f"{rel} migrated"}},
+        ]
+        lines += [
+            "[[units]]",
+            f'id = "{uid}"',
+            f"title = {json.dumps('migrate ' + rel)}",
+            f"params = {_toml({'steps': steps})}",
+            "",
+        ]
     verify = [{"tool": "run", "args": {"cmd": "python -m unittest -q test_shop", "verify": True, "idempotent": True}}]
-    lines += ["[[units]]", 'id = "verify"', 'after = ["pricing", "stock", "orders"]',
-              f"params = {_toml({'steps': verify})}", ""]
+    lines += [
+        "[[units]]",
+        'id = "verify"',
+        'after = ["pricing", "stock", "orders"]',
+        f"params = {_toml({'steps': verify})}",
+        "",
+    ]
     path = root / "mission.toml"
     path.write_text("\n".join(lines))
     return path
@@ -98,8 +123,12 @@ def run_demo(out: TextIO, store: Path | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="keel-demo-"))
     store = store.resolve()  # the host's workers run in sandboxes: a relative path would point elsewhere
     code = _demo(out, root, store)
-    print(f"the mission stays in store {store} (keel inspect --store {store}); its sample repository "
-          f"stays at {root / 'shop'}", file=out, flush=True)
+    print(
+        f"the mission stays in store {store} (keel inspect --store {store}); its sample repository "
+        f"stays at {root / 'shop'}",
+        file=out,
+        flush=True,
+    )
     return code
 
 
@@ -112,8 +141,12 @@ def _demo(out: TextIO, root: Path, store: Path) -> int:
         print(text, file=out, flush=True)
 
     say(f"sample repository: {repo} (3 modules to migrate, 1 test)")
-    host = subprocess.Popen(_keel("run", str(mission), "--json", "--store", str(store)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host = subprocess.Popen(
+        _keel("run", str(mission), "--json", "--store", str(store)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     mid, done_before = _watch_until_first_unit(host, say)
     host.send_signal(signal.SIGKILL)
     host.communicate(timeout=10)
@@ -123,8 +156,9 @@ def _demo(out: TextIO, root: Path, store: Path) -> int:
         head = s.read(lambda t: m.head_checkpoint(t, mid))
     done_before = [u for u, mk in head.units.items() if mk.state.value == "succeeded"] if head else []
     say(f"the store says: mission {mid} is '{state}' with no host; resuming it")
-    resumed = subprocess.run(_keel("resume", mid, "--json", "--store", str(store)),
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        _keel("resume", mid, "--json", "--store", str(store)), capture_output=True, text=True, timeout=120
+    )
     events = [json.loads(line) for line in resumed.stdout.splitlines() if line.startswith("{")]
     return _report(say, store, repo, mid, done_before, events, resumed.returncode, started)
 
@@ -147,8 +181,16 @@ def _watch_until_first_unit(host: subprocess.Popen[str], say: Any) -> tuple[str,
     return mid, done
 
 
-def _report(say: Any, store: Path, repo: Path, mid: str, done_before: list[str], events: list[dict[str, Any]],
-            rc: int, started: float) -> int:
+def _report(
+    say: Any,
+    store: Path,
+    repo: Path,
+    mid: str,
+    done_before: list[str],
+    events: list[dict[str, Any]],
+    rc: int,
+    started: float,
+) -> int:
     rerun = [e["unit"] for e in events if e["event"] == "unit_started" and e["unit"] in done_before]
     exit_event = next((e for e in events if e["event"] == "host_exit"), {})
     with Store.open(store, create=False) as s:
@@ -160,14 +202,17 @@ def _report(say: Any, store: Path, repo: Path, mid: str, done_before: list[str],
     migrated = all((sandbox / rel).read_text() == text for rel, text in MIGRATED.items())
     say("")
     say(f"resumed host finished: mission {record.state.value} (exit {rc})")
-    say(f"  units kept from before the kill : {len(done_before)} ({', '.join(done_before)}), "
-        f"re-executed: {len(rerun)}")
+    say(f"  units kept from before the kill : {len(done_before)} ({', '.join(done_before)}), re-executed: {len(rerun)}")
     say(f"  calls replayed from the journal : {exit_event.get('replayed', 0)} (no tool run twice)")
-    say(f"  calls run after the resume      : {exit_event.get('executed', 0)} "
-        f"(the rest of the work, including what was in flight at the kill)")
+    say(
+        f"  calls run after the resume      : {exit_event.get('executed', 0)} "
+        f"(the rest of the work, including what was in flight at the kill)"
+    )
     say(f"  effects reconciled with sandbox : {exit_event.get('reconciled', 0)}")
-    say(f"  verifications recorded          : {sum(1 for e in verified if e.data.get('ok'))} passed, "
-        f"{sum(1 for e in verified if not e.data.get('ok'))} failed")
+    say(
+        f"  verifications recorded          : {sum(1 for e in verified if e.data.get('ok'))} passed, "
+        f"{sum(1 for e in verified if not e.data.get('ok'))} failed"
+    )
     say(f"  migrated files (branch keel/...): {'all 3 correct' if migrated else 'WRONG'} on keel/{mid}")
     say(f"  your working tree               : {'untouched' if clean else 'CHANGED'}")
     say(f"demo took {time.monotonic() - started:.1f} s")

@@ -88,8 +88,11 @@ class Graph:
 
     def ready(self) -> list[str]:
         done = {uid for uid, mk in self._marks.items() if mk.state == U.SUCCEEDED}
-        return [uid for uid, unit in self.units.items()
-                if self._marks[uid].state in (U.PENDING, U.READY, U.RESUMABLE) and set(unit.after) <= done]
+        return [
+            uid
+            for uid, unit in self.units.items()
+            if self._marks[uid].state in (U.PENDING, U.READY, U.RESUMABLE) and set(unit.after) <= done
+        ]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -52,8 +52,9 @@ class StaleHostError(KeelError):
 
 
 class MissionHost:
-    def __init__(self, store: Store, store_path: Path, mission_id: str, progress: Progress,
-                 wait_online: bool = False) -> None:
+    def __init__(
+        self, store: Store, store_path: Path, mission_id: str, progress: Progress, wait_online: bool = False
+    ) -> None:
         self.store = store
         self.store_path = store_path
         self.mission_id = mission_id
@@ -88,8 +89,12 @@ class MissionHost:
 
         self.record = await self.writer.commit(write)
         if old != state:
-            self.progress.event("state", mission=self.mission_id, state=state.value,
-                                reason=self.record.pause_reason.value if self.record.pause_reason else "")
+            self.progress.event(
+                "state",
+                mission=self.mission_id,
+                state=state.value,
+                reason=self.record.pause_reason.value if self.record.pause_reason else "",
+            )
         return self.record
 
     def _fence(self, txn: Txn) -> None:
@@ -99,8 +104,7 @@ class MissionHost:
 
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
         async with self.files_lock:  # marks and files from the same moment: no tool call in between
-            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() \
-                else None
+            scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() else None
             write = self._checkpoint_write(reason, extra, scan)
         await self.writer.commit(write)
         self.policy.snapshotted()
@@ -119,8 +123,16 @@ class MissionHost:
             if extra is not None:
                 extra(txn)
             tree_digest = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
-            checkpoint.commit(txn, self.mission_id, reason=reason, units=units, marks=marks, config=config,
-                              state=state, sandbox_tree=tree_digest)
+            checkpoint.commit(
+                txn,
+                self.mission_id,
+                reason=reason,
+                units=units,
+                marks=marks,
+                config=config,
+                state=state,
+                sandbox_tree=tree_digest,
+            )
 
         return write
 
@@ -130,8 +142,9 @@ class MissionHost:
         host = HostInfo(host_id=self.host_id, pid=os.getpid(), started_at=time.time(), hostname=os.uname().nodename)
         decision, self.record = await self.writer.commit(lambda txn: apply_controls(txn, self.mission_id, host))
         manifest = self.store.read(lambda t: m.head_checkpoint(t, self.mission_id))
-        units = self.store.read(lambda t: checkpoint.load_graph(t, manifest.graph)) if manifest else \
-            list(self.spec.units)
+        units = (
+            self.store.read(lambda t: checkpoint.load_graph(t, manifest.graph)) if manifest else list(self.spec.units)
+        )
         self.graph = Graph(units, manifest.units if manifest else {})
         if manifest is not None:
             self.store.read(lambda t: self.models.carry_on(t, manifest.config))
@@ -151,8 +164,9 @@ class MissionHost:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         for held in await self.registry.recover():  # finished by a subagent after the last checkpoint
             self.graph.start(held.unit)
-            await self._unit_finished(held.unit, Outcome("succeeded", result=held.result),
-                                      note=f"recovered from subagent epoch {held.epoch}")
+            await self._unit_finished(
+                held.unit, Outcome("succeeded", result=held.result), note=f"recovered from subagent epoch {held.epoch}"
+            )
         return None
 
     async def _settle_sandbox(self, manifest: CheckpointManifest | None) -> None:
@@ -168,9 +182,13 @@ class MissionHost:
                 await asyncio.to_thread(merge.commit_pending, self.sandbox)
         reset = await asyncio.to_thread(merge.settle, self.sandbox)
         if reset:
-            item = Evidence(kind="repaired", at=time.time(),
-                            summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
-                                    f"mission branch: {', '.join(reset[:10])}", data={"paths": reset[:200]})
+            item = Evidence(
+                kind="repaired",
+                at=time.time(),
+                summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
+                f"mission branch: {', '.join(reset[:10])}",
+                data={"paths": reset[:200]},
+            )
             await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
 
     # -- the loop -----------------------------------------------------------------------------------
@@ -183,11 +201,13 @@ class MissionHost:
             while final == S.OFFLINE:
                 if not (self.wait_online and self.spec.models.auto_resume):
                     state: MissionState = await self.writer.commit(
-                        lambda txn: offline.honour_pause(txn, self.mission_id))
+                        lambda txn: offline.honour_pause(txn, self.mission_id)
+                    )
                     return state
                 self.progress.event("waiting_online", mission=self.mission_id)
-                online = await offline.wait_online(self.store, self.mission_id, self.models.router().probe,
-                                                   self.writer.commit)
+                online = await offline.wait_online(
+                    self.store, self.mission_id, self.models.router().probe, self.writer.commit
+                )
                 if not online:
                     return self.store.read(lambda t: m.get_mission(t, self.mission_id)).state
                 self.progress.event("online", mission=self.mission_id)
@@ -223,8 +243,11 @@ class MissionHost:
         """Refuse to start without the store's reserve (no room to make it): a full disk met then could not
         even be recorded. Nothing is written; the mission stays as it was."""
         if self.store.reserve_bytes > 0 and not self.store.keep_reserve():
-            raise disk_full(self.store.path, f"no room for the {self.store.reserve_bytes // 1024} KiB reserve keel "
-                                             f"keeps there to record a pause", "the store at")
+            raise disk_full(
+                self.store.path,
+                f"no room for the {self.store.reserve_bytes // 1024} KiB reserve keel keeps there to record a pause",
+                "the store at",
+            )
 
     def _release(self, txn: Txn) -> None:
         """A host that stops says so: the record no longer names it (host_alive is then False)."""
@@ -289,8 +312,7 @@ class MissionHost:
             merged = self.registry.merged(uid)
         else:
             self.graph.fail(uid, outcome.error)
-        event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind,
-                      message=(outcome.error or note)[:500])
+        event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind, message=(outcome.error or note)[:500])
 
         def extra(txn: Txn) -> None:
             m.add_event(txn, self.mission_id, event)
@@ -302,8 +324,13 @@ class MissionHost:
         except DiskFullError as exc:  # the subagent's recorded completion is taken over on resume
             await self.stop_for_disk_full(exc.message)
             return
-        self.progress.event(f"unit_{outcome.kind}", unit=uid, replayed=session.replayed if session else 0,
-                            executed=session.executed if session else 0, error=outcome.error)
+        self.progress.event(
+            f"unit_{outcome.kind}",
+            unit=uid,
+            replayed=session.replayed if session else 0,
+            executed=session.executed if session else 0,
+            error=outcome.error,
+        )
         self._draw()
 
     async def _merge_conflict(self, uid: str, conflict: Exception) -> None:
@@ -311,13 +338,21 @@ class MissionHost:
         self.graph.suspend(uid)
         effects = await asyncio.to_thread(self.registry.effects_of, self.registry.lane_of(uid))
         again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
-        text = (f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
-                f"keep its result without its file changes (skip)?")
-        item = Evidence(kind="merge-conflict", at=time.time(), unit=uid, summary=str(conflict),
-                        data={"paths": getattr(conflict, "paths", [])})
+        text = (
+            f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
+            f"keep its result without its file changes (skip)?"
+        )
+        item = Evidence(
+            kind="merge-conflict",
+            at=time.time(),
+            unit=uid,
+            summary=str(conflict),
+            data={"paths": getattr(conflict, "paths", [])},
+        )
         await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
-        await self.wait_for_input(Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"),
-                                           kind="merge-conflict"))
+        await self.wait_for_input(
+            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
+        )
 
     async def _conclude(self) -> MissionState:
         if self.graph.all_succeeded():
@@ -349,8 +384,11 @@ class MissionHost:
             if final == S.PAUSED and self.record.state != S.PAUSED:
                 await self._set_state(S.PAUSED, **self._pause_reason())
             reason = self.record.pause_reason
-            await self.checkpoint({S.WAITING_INPUT: "waiting for input", S.OFFLINE: "offline"}.get(
-                final, "paused" if reason in (None, PauseReason.OPERATOR) else f"paused: {reason.value}"))
+            await self.checkpoint(
+                {S.WAITING_INPUT: "waiting for input", S.OFFLINE: "offline"}.get(
+                    final, "paused" if reason in (None, PauseReason.OPERATOR) else f"paused: {reason.value}"
+                )
+            )
         except DiskFullError as exc:
             if not self.disk_full:
                 raise
@@ -386,7 +424,8 @@ class MissionHost:
             self._request_stop(S.PAUSED)
         else:
             self.record = await self.writer.commit(
-                lambda txn: m.set_mission_state(txn, self.mission_id, self.record.state, control_seen=last))
+                lambda txn: m.set_mission_state(txn, self.mission_id, self.record.state, control_seen=last)
+            )
 
     def _request_stop(self, state: MissionState) -> None:
         self._stop_state = state
@@ -453,11 +492,20 @@ class MissionHost:
 
         def extra(txn: Txn) -> None:  # the graph change is durable with its journal entry
             tree = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
-            checkpoint.commit(txn, self.mission_id, reason=f"plan: {session.unit.id} added {len(added)}",
-                              units=units, marks=marks, config=config, state=state, sandbox_tree=tree)
+            checkpoint.commit(
+                txn,
+                self.mission_id,
+                reason=f"plan: {session.unit.id} added {len(added)}",
+                units=units,
+                marks=marks,
+                config=config,
+                state=state,
+                sandbox_tree=tree,
+            )
 
-        return await session.record(seq, "plan/add", fp, {"added": added}, begin, extra=extra,
-                                    summary=f"added {', '.join(added)}")
+        return await session.record(
+            seq, "plan/add", fp, {"added": added}, begin, extra=extra, summary=f"added {', '.join(added)}"
+        )
 
     async def model_complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
         return await self.models.complete(session, seq, fp, params, begin)
@@ -474,8 +522,13 @@ class MissionHost:
         self.progress.status(counts.get("succeeded", 0), len(self.graph.units), sorted(self.sessions), self._step)
 
 
-def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | None = None,
-                      store: Store | None = None, wait_online: bool = False) -> MissionState:
+def run_host_blocking(
+    store_path: Path,
+    mission_id: str,
+    progress: Progress | None = None,
+    store: Store | None = None,
+    wait_online: bool = False,
+) -> MissionState:
     """Run a mission's host in this process until it completes, fails or pauses. Pass the store this
     process already has open (an LMDB environment is opened once per process)."""
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
@@ -488,8 +541,9 @@ def run_host_blocking(store_path: Path, mission_id: str, progress: Progress | No
         state = asyncio.run(host.run())
         (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
         if host.disk_full and store.read(lambda t: m.get_mission(t, mission_id)).state in (S.RUNNING, S.PAUSING):
-            raise DiskFullError(f"{host.disk_full} (the pause could not be recorded: the mission resumes as after "
-                                f"a crash)")
+            raise DiskFullError(
+                f"{host.disk_full} (the pause could not be recorded: the mission resumes as after a crash)"
+            )
         return state
     finally:
         if own and store is not None:

@@ -33,8 +33,10 @@ class HostLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise HostBusyError(f"mission {self.mission_id} is already running (host pid {holder}); "
-                                f"pause it with `keel pause {self.mission_id}`") from None
+            raise HostBusyError(
+                f"mission {self.mission_id} is already running (host pid {holder}); "
+                f"pause it with `keel pause {self.mission_id}`"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd

@@ -49,8 +49,13 @@ def lane(unit_id: str, epoch: int) -> str:
 class _Item:
     __slots__ = ("fn", "future", "loop", "urgent")
 
-    def __init__(self, fn: Callable[[Txn], Any], future: asyncio.Future[Any] | None,
-                 loop: asyncio.AbstractEventLoop | None, urgent: bool) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Txn], Any],
+        future: asyncio.Future[Any] | None,
+        loop: asyncio.AbstractEventLoop | None,
+        urgent: bool,
+    ) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
@@ -96,8 +101,11 @@ class JournalWriter:
             stop = False
             while True:
                 try:
-                    item = self._queue.get_nowait() if time.monotonic() >= deadline else \
-                        self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    item = (
+                        self._queue.get_nowait()
+                        if time.monotonic() >= deadline
+                        else self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    )
                 except queue.Empty:
                     break
                 if item is None:
@@ -165,4 +173,3 @@ class JournalWriter:
 
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             item.loop.call_soon_threadsafe(settle)
-

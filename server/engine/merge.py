@@ -23,22 +23,34 @@ from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
 from keel.server.engine.checkpoint import _file_digest
 from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
 
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "keel", "GIT_AUTHOR_EMAIL": "keel@localhost",
-                "GIT_COMMITTER_NAME": "keel", "GIT_COMMITTER_EMAIL": "keel@localhost"}
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "keel",
+    "GIT_AUTHOR_EMAIL": "keel@localhost",
+    "GIT_COMMITTER_NAME": "keel",
+    "GIT_COMMITTER_EMAIL": "keel@localhost",
+}
 
 
 class MergeConflict(SandboxError):
     """A unit's changes collide with what the mission branch got meanwhile."""
 
     def __init__(self, unit: str, paths: list[str]) -> None:
-        super().__init__(f"unit {unit}'s changes conflict with the mission branch in "
-                         f"{', '.join(paths[:10]) or 'some files'}")
+        super().__init__(
+            f"unit {unit}'s changes conflict with the mission branch in {', '.join(paths[:10]) or 'some files'}"
+        )
         self.paths = paths
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL, env={**os.environ, **GIT_IDENTITY})
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **GIT_IDENTITY},
+    )
     if check and proc.returncode != 0:
         _raise_if_disk_full(cwd, proc)
         raise SandboxError(f"git {' '.join(args[:3])} in {cwd} failed: {proc.stderr.strip()[:500]}")
@@ -51,8 +63,7 @@ def _raise_if_disk_full(cwd: Path, proc: subprocess.CompletedProcess[str]) -> No
     output = f"{proc.stderr}\n{proc.stdout}"
     if says_no_space(output) or nearly_full(cwd):
         lines = [line for line in output.splitlines() if says_no_space(line)] or output.strip().splitlines()[-1:]
-        raise disk_full(cwd, f"git {' '.join(str(a) for a in proc.args[1:3])}: {' '.join(lines)[:300]}",
-                        "the sandbox")
+        raise disk_full(cwd, f"git {' '.join(str(a) for a in proc.args[1:3])}: {' '.join(lines)[:300]}", "the sandbox")
 
 
 def is_git(sandbox: Path) -> bool:
@@ -210,16 +221,19 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
     if is_git(mission_sandbox):
         if git(mission_sandbox, "merge-base", "--is-ancestor", commit, "HEAD", check=False).returncode == 0:
             return
-        proc = git(mission_sandbox, "merge", "--no-ff", "--no-edit", "-m", f"keel: merge unit {unit}", commit,
-                   check=False)
+        proc = git(
+            mission_sandbox, "merge", "--no-ff", "--no-edit", "-m", f"keel: merge unit {unit}", commit, check=False
+        )
         if proc.returncode != 0:
             paths = git(mission_sandbox, "diff", "--name-only", "--diff-filter=U", check=False).stdout.split()
             git(mission_sandbox, "merge", "--abort", check=False)
             if paths:
                 raise MergeConflict(unit, paths)
             _raise_if_disk_full(mission_sandbox, proc)
-            raise SandboxError(f"git merge of unit {unit} ({commit[:12]}) into {mission_sandbox} failed: "
-                               f"{(proc.stderr or proc.stdout).strip()[:500]}")
+            raise SandboxError(
+                f"git merge of unit {unit} ({commit[:12]}) into {mission_sandbox} failed: "
+                f"{(proc.stderr or proc.stdout).strip()[:500]}"
+            )
         return
     try:
         _merge_copy(mission_sandbox, target, unit)

@@ -87,8 +87,9 @@ class ModelCalls:
         if isinstance(self._config, ProviderConfigError):
             raise self._config
         if self._router is None:
-            self._router = ProviderRouter(self._config, self.host.spec.models, on_event=self._on_event,
-                                          store=self.host.store)
+            self._router = ProviderRouter(
+                self._config, self.host.spec.models, on_event=self._on_event, store=self.host.store
+            )
         return self._router
 
     async def aclose(self) -> None:
@@ -112,9 +113,16 @@ class ModelCalls:
             raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
         self.active_model = f"{result.provider}/{result.model}"
         tokens = result.usage.prompt_tokens + result.usage.completion_tokens
-        return await session.record(seq, "model/complete", fp, msgspec.to_builtins(result), begin, tokens=tokens,
-                                    served_model=result.model,
-                                    summary=f"{result.provider}/{result.model}: {tokens} tokens")
+        return await session.record(
+            seq,
+            "model/complete",
+            fp,
+            msgspec.to_builtins(result),
+            begin,
+            tokens=tokens,
+            served_model=result.model,
+            summary=f"{result.provider}/{result.model}: {tokens} tokens",
+        )
 
     async def _stop(self, state: MissionState, message: str) -> NoReturn:
         """Stop the mission (offline, or paused for policy). The agent hears ERR_PAUSING (the host is
@@ -130,15 +138,24 @@ class ModelCalls:
         self.failovers += 1
         target_provider = event.target.split("/", 1)[0]
         self.active_model = f"{target_provider}/{event.target_model}"
-        evidence = Evidence(kind="failover", at=event.at, unit=_calling_unit.get(),
-                            summary=f"failover {event.source} -> {event.target} ({event.reason}); "
-                                    f"now serving {self.active_model}",
-                            data=msgspec.to_builtins(event))
+        evidence = Evidence(
+            kind="failover",
+            at=event.at,
+            unit=_calling_unit.get(),
+            summary=f"failover {event.source} -> {event.target} ({event.reason}); now serving {self.active_model}",
+            data=msgspec.to_builtins(event),
+        )
         mission_id = self.host.mission_id
 
         def add(txn: Txn) -> None:
             m.add_evidence(txn, mission_id, evidence)
 
         self.host.checkpoint_soon(f"failover: {event.source} -> {event.target}", extra=add)
-        self.host.progress.event("failover", source=event.source, target=event.target, reason=event.reason,
-                                 model=self.active_model, at=round(time.time(), 3))
+        self.host.progress.event(
+            "failover",
+            source=event.source,
+            target=event.target,
+            reason=event.reason,
+            model=self.active_model,
+            at=round(time.time(), 3),
+        )

@@ -24,8 +24,12 @@ log = logging.getLogger("keel.offline")
 WATCH_S = 0.05
 
 
-async def wait_online(store: Store, mission_id: str, probe: Callable[[], Coroutine[Any, Any, bool]],
-                      commit: Callable[[Callable[[Txn], object]], Awaitable[object]]) -> bool:
+async def wait_online(
+    store: Store,
+    mission_id: str,
+    probe: Callable[[], Coroutine[Any, Any, bool]],
+    commit: Callable[[Callable[[Txn], object]], Awaitable[object]],
+) -> bool:
     """True when a probe round succeeded while the mission was still offline; False when a person paused
     it first (then it is recorded paused, reason operator) or it left `offline` some other way."""
     watch = asyncio.create_task(_person_stepped_in(store, mission_id))
@@ -74,6 +78,7 @@ def honour_pause(txn: Txn, mission_id: str) -> MissionState:
     record = m.get_mission(txn, mission_id)
     controls = m.controls_after(txn, mission_id, record.control_seen)
     if record.state == MissionState.OFFLINE and any(c.action == "pause" for _, c in controls):
-        record = m.set_mission_state(txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR,
-                                     control_seen=controls[-1][0])
+        record = m.set_mission_state(
+            txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, control_seen=controls[-1][0]
+        )
     return record.state

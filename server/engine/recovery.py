@@ -39,8 +39,7 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, Miss
     if record.state in (S.COMPLETED, S.CANCELLED):
         return record.state.value, record
     if pause:
-        return "paused", m.set_mission_state(txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR,
-                                             host=host)
+        return "paused", m.set_mission_state(txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR, host=host)
     if record.state == S.WAITING_INPUT:
         if question is not None:
             return "waiting", record
@@ -64,17 +63,34 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
         if intent is None:
             return
         if text == "skip":
-            result = ToolRunResult(ok=True, output={"skipped": True,
-                                                    "note": "a person said the effect had already happened"})
-            m.journal_put(txn, mission_id, lane, msgspec.structs.replace(
-                intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"))
+            result = ToolRunResult(
+                ok=True, output={"skipped": True, "note": "a person said the effect had already happened"}
+            )
+            m.journal_put(
+                txn,
+                mission_id,
+                lane,
+                msgspec.structs.replace(
+                    intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"
+                ),
+            )
             _forget_tree(txn, mission_id, question.unit, lane)
         else:
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, summary=RERUN_APPROVED))
         return
-    m.journal_put(txn, mission_id, lane, JournalEntry(seq=question.seq, kind="human/ask",
-                                                      fingerprint=question.fingerprint,
-                                                      result={"answer": text}, at=now, summary="answered"))
+    m.journal_put(
+        txn,
+        mission_id,
+        lane,
+        JournalEntry(
+            seq=question.seq,
+            kind="human/ask",
+            fingerprint=question.fingerprint,
+            result={"answer": text},
+            at=now,
+            summary="answered",
+        ),
+    )
 
 
 def _forget_tree(txn: Txn, mission_id: str, unit: str, lane: str) -> None:

@@ -89,9 +89,19 @@ class Registry:
             # the placement's digest is from before this run's steps and would make the sandbox look tampered
             tree = old.tree if same and old is not None else where.tree
             mark = old.last_checkpoint if same and old is not None else 0
-            return leases.grant(txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id,
-                                ttl_s=self.ttl, sandbox=where.sandbox, branch=where.branch, base=where.base,
-                                tree=tree, last_checkpoint=mark)
+            return leases.grant(
+                txn,
+                self.mission_id,
+                uid,
+                lane=unit_lane,
+                host_id=self.host.host_id,
+                ttl_s=self.ttl,
+                sandbox=where.sandbox,
+                branch=where.branch,
+                base=where.base,
+                tree=tree,
+                last_checkpoint=mark,
+            )
 
         return await self.host.writer.commit(write)  # type: ignore[no-any-return]
 
@@ -100,8 +110,10 @@ class Registry:
         """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
         while True:
             await asyncio.sleep(max(0.05, self.ttl / 4))
-            current = {x.unit: x for x in await asyncio.to_thread(
-                self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))}
+            current = {
+                x.unit: x
+                for x in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
+            }
             now = time.time()
             for uid, session in list(self.host.sessions.items()):
                 held = current.get(uid)
@@ -112,9 +124,14 @@ class Registry:
         proc = session.expire()
         if proc is not None:
             self.zombies.append(proc)
-        event = Event(kind="lease", at=time.time(), unit=held.unit, state="expired",
-                      message=f"lease epoch {held.epoch} (pid {held.pid}) expired: no heartbeat for "
-                              f"{time.time() - held.heartbeat:.1f} s; the unit is resumable")
+        event = Event(
+            kind="lease",
+            at=time.time(),
+            unit=held.unit,
+            state="expired",
+            message=f"lease epoch {held.epoch} (pid {held.pid}) expired: no heartbeat for "
+            f"{time.time() - held.heartbeat:.1f} s; the unit is resumable",
+        )
 
         def write(txn: Txn) -> None:
             with contextlib.suppress(leases.StaleLeaseError):
@@ -152,7 +169,9 @@ class Registry:
             if held.resolution == "rerun":
                 why = "a person chose to run it again" + (" after a merge conflict" if held.state == "done" else "")
                 await self.reexecute(uid, held, why)
-            elif held.state == "done" and (held.commit or held.merged or Path(held.sandbox).exists()):
+            elif held.state == "done" and (
+                held.commit or held.merged or await asyncio.to_thread(Path(held.sandbox).exists)
+            ):
                 finished.append(held)
             elif held.resolution == "fail":
                 self.graph_hold(uid)
@@ -174,8 +193,10 @@ class Registry:
         if held.tree and not any(e.phase == "intent" for e in entries):
             found = TreeDigest()(path)
             if found != held.tree:
-                return (f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
-                        f"entry (recorded {held.tree[:12]}, found {found[:12]})")
+                return (
+                    f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
+                    f"entry (recorded {held.tree[:12]}, found {found[:12]})"
+                )
         return ""
 
     async def _sandbox_question(self, uid: str, held: SubagentLease, why: str) -> None:
@@ -185,14 +206,17 @@ class Registry:
         if not effects:
             await self.reexecute(uid, held, why)
             return
-        missing = not Path(held.sandbox).exists()
+        missing = not await asyncio.to_thread(Path(held.sandbox).exists)
         choices = ("rerun", "fail") if missing else ("continue", "rerun")
         keep = "fail the unit (fail)" if missing else "go on from its journal with the sandbox as it is (continue)"
-        text = (f"unit {uid} cannot resume where it was: {why}. Run it again from scratch (rerun) — this repeats "
-                f"{len(effects)} effect(s) it already made: {'; '.join(effects[:5])} — or {keep}?")
+        text = (
+            f"unit {uid} cannot resume where it was: {why}. Run it again from scratch (rerun) — this repeats "
+            f"{len(effects)} effect(s) it already made: {'; '.join(effects[:5])} — or {keep}?"
+        )
         self.graph_hold(uid)
-        await self.host.wait_for_input(Question(unit=uid, seq=0, text=text, choices=choices, kind="reexecute",
-                                                lane=held.lane))
+        await self.host.wait_for_input(
+            Question(unit=uid, seq=0, text=text, choices=choices, kind="reexecute", lane=held.lane)
+        )
 
     def graph_hold(self, uid: str) -> None:
         if self.host.graph.mark(uid).state == UnitState.RUNNING:
@@ -201,16 +225,21 @@ class Registry:
     def effects_of(self, unit_lane: str) -> list[str]:
         """The effectful calls recorded (done, or intended) in a journal lane, described."""
         entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, unit_lane))
-        return [f"{e.summary or e.kind} (entry {e.seq}{', maybe' if e.phase == 'intent' else ''})"
-                for e in entries if e.tool_class == "effectful"]
+        return [
+            f"{e.summary or e.kind} (entry {e.seq}{', maybe' if e.phase == 'intent' else ''})"
+            for e in entries
+            if e.tool_class == "effectful"
+        ]
 
     def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> Any:
         """A transaction function that clears the lease's applied resolution. `tree=""` for "continue": the
         sandbox as it is becomes the lane's reference when the unit resumes."""
+
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.mission_id, uid)
             if current is not None and current.epoch == held.epoch:
                 leases.put(txn, self.mission_id, msgspec.structs.replace(current, resolution="", **changes))
+
         return write
 
     async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
@@ -222,13 +251,23 @@ class Registry:
         graph.update(uid, epoch=mark.epoch + 1, journal_hwm=0, agent_state="")
         async with self.git_lock:
             await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)
-        item = Evidence(kind="reexecuted", at=time.time(), unit=uid,
-                        summary=f"unit {uid} is executed again from scratch: {why}",
-                        data={"reason": why, "lane": held.lane, "epoch": held.epoch, "sandbox": held.sandbox,
-                              "recorded_tree": held.tree})
+        item = Evidence(
+            kind="reexecuted",
+            at=time.time(),
+            unit=uid,
+            summary=f"unit {uid} is executed again from scratch: {why}",
+            data={
+                "reason": why,
+                "lane": held.lane,
+                "epoch": held.epoch,
+                "sandbox": held.sandbox,
+                "recorded_tree": held.tree,
+            },
+        )
         self.host.progress.line(item.summary)
-        await self.host.checkpoint(f"re-execute {uid}", tree=False,
-                                   extra=lambda txn: m.add_evidence(txn, self.mission_id, item))
+        await self.host.checkpoint(
+            f"re-execute {uid}", tree=False, extra=lambda txn: m.add_evidence(txn, self.mission_id, item)
+        )
 
     # -- merging ----------------------------------------------------------------------------------------
     async def merge(self, uid: str) -> merge.MergeConflict | None:
@@ -244,10 +283,12 @@ class Registry:
 
     def merged(self, uid: str) -> Any:
         """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
+
         def write(txn: Txn) -> None:
             held = leases.get(txn, self.mission_id, uid)
             if held is not None and not held.merged:
                 leases.put(txn, self.mission_id, msgspec.structs.replace(held, merged=True))
+
         return write
 
 
@@ -261,8 +302,14 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
     carried = []
     for held in store.read(lambda t: leases.list_leases(t, mission_id)):
         mark = marks.get(held.unit)
-        if mark is None or mark.state == UnitState.SUCCEEDED or held.merged or held.resolution == "skip" \
-                or held.lane != lane(held.unit, mark.epoch) or not held.sandbox:
+        if (
+            mark is None
+            or mark.state == UnitState.SUCCEEDED
+            or held.merged
+            or held.resolution == "skip"
+            or held.lane != lane(held.unit, mark.epoch)
+            or not held.sandbox
+        ):
             continue
         if Path(held.sandbox).is_dir():
             merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)

@@ -55,14 +55,23 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
         for entry in m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm):
             m.journal_put(txn, mission_id, new_lane, entry)
         marks[unit_id] = _reopened(mark, epoch)
-    m.set_mission_state(txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None,
-                        error="")
+    m.set_mission_state(
+        txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None, error=""
+    )
     units = checkpoint.load_graph(txn, target.graph)
     config = txn.get_object(target.config, dict) or checkpoint.config_of(record.spec)
-    return checkpoint.commit(txn, mission_id, reason=f"restored to {point.id}", units=units, marks=marks,
-                             config=config, state=MissionState.PAUSED, sandbox_tree=target.sandbox_tree,
-                             label=f"restore of {point.id}" + (" with files" if files else ""),
-                             files_restored=files)
+    return checkpoint.commit(
+        txn,
+        mission_id,
+        reason=f"restored to {point.id}",
+        units=units,
+        marks=marks,
+        config=config,
+        state=MissionState.PAUSED,
+        sandbox_tree=target.sandbox_tree,
+        label=f"restore of {point.id}" + (" with files" if files else ""),
+        files_restored=files,
+    )
 
 
 def _reopened(mark: UnitMark, epoch: int) -> UnitMark:
@@ -96,8 +105,9 @@ def blob_reader(store: Store) -> Callable[[str], bytes]:
 SANDBOX = "sandbox"  # the point name of a mission's sandbox as it is now
 
 
-def point_files(store: Store, store_path: Path, mission_id: str,
-                point: str) -> tuple[trees.Files, Callable[[str], bytes], str]:
+def point_files(
+    store: Store, store_path: Path, mission_id: str, point: str
+) -> tuple[trees.Files, Callable[[str], bytes], str]:
     """(files, reader of their bytes by digest, name) of a restore point, or of the sandbox as it is now
     when `point` is empty or "sandbox" (freshly hashed: what no checkpoint has seen yet counts)."""
     if point and point != SANDBOX:
@@ -127,8 +137,12 @@ def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Pa
     """A host resuming right after a restore with files: the sandbox must still be the restored one."""
     tree = store.read(lambda t: trees.point_tree(t, manifest, f"checkpoint {manifest.number}"))
     try:
-        trees.verify(sandbox, tree, f"the files restored by checkpoint {manifest.number} ({manifest.reason}); "
-                                    f"restore them again with `keel restore {manifest.mission_id} POINT --files`")
+        trees.verify(
+            sandbox,
+            tree,
+            f"the files restored by checkpoint {manifest.number} ({manifest.reason}); "
+            f"restore them again with `keel restore {manifest.mission_id} POINT --files`",
+        )
     except trees.SandboxMismatchError as exc:  # the mission says why it did not start (editor, `keel status`)
         message = exc.message
 
@@ -148,8 +162,7 @@ def fork(store: Store, store_path: Path, mission_id: str, point_id: str) -> Miss
     new_id = places.new_mission_id()
     sandbox = places.sandbox_path(store_path, new_id)
     workspace = Path(record.workspace)
-    git = _fork_sandbox(workspace, Path(record.sandbox or places.sandbox_path(store_path, mission_id)), sandbox,
-                        new_id)
+    git = _fork_sandbox(workspace, Path(record.sandbox or places.sandbox_path(store_path, mission_id)), sandbox, new_id)
     try:
         trees.materialize(sandbox, tree, blob_reader(store))
         trees.verify(sandbox, tree, f"restore point {point.id} of mission {mission_id}")
@@ -182,33 +195,57 @@ def _remove_sandbox(workspace: Path, target: Path, new_id: str, git: bool) -> No
 
 
 def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str, sandbox: Path) -> MissionRecord:
     target = m.get_checkpoint(txn, point.checkpoint)
     now = time.time()
     fork_record = msgspec.structs.replace(
-        record, id=new_id, state=MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None, error="",
-        host=None, sandbox=str(sandbox), forked_from=f"{record.id}:{point.id}", created_at=now, updated_at=now,
-        control_seen=0)
+        record,
+        id=new_id,
+        state=MissionState.PAUSED,
+        pause_reason=PauseReason.OPERATOR,
+        question=None,
+        error="",
+        host=None,
+        sandbox=str(sandbox),
+        forked_from=f"{record.id}:{point.id}",
+        created_at=now,
+        updated_at=now,
+        control_seen=0,
+    )
     m.put_mission(txn, fork_record)
     for name, hwm in _lanes_of_chain(txn, target).items():
         for entry in m.journal_entries(txn, record.id, name, upto=hwm):
             m.journal_put(txn, new_id, name, entry)
     for _, item in m.evidence_after(txn, record.id, upto=target.evidence_hwm):
         m.add_evidence(txn, new_id, item)
-    m.add_event(txn, new_id, Event(kind="state", at=now, state=MissionState.PAUSED.value,
-                                   message=f"forked from {record.id} at {point.id}"))
-    marks = {uid: mk if mk.state == UnitState.SUCCEEDED else _reopened(mk, mk.epoch)
-             for uid, mk in target.units.items()}
+    m.add_event(
+        txn,
+        new_id,
+        Event(kind="state", at=now, state=MissionState.PAUSED.value, message=f"forked from {record.id} at {point.id}"),
+    )
+    marks = {
+        uid: mk if mk.state == UnitState.SUCCEEDED else _reopened(mk, mk.epoch) for uid, mk in target.units.items()
+    }
     manifest = CheckpointManifest(
-        mission_id=new_id, number=target.number + 1, reason=f"forked from {record.id} {point.id}", created_at=now,
-        graph=target.graph, units=marks, config=target.config, parent=point.checkpoint,
-        sandbox_tree=target.sandbox_tree, context=target.context,
-        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(new_id)), state=MissionState.PAUSED,
-        files_restored=True)
+        mission_id=new_id,
+        number=target.number + 1,
+        reason=f"forked from {record.id} {point.id}",
+        created_at=now,
+        graph=target.graph,
+        units=marks,
+        config=target.config,
+        parent=point.checkpoint,
+        sandbox_tree=target.sandbox_tree,
+        context=target.context,
+        evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(new_id)),
+        state=MissionState.PAUSED,
+        files_restored=True,
+    )
     m.commit_checkpoint(txn, manifest, label=f"fork of {record.id} {point.id}")
     return fork_record
 

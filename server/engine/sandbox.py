@@ -21,8 +21,9 @@ class SandboxError(KeelError):
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 def git_toplevel(workspace: Path) -> Path | None:
@@ -51,8 +52,11 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
         branch = f"keel/{mission_id}"
         exists = _git(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0
         # -f -f: a worktree entry a killed `git worktree add` left locked at this path is taken over
-        args = ["worktree", "add", "--force", "--force", str(target), branch] if exists else \
-            ["worktree", "add", "--force", "--force", "-b", branch, str(target), "HEAD"]
+        args = (
+            ["worktree", "add", "--force", "--force", str(target), branch]
+            if exists
+            else ["worktree", "add", "--force", "--force", "-b", branch, str(target), "HEAD"]
+        )
         proc = _git(top, *args)
         if proc.returncode != 0 and says_no_space(proc.stderr):
             raise disk_full(target, proc.stderr.strip(), "the sandbox")

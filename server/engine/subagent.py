@@ -65,8 +65,17 @@ class Worker:
     # -- the three loops ------------------------------------------------------------------------------
     def run(self) -> int:
         try:
-            self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, pid=os.getpid(),
-                                                     hostname=os.uname().nodename, heartbeat=time.time()))
+            self.store.write(
+                lambda t: leases.update(
+                    t,
+                    self.mission,
+                    self.unit,
+                    self.epoch,
+                    pid=os.getpid(),
+                    hostname=os.uname().nodename,
+                    heartbeat=time.time(),
+                )
+            )
         except leases.StaleLeaseError as exc:
             self._log(exc.message)
             return EXIT_LEASE_LOST
@@ -76,8 +85,14 @@ class Worker:
         clear_stale_locks(self.sandbox)  # a worker killed in `git commit` here left its index.lock
         # Its own process group, inside this worker's session: _stop_agent kills the group (the agent and
         # whatever it started), and a host that kills this worker kills the session, agent included.
-        self.agent = subprocess.Popen(self.command, cwd=str(self.sandbox), stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, bufsize=0, process_group=0)
+        self.agent = subprocess.Popen(
+            self.command,
+            cwd=str(self.sandbox),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            process_group=0,
+        )
         try:
             for target in (self._from_host, self._from_agent, self._heartbeat):
                 threading.Thread(target=target, daemon=True).start()
@@ -110,8 +125,7 @@ class Worker:
         try:
             while (body := read_frame(self.agent.stdout)) is not None:  # type: ignore[arg-type]
                 message = rpc.decode(body)
-                finishing = isinstance(message, rpc.Response) and self.run_id is not None \
-                    and message.id == self.run_id
+                finishing = isinstance(message, rpc.Response) and self.run_id is not None and message.id == self.run_id
                 try:
                     if finishing and not self._complete(message.result):  # type: ignore[union-attr]
                         self._finish(EXIT_LEASE_LOST)
@@ -150,8 +164,7 @@ class Worker:
                 self._orphaned("its parent process is gone")
                 return
             try:
-                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch,
-                                                         heartbeat=time.time()))
+                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, heartbeat=time.time()))
             except leases.StaleLeaseError as exc:
                 self._log(f"lease lost: {exc.message}")
                 if not self.finished.wait(GRACE_S):
@@ -168,14 +181,21 @@ class Worker:
             commit = commit_unit(self.sandbox, self.unit)
             tree = TreeDigest()(self.sandbox)
             payload = result.get("result") if isinstance(result, dict) else None
-            self.store.write(lambda t: leases.complete(t, self.mission, self.unit, self.epoch, result=payload,
-                                                       commit=commit, tree=tree))
+            self.store.write(
+                lambda t: leases.complete(
+                    t, self.mission, self.unit, self.epoch, result=payload, commit=commit, tree=tree
+                )
+            )
             return True
         except leases.StaleLeaseError as exc:
             self._log(f"completion rejected: {exc.message}")
-            event = Event(kind="lease", at=time.time(), unit=self.unit, state="rejected",
-                          message=f"late completion of epoch {self.epoch} rejected (pid {os.getpid()}): "
-                                  f"{exc.message}")
+            event = Event(
+                kind="lease",
+                at=time.time(),
+                unit=self.unit,
+                state="rejected",
+                message=f"late completion of epoch {self.epoch} rejected (pid {os.getpid()}): {exc.message}",
+            )
             self.store.write(lambda t: m.add_event(t, self.mission, event))
             return False
 

@@ -40,23 +40,37 @@ class ToolCalls:
         if host.tool_env is None:  # the agents' environment: no provider key (api_key_env) reaches a command
             host.tool_env = scrubbed_env(host.spec.env, host.models.hidden_env)
         owner = {OWNER_VAR: command_owner(host.mission_id, self.session.lane)}
-        return ToolContext(sandbox=self.session.sandbox, timeout_s=host.spec.permissions.command_timeout_s,
-                           env={**host.tool_env, **owner})
+        return ToolContext(
+            sandbox=self.session.sandbox,
+            timeout_s=host.spec.permissions.command_timeout_s,
+            env={**host.tool_env, **owner},
+        )
 
-    async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
-                  begin: float) -> Any:
+    async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float) -> Any:
         from keel.server.tools import TOOLS
 
         s = self.session
         if call.tool not in s.host.spec.permissions.tools:
-            return await s.record(seq, "tool/run", fp, {"code": ap.ERR_TOOL_DENIED}, begin,
-                                  error=f"tool {call.tool!r} is not allowed by this mission's permissions "
-                                        f"(allowed: {', '.join(s.host.spec.permissions.tools)})",
-                                  summary=f"{call.tool} denied")
+            return await s.record(
+                seq,
+                "tool/run",
+                fp,
+                {"code": ap.ERR_TOOL_DENIED},
+                begin,
+                error=f"tool {call.tool!r} is not allowed by this mission's permissions "
+                f"(allowed: {', '.join(s.host.spec.permissions.tools)})",
+                summary=f"{call.tool} denied",
+            )
         tool = TOOLS.get(call.tool)
         if tool is None:
-            return await s.record(seq, "tool/run", fp, {"code": rpc_invalid()}, begin,
-                                  error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})")
+            return await s.record(
+                seq,
+                "tool/run",
+                fp,
+                {"code": rpc_invalid()},
+                begin,
+                error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})",
+            )
         if tool.klass == "read_only":
             return await self._finish(tool, self._context(), call, seq, fp, begin)
         if intent is not None and self._changing:
@@ -70,8 +84,9 @@ class ToolCalls:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved here if nobody awaits it
         return await asyncio.shield(task)
 
-    async def _locked(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
-                      begin: float) -> Any:
+    async def _locked(
+        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float
+    ) -> Any:
         async with self.session.host.files_lock:  # a file snapshot is never taken in the middle of a change
             return await self._change(tool, call, seq, fp, intent, begin)
 
@@ -91,8 +106,9 @@ class ToolCalls:
         s.host.stats["replayed"] += 1
         return msgspec.structs.replace(entry, result=_answer(entry))
 
-    async def _change(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None,
-                      begin: float) -> Any:
+    async def _change(
+        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float
+    ) -> Any:
         from keel.server.tools import ToolError
 
         s = self.session
@@ -106,26 +122,38 @@ class ToolCalls:
         except ToolError as exc:
             result = ap.ToolRunResult(ok=False, error=exc.message)
             return await self._done(tool, call, seq, fp, result, begin)
-        await s.record(seq, "tool/run", fp, preview, begin, phase="intent", tool_class=tool.klass,
-                       summary=_describe(call))
+        await s.record(
+            seq, "tool/run", fp, preview, begin, phase="intent", tool_class=tool.klass, summary=_describe(call)
+        )
         return await self._finish(tool, ctx, call, seq, fp, begin)
 
     async def _finish(self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str, begin: float) -> Any:
         result = await tool.run(ctx, call.args)
         return await self._done(tool, call, seq, fp, result, begin)
 
-    async def _done(self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, result: ap.ToolRunResult,
-                    begin: float) -> Any:
+    async def _done(
+        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, result: ap.ToolRunResult, begin: float
+    ) -> Any:
         s = self.session
-        return await s.record(seq, "tool/run", fp, msgspec.to_builtins(result), begin, tool_class=tool.klass,
-                              summary=_describe(call), evidence=evidence_for(s.unit.id, call, result))
+        return await s.record(
+            seq,
+            "tool/run",
+            fp,
+            msgspec.to_builtins(result),
+            begin,
+            tool_class=tool.klass,
+            summary=_describe(call),
+            evidence=evidence_for(s.unit.id, call, result),
+        )
 
-    async def _recover(self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str,
-                       intent: JournalEntry, begin: float) -> Any:
+    async def _recover(
+        self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry, begin: float
+    ) -> Any:
         s = self.session
         if intent.summary == RERUN_APPROVED:
-            await s.record(seq, "tool/run", fp, intent.result, begin, phase="intent", tool_class=tool.klass,
-                           summary=RERUNNING)
+            await s.record(
+                seq, "tool/run", fp, intent.result, begin, phase="intent", tool_class=tool.klass, summary=RERUNNING
+            )
             return await self._finish(tool, ctx, call, seq, fp, begin)
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
@@ -134,10 +162,16 @@ class ToolCalls:
         if verdict.done is False:
             return await self._finish(tool, ctx, call, seq, fp, begin)
         question = Question(
-            unit=s.unit.id, seq=seq, kind="uncertain-effect", fingerprint=fp, lane=s.lane, choices=("rerun", "skip"),
+            unit=s.unit.id,
+            seq=seq,
+            kind="uncertain-effect",
+            fingerprint=fp,
+            lane=s.lane,
+            choices=("rerun", "skip"),
             text=f"unit {s.unit.id}: the call {_describe(call)} may or may not have happened before keel stopped "
-                 f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
-                 f"running it again because it did happen (skip)?")
+            f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
+            f"running it again because it did happen (skip)?",
+        )
         await s.host.wait_for_input(question)
         raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
 
@@ -158,18 +192,37 @@ def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) ->
     """Every invocation, each file diff it reports, and each verification (run with verify=true)."""
     now = time.time()
     out = result.output if isinstance(result.output, dict) else {}
-    items = [Evidence(kind="tool", at=now, unit=unit, summary=f"{_describe(call)}: {'ok' if result.ok else 'failed'}",
-                      data={"tool": call.tool, "args": _short(call.args), "ok": result.ok, "error": result.error})]
+    items = [
+        Evidence(
+            kind="tool",
+            at=now,
+            unit=unit,
+            summary=f"{_describe(call)}: {'ok' if result.ok else 'failed'}",
+            data={"tool": call.tool, "args": _short(call.args), "ok": result.ok, "error": result.error},
+        )
+    ]
     diff = out.get("diff")
     if diff:
-        items.append(Evidence(kind="diff", at=now, unit=unit, summary=f"{out.get('path', call.args.get('path', ''))}",
-                              data={"path": out.get("path", call.args.get("path", "")), "diff": diff}))
+        items.append(
+            Evidence(
+                kind="diff",
+                at=now,
+                unit=unit,
+                summary=f"{out.get('path', call.args.get('path', ''))}",
+                data={"path": out.get("path", call.args.get("path", "")), "diff": diff},
+            )
+        )
     if call.args.get("verify"):
         code = out.get("exit_code", out.get("returncode"))
-        items.append(Evidence(kind="verification", at=now, unit=unit,
-                              summary=f"{call.args.get('cmd')}: {'passed' if result.ok else 'failed'} (exit {code})",
-                              data={"cmd": call.args.get("cmd"), "ok": result.ok, "exit_code": code,
-                                    "output": _tail(out)}))
+        items.append(
+            Evidence(
+                kind="verification",
+                at=now,
+                unit=unit,
+                summary=f"{call.args.get('cmd')}: {'passed' if result.ok else 'failed'} (exit {code})",
+                data={"cmd": call.args.get("cmd"), "ok": result.ok, "exit_code": code, "output": _tail(out)},
+            )
+        )
     return items
 
 

@@ -140,8 +140,10 @@ def point_tree(txn: Txn, manifest: CheckpointManifest, what: str) -> SandboxTree
     """The file snapshot a checkpoint refers to; NoSnapshotError when it has none."""
     tree = load_tree(txn.get_blob, manifest.sandbox_tree) if is_tree_ref(manifest.sandbox_tree) else None
     if tree is None:
-        raise NoSnapshotError(f"{what} has no snapshot of the sandbox's files (it was recorded before the "
-                              "mission had a sandbox, or by a keel that did not keep file snapshots)")
+        raise NoSnapshotError(
+            f"{what} has no snapshot of the sandbox's files (it was recorded before the "
+            "mission had a sandbox, or by a keel that did not keep file snapshots)"
+        )
     return tree
 
 
@@ -219,8 +221,14 @@ def verify(root: Path, tree: SandboxTree, what: str) -> None:
         raise SandboxMismatchError(f"sandbox {root} does not match {what}: {shown}")
 
 
-def unified_diff(old: Files, new: Files, old_blob: Callable[[str], bytes], new_blob: Callable[[str], bytes],
-                 old_name: str = "a", new_name: str = "b") -> str:
+def unified_diff(
+    old: Files,
+    new: Files,
+    old_blob: Callable[[str], bytes],
+    new_blob: Callable[[str], bytes],
+    old_name: str = "a",
+    new_name: str = "b",
+) -> str:
     """A unified diff (git style headers) between two file sets; binary files are named, not shown."""
     chunks: list[str] = []
     for path in sorted(set(old) | set(new)):
@@ -240,8 +248,11 @@ def unified_diff(old: Files, new: Files, old_blob: Callable[[str], bytes], new_b
         except UnicodeDecodeError:
             chunks.append(header + f"Binary files {left} and {right} differ\n")
             continue
-        lines = difflib.unified_diff(text_a.splitlines(keepends=True), text_b.splitlines(keepends=True),
-                                     fromfile=left, tofile=right)
-        chunks.append(header + "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                                       for line in lines))
+        lines = difflib.unified_diff(
+            text_a.splitlines(keepends=True), text_b.splitlines(keepends=True), fromfile=left, tofile=right
+        )
+        chunks.append(
+            header
+            + "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        )
     return "".join(chunks)

@@ -99,8 +99,9 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
         sandbox = sandbox if sandbox is not None and (sandbox.exists() or sandbox.is_symlink()) else None
         branch = lease.branch if lease.branch.startswith(f"keel/{mission_id}-units/") else ""
         tip = _tip(repo, branch) if repo is not None and branch else ""
-        items = ([UnitGcItem(mission_id, lease.unit, "sandbox", str(sandbox), _size(sandbox))] if sandbox else []) \
-            + ([UnitGcItem(mission_id, lease.unit, "branch", branch)] if tip else [])
+        items = ([UnitGcItem(mission_id, lease.unit, "sandbox", str(sandbox), _size(sandbox))] if sandbox else []) + (
+            [UnitGcItem(mission_id, lease.unit, "branch", branch)] if tip else []
+        )
         why = _needed(lease, marks.get(lease.unit), sandbox, units_root, repo, tip, mission_id)
         if why:
             plan.kept += [msgspec.structs.replace(item, bytes=0, reason=why) for item in items]
@@ -111,8 +112,15 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
     return plan
 
 
-def _needed(lease: SubagentLease, state: UnitState | None, sandbox: Path | None, units_root: Path,
-            repo: Path | None, tip: str, mission_id: str) -> str:
+def _needed(
+    lease: SubagentLease,
+    state: UnitState | None,
+    sandbox: Path | None,
+    units_root: Path,
+    repo: Path | None,
+    tip: str,
+    mission_id: str,
+) -> str:
     """Why a unit's sandbox and branch must stay ('' when nothing needs them any more)."""
     if state != UnitState.SUCCEEDED:
         return f"unit {lease.unit} is {state.value if state else 'not in the mission'}, not finished"
@@ -122,8 +130,12 @@ def _needed(lease: SubagentLease, state: UnitState | None, sandbox: Path | None,
         return f"{sandbox} is not inside the mission's units folder {units_root}"
     if sandbox is not None and merge.is_git(sandbox) and repo is None:
         return f"no git repository to remove the worktree {sandbox} from"
-    if tip and repo is not None and merge.git(repo, "merge-base", "--is-ancestor", tip, f"refs/heads/keel/{mission_id}",
-                                              check=False).returncode != 0:
+    if (
+        tip
+        and repo is not None
+        and merge.git(repo, "merge-base", "--is-ancestor", tip, f"refs/heads/keel/{mission_id}", check=False).returncode
+        != 0
+    ):
         return f"its branch has commits that are not on keel/{mission_id}"
     return ""
 
@@ -144,8 +156,11 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
 def _remove_sandbox(path: Path, repo: Path | None) -> None:
     """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted. Only
     when git could not remove the worktree are stale entries pruned (git prunes all of them at once)."""
-    left = merge.is_git(path) and repo is not None and \
-        merge.git(repo, "worktree", "remove", "--force", str(path), check=False).returncode != 0
+    left = (
+        merge.is_git(path)
+        and repo is not None
+        and merge.git(repo, "worktree", "remove", "--force", str(path), check=False).returncode != 0
+    )
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
@@ -184,12 +199,16 @@ def _size(path: Path) -> int:
 def describe(report: UnitGcReport) -> list[str]:
     """One line per removed (or kept) item and a summary, for `keel gc`."""
     verb = "would remove" if report.dry_run else "removed"
-    lines = [f"  {verb} unit {item.kind} {item.name} (mission {item.mission}, unit {item.unit}"
-             + (f", {item.bytes} bytes)" if item.kind == "sandbox" else ")") for item in report.removed]
+    lines = [
+        f"  {verb} unit {item.kind} {item.name} (mission {item.mission}, unit {item.unit}"
+        + (f", {item.bytes} bytes)" if item.kind == "sandbox" else ")")
+        for item in report.removed
+    ]
     lines += [f"  kept unit {item.kind} {item.name}: {item.reason}" for item in report.kept]
     lines += [f"  left mission {mid} alone: its host is running" for mid in report.running]
     sandboxes = sum(1 for item in report.removed if item.kind == "sandbox")
-    lines.append(f"gc {verb} {sandboxes} unit sandboxes and {len(report.removed) - sandboxes} unit branches "
-                 f"({report.bytes_freed} bytes freed); kept {len(report.kept)}")
+    lines.append(
+        f"gc {verb} {sandboxes} unit sandboxes and {len(report.removed) - sandboxes} unit branches "
+        f"({report.bytes_freed} bytes freed); kept {len(report.kept)}"
+    )
     return lines
-

@@ -112,25 +112,51 @@ class UnitSession:
 
     async def _run_once(self, start: int) -> Outcome:
         entries = await asyncio.to_thread(
-            self.host.store.read, lambda t: m.journal_entries(t, self.host.mission_id, self.lane))
+            self.host.store.read, lambda t: m.journal_entries(t, self.host.mission_id, self.lane)
+        )
         self.entries = {e.seq: e for e in entries}
         self.seq = 0
         host = self.host
-        worker = (sys.executable, "-m", "keel.server.engine.subagent", "--store", str(host.store_path),
-                  "--mission", host.mission_id, "--unit", self.unit.id, "--epoch", str(self.epoch),
-                  "--sandbox", str(self.sandbox), "--ttl", str(host.registry.ttl), "--",
-                  *resolve_command(host.spec.agent))
+        worker = (
+            sys.executable,
+            "-m",
+            "keel.server.engine.subagent",
+            "--store",
+            str(host.store_path),
+            "--mission",
+            host.mission_id,
+            "--unit",
+            self.unit.id,
+            "--epoch",
+            str(self.epoch),
+            "--sandbox",
+            str(self.sandbox),
+            "--ttl",
+            str(host.registry.ttl),
+            "--",
+            *resolve_command(host.spec.agent),
+        )
         proc = self.proc = await AgentProcess.start(
-            worker, cwd=self.sandbox, env=host.spec.env, handler=self.handle, name=self.unit.id,
+            worker,
+            cwd=self.sandbox,
+            env=host.spec.env,
+            handler=self.handle,
+            name=self.unit.id,
             hide_env=host.models.hidden_env,
-            log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id))
+            log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
+        )
         if self.stopping:
             return Outcome("stopped")
-        init = ap.InitializeParams(protocol_version=ap.PROTOCOL_VERSION, mission_id=host.mission_id,
-                                   goal=host.spec.goal, sandbox=str(self.sandbox))
+        init = ap.InitializeParams(
+            protocol_version=ap.PROTOCOL_VERSION,
+            mission_id=host.mission_id,
+            goal=host.spec.goal,
+            sandbox=str(self.sandbox),
+        )
         await asyncio.wait_for(proc.request("initialize", init), timeout=30)
-        params = ap.UnitRunParams(unit=self.unit, attempt=start, state=self._saved_state(),
-                                  replaying=bool(self.entries))
+        params = ap.UnitRunParams(
+            unit=self.unit, attempt=start, state=self._saved_state(), replaying=bool(self.entries)
+        )
         try:
             result = await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
         except TimeoutError:
@@ -152,8 +178,9 @@ class UnitSession:
             return full
         for path, what in ((self.host.store.path, "the store at"), (self.sandbox, "the sandbox")):
             if nearly_full(path):
-                return disk_full(path, f"unit {self.unit.id}'s worker stopped while the filesystem was full",
-                                 what).message
+                return disk_full(
+                    path, f"unit {self.unit.id}'s worker stopped while the filesystem was full", what
+                ).message
         return ""
 
     def _saved_state(self) -> Any:
@@ -178,7 +205,7 @@ class UnitSession:
     async def _close(self) -> None:
         if self.proc is not None:
             proc, self.proc = self.proc, None
-            await proc.close(timeout=1.0)
+            await proc.close(grace=1.0)
 
     # -- requests from the agent ----------------------------------------------------------------------
     async def handle(self, method: str, params: Any) -> Any:
@@ -215,8 +242,9 @@ class UnitSession:
         """A question without a recorded answer: the mission waits for a person; the answer arrives by
         replay when it resumes (recovery.apply_answer writes it into this unit's journal)."""
         ask = msgspec.convert(params, ap.HumanAskParams)
-        question = Question(unit=self.unit.id, seq=seq, text=ask.question, choices=ask.choices,
-                            fingerprint=fp, lane=self.lane)
+        question = Question(
+            unit=self.unit.id, seq=seq, text=ask.question, choices=ask.choices, fingerprint=fp, lane=self.lane
+        )
         await self.host.wait_for_input(question)
         await asyncio.Event().wait()  # never answered here: the host stops this agent
 
@@ -224,7 +252,8 @@ class UnitSession:
         error = NondeterminismError(
             f"nondeterminism in mission {self.host.mission_id} unit {self.unit.id} entry {seq}: "
             f"the journal has {entry.kind} ({entry.summary or entry.fingerprint[:12]}), the agent sent "
-            f"{method} with different params")
+            f"{method} with different params"
+        )
         self.fatal = error
         raise HandlerError(ap.ERR_NONDETERMINISM, error.message)
 
@@ -242,8 +271,9 @@ class UnitSession:
             case "state/save":
                 state = msgspec.convert(params or {}, ap.StateSaveParams).state
                 digest: list[str] = []  # the agent state as a shared blob, named in the next checkpoint
-                result = await self.record(seq, method, fp, {"state": state}, begin,
-                                           extra=lambda txn: digest.append(txn.put_object(state)))
+                result = await self.record(
+                    seq, method, fp, {"state": state}, begin, extra=lambda txn: digest.append(txn.put_object(state))
+                )
                 self.host.graph.update(self.unit.id, agent_state=digest[-1])
                 return result
             case "plan/add":
@@ -254,16 +284,38 @@ class UnitSession:
                 return await self.tools.run(msgspec.convert(params, ap.ToolRunParams), seq, fp, intent, begin)
         raise HandlerError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
 
-    async def record(self, seq: int, method: str, fp: str, result: Any, begin: float, *, error: str = "",
-                     tool_class: str | None = None, tokens: int = 0, served_model: str = "", summary: str = "",
-                     evidence: list[Evidence] | None = None, phase: str = "done",
-                     extra: Any = None) -> Any:
+    async def record(
+        self,
+        seq: int,
+        method: str,
+        fp: str,
+        result: Any,
+        begin: float,
+        *,
+        error: str = "",
+        tool_class: str | None = None,
+        tokens: int = 0,
+        served_model: str = "",
+        summary: str = "",
+        evidence: list[Evidence] | None = None,
+        phase: str = "done",
+        extra: Any = None,
+    ) -> Any:
         """Make the entry durable (group-committed when cheap), then return the result to the agent."""
         wall_ms = (time.monotonic() - begin) * 1000
-        entry = JournalEntry(seq=seq, kind=method, fingerprint=fp, phase=phase,  # type: ignore[arg-type]
-                             result=result, error=error, tool_class=tool_class,  # type: ignore[arg-type]
-                             served_model=served_model, at=time.time(),
-                             cost=StepCost(wall_ms=round(wall_ms, 3), tokens=tokens), summary=summary)
+        entry = JournalEntry(
+            seq=seq,
+            kind=method,
+            fingerprint=fp,
+            phase=phase,  # type: ignore[arg-type]
+            result=result,
+            error=error,
+            tool_class=tool_class,  # type: ignore[arg-type]
+            served_model=served_model,
+            at=time.time(),
+            cost=StepCost(wall_ms=round(wall_ms, 3), tokens=tokens),
+            summary=summary,
+        )
         host = self.host
         mission_id = host.mission_id
         epoch = self.epoch

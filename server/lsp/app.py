@@ -54,5 +54,3 @@ def serve(store: str | None = None, log_file: str | None = None, verbose: bool =
     finally:
         server.close()
     return 0
-
-

@@ -116,10 +116,21 @@ def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
     from keel.storage.leases import expired
 
     return SubagentPayload(
-        unit=lease.unit, lane=lease.lane, state="expired" if expired(lease, now) else lease.state,
-        epoch=lease.epoch, pid=lease.pid, host_id=lease.host_id, hostname=lease.hostname,
-        heartbeat=lease.heartbeat, lease_age=round(max(0.0, now - lease.heartbeat), 3), ttl=lease.ttl_s,
-        sandbox=lease.sandbox, branch=lease.branch, last_checkpoint=lease.last_checkpoint, merged=lease.merged)
+        unit=lease.unit,
+        lane=lease.lane,
+        state="expired" if expired(lease, now) else lease.state,
+        epoch=lease.epoch,
+        pid=lease.pid,
+        host_id=lease.host_id,
+        hostname=lease.hostname,
+        heartbeat=lease.heartbeat,
+        lease_age=round(max(0.0, now - lease.heartbeat), 3),
+        ttl=lease.ttl_s,
+        sandbox=lease.sandbox,
+        branch=lease.branch,
+        last_checkpoint=lease.last_checkpoint,
+        merged=lease.merged,
+    )
 
 
 class FileChange(msgspec.Struct, frozen=True, rename="camel"):
@@ -154,18 +165,35 @@ def summary(view: MissionView) -> MissionSummary:
     counts = unit_counts(view)
     running = next((u for u in view.units if u.state == UnitState.RUNNING), None)
     q = r.question
-    host = None if r.host is None else HostPayload(host_id=r.host.host_id, pid=r.host.pid,
-                                                   hostname=r.host.hostname, alive=view.host_alive)
+    host = (
+        None
+        if r.host is None
+        else HostPayload(host_id=r.host.host_id, pid=r.host.pid, hostname=r.host.hostname, alive=view.host_alive)
+    )
     return MissionSummary(
-        id=r.id, name=r.spec.name, state=r.state.value, units=counts,
+        id=r.id,
+        name=r.spec.name,
+        state=r.state.value,
+        units=counts,
         percentage=counts.done * 100 // counts.total if counts.total else 0,
-        stranded=view.stranded, mission_file=r.mission_file, workspace=r.workspace,
-        restore_points=view.points, created_at=r.created_at, updated_at=r.updated_at,
+        stranded=view.stranded,
+        mission_file=r.mission_file,
+        workspace=r.workspace,
+        restore_points=view.points,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
         pause_reason=r.pause_reason.value if r.pause_reason else None,
-        question=None if q is None else QuestionPayload(unit=q.unit, seq=q.seq, text=q.text, choices=q.choices,
-                                                        kind=getattr(q, "kind", "human/ask")),
-        error=r.error or None, current_unit=running.id if running else None,
-        current_unit_title=(running.title or None) if running else None, host=host, head=view.head or None)
+        question=None
+        if q is None
+        else QuestionPayload(
+            unit=q.unit, seq=q.seq, text=q.text, choices=q.choices, kind=getattr(q, "kind", "human/ask")
+        ),
+        error=r.error or None,
+        current_unit=running.id if running else None,
+        current_unit_title=(running.title or None) if running else None,
+        host=host,
+        head=view.head or None,
+    )
 
 
 def unit_counts(view: MissionView) -> UnitCounts:
@@ -173,15 +201,19 @@ def unit_counts(view: MissionView) -> UnitCounts:
     done = sum(s in _DONE for s in states)
     running = states.count(UnitState.RUNNING)
     failed = states.count(UnitState.FAILED)
-    return UnitCounts(total=len(states), done=done, running=running, failed=failed,
-                      pending=len(states) - done - running - failed)
+    return UnitCounts(
+        total=len(states), done=done, running=running, failed=failed, pending=len(states) - done - running - failed
+    )
 
 
 def detail(view: MissionView, events: list[tuple[int, Event]]) -> MissionDetail:
-    units = tuple(UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts,
-                              error=u.error) for u in view.units)
-    return MissionDetail(mission=summary(view), goal=view.record.spec.goal, units=units,
-                         events=tuple(event(seq, e) for seq, e in events))
+    units = tuple(
+        UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts, error=u.error)
+        for u in view.units
+    )
+    return MissionDetail(
+        mission=summary(view), goal=view.record.spec.goal, units=units, events=tuple(event(seq, e) for seq, e in events)
+    )
 
 
 def event(seq: int, e: Event) -> EventPayload:
@@ -189,8 +221,14 @@ def event(seq: int, e: Event) -> EventPayload:
 
 
 def restore_point(p: RestorePoint) -> RestorePointPayload:
-    return RestorePointPayload(id=p.id, mission_id=p.mission_id, checkpoint=p.checkpoint, reason=p.reason,
-                               created_at=p.created_at, label=p.label)
+    return RestorePointPayload(
+        id=p.id,
+        mission_id=p.mission_id,
+        checkpoint=p.checkpoint,
+        reason=p.reason,
+        created_at=p.created_at,
+        label=p.label,
+    )
 
 
 class ProviderEndpointPayload(msgspec.Struct, frozen=True, rename="camel"):
@@ -228,8 +266,10 @@ class ProvidersPayload(msgspec.Struct, frozen=True, rename="camel", omit_default
 def providers(rows: list[dict[str, Any]], sources: tuple[str, ...], config_error: str | None) -> ProvidersPayload:
     """From server/providers/view.py's rows (snake_case dicts)."""
     names = set(ProviderEndpointPayload.__struct_fields__)
-    endpoints = tuple(ProviderEndpointPayload(**{k: v for k, v in row.items() if k in names},
-                                              key_source=row.get("key", "")) for row in rows)
+    endpoints = tuple(
+        ProviderEndpointPayload(**{k: v for k, v in row.items() if k in names}, key_source=row.get("key", ""))
+        for row in rows
+    )
     return ProvidersPayload(endpoints=endpoints, sources=sources, config_error=config_error)
 
 

@@ -69,8 +69,14 @@ _EXIT_CODES = {2: ErrorCode.USAGE, 5: ErrorCode.CORRUPT_RECORD, 6: ErrorCode.NOT
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     except subprocess.TimeoutExpired:
         raise EngineCallError(f"{cmd[3]} did not finish within {TIMEOUT_S:.0f} s") from None
 

@@ -17,14 +17,15 @@ KEEL_ERROR_BASE = -32100
 
 
 def rpc_error(exc: KeelError) -> JsonRpcException:
-    return JsonRpcException(message=exc.message, code=KEEL_ERROR_BASE - int(exc.code),
-                            data={"keelCode": int(exc.code), "keelError": exc.code.name})
+    return JsonRpcException(
+        message=exc.message,
+        code=KEEL_ERROR_BASE - int(exc.code),
+        data={"keelCode": int(exc.code), "keelError": exc.code.name},
+    )
 
 
 def invalid(message: str) -> JsonRpcInvalidParams:
     return JsonRpcInvalidParams(message=message)
-
-
 
 
 def arg_str(name: str, args: Sequence[Any], index: int, what: str, *, required: bool = True) -> str | None:

@@ -102,8 +102,9 @@ class KeelServer(LanguageServer):
     def start_watching(self) -> None:
         poll_ms = self.options.get("pollMs", 50)
         poll_s = max(0.005, float(poll_ms) / 1000) if isinstance(poll_ms, int | float) else 0.05
-        self.watcher = StoreWatcher(self.store_path, asyncio.get_running_loop(), self.hub, poll_s=poll_s,
-                                    opener=self.store)
+        self.watcher = StoreWatcher(
+            self.store_path, asyncio.get_running_loop(), self.hub, poll_s=poll_s, opener=self.store
+        )
         self.watcher.start()
 
     def changed(self) -> None:

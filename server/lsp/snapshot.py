@@ -93,12 +93,19 @@ def _view(txn: Txn, record: MissionRecord) -> MissionView:
     marks: dict[str, UnitMark] = manifest.units if manifest is not None else {}
     units = tuple(_unit(spec, marks.get(spec.id)) for spec in graph)
     pending = any(c.action == "answer" for _, c in m.controls_after(txn, record.id, record.control_seen))
-    return MissionView(record=record, units=units, head=digest, events_seq=txn.last_seq(DB.EVENTS, prefix),
-                       points=txn.last_seq(DB.POINTS, prefix), pending_answer=pending)
+    return MissionView(
+        record=record,
+        units=units,
+        head=digest,
+        events_seq=txn.last_seq(DB.EVENTS, prefix),
+        points=txn.last_seq(DB.POINTS, prefix),
+        pending_answer=pending,
+    )
 
 
 def _unit(spec: UnitSpec, mark: UnitMark | None) -> UnitView:
     if mark is None:
         return UnitView(id=spec.id, title=spec.title, state=UnitState.PENDING, after=spec.after)
-    return UnitView(id=spec.id, title=spec.title, state=mark.state, after=spec.after, attempts=mark.attempts,
-                    error=mark.error)
+    return UnitView(
+        id=spec.id, title=spec.title, state=mark.state, after=spec.after, attempts=mark.attempts, error=mark.error
+    )

@@ -59,15 +59,23 @@ class MissionHub:
             try:
                 listener(old, view)
             except Exception:  # one failing feature must not stop the others
-                log.exception("mission listener %s failed on %s", getattr(listener, "__qualname__", listener),
-                              view.record.id)
+                log.exception(
+                    "mission listener %s failed on %s", getattr(listener, "__qualname__", listener), view.record.id
+                )
 
 
 class StoreWatcher:
     """Polls `txn_id()` every `poll_s` in its own thread; opens the store once it exists."""
 
-    def __init__(self, path: Path, loop: asyncio.AbstractEventLoop, hub: MissionHub, *,
-                 poll_s: float = 0.05, opener: Callable[[], Store | None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        loop: asyncio.AbstractEventLoop,
+        hub: MissionHub,
+        *,
+        poll_s: float = 0.05,
+        opener: Callable[[], Store | None],
+    ) -> None:
         self.path = path
         self._loop = loop
         self._hub = hub

@@ -40,8 +40,9 @@ class _Lines:
         self.stream, self.executor = stream, executor
 
     async def line(self) -> bytes:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, self.stream.readline,
-                                                                MAX_HEADER_LINE + 1)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.stream.readline, MAX_HEADER_LINE + 1
+        )
 
     async def exactly(self, n: int) -> bytes:
         return await asyncio.get_running_loop().run_in_executor(self.executor, self._read, n)
@@ -56,8 +57,9 @@ class _Lines:
         return data
 
 
-async def serve(stop: threading.Event, stream: BinaryIO, protocol: Any,
-                executor: ThreadPoolExecutor | None = None) -> None:
+async def serve(
+    stop: threading.Event, stream: BinaryIO, protocol: Any, executor: ThreadPoolExecutor | None = None
+) -> None:
     """Read framed messages until end of stream (or `stop`) and hand each to pygls' protocol."""
     lines = _Lines(stream, executor)
     pending: bytes | None = None  # a Content-Length line found while skipping garbage
@@ -69,10 +71,15 @@ async def serve(stop: threading.Event, stream: BinaryIO, protocol: Any,
         if length is None:
             continue
         if length > MAX_MESSAGE_BYTES:
-            log.warning("keel serve: a message claims %d bytes, over the limit of %d; skipped", length,
-                        MAX_MESSAGE_BYTES)
-            _error(protocol, None, INVALID_REQUEST,
-                   f"message of {length} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes")
+            log.warning(
+                "keel serve: a message claims %d bytes, over the limit of %d; skipped", length, MAX_MESSAGE_BYTES
+            )
+            _error(
+                protocol,
+                None,
+                INVALID_REQUEST,
+                f"message of {length} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes",
+            )
             pending = await _resync(lines)
             if pending is None:
                 return
@@ -119,8 +126,7 @@ async def _header_block(lines: _Lines, first: bytes | None) -> tuple[int | None,
             else:
                 problem = f"Content-Length {raw[:40]!r} is not a number"
     if length is None:
-        log.warning("keel serve: a header block without a usable Content-Length (%s); skipped",
-                    problem or "none given")
+        log.warning("keel serve: a header block without a usable Content-Length (%s); skipped", problem or "none given")
     return length, False
 
 

@@ -30,13 +30,18 @@ def messages_url(base_url: str) -> str:
 
 def request_body(provider: ProviderConfig, params: ModelCompleteParams) -> dict[str, Any]:
     system = [str(m.get("content") or "") for m in params.messages if m.get("role") == "system"]
-    body: dict[str, Any] = {"model": provider.model, "max_tokens": params.max_tokens or provider.max_output_tokens,
-                            "messages": convert_messages(params.messages)}
+    body: dict[str, Any] = {
+        "model": provider.model,
+        "max_tokens": params.max_tokens or provider.max_output_tokens,
+        "messages": convert_messages(params.messages),
+    }
     if system:
         body["system"] = "\n\n".join(system)
     if params.tools:
-        body["tools"] = [{"name": t.name, "description": t.description,
-                          "input_schema": t.parameters or {"type": "object"}} for t in params.tools]
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters or {"type": "object"}}
+            for t in params.tools
+        ]
     if params.temperature is not None:
         body["temperature"] = params.temperature
     if provider.stream:
@@ -52,15 +57,26 @@ def convert_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if role == "system":
             continue
         if role == "tool":
-            blocks = [{"type": "tool_result", "tool_use_id": str(m.get("tool_call_id", "")),
-                       "content": str(m.get("content") or "")}]
+            blocks = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": str(m.get("tool_call_id", "")),
+                    "content": str(m.get("content") or ""),
+                }
+            ]
             role = "user"
         else:
             blocks = _content_blocks(m.get("content"))
             for call in m.get("tool_calls") or []:
                 function = call.get("function") or {}
-                blocks.append({"type": "tool_use", "id": call.get("id", ""), "name": function.get("name", ""),
-                               "input": _arguments(function.get("arguments"))})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id", ""),
+                        "name": function.get("name", ""),
+                        "input": _arguments(function.get("arguments")),
+                    }
+                )
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -96,39 +112,55 @@ def _arguments(raw: Any) -> Any:
     return raw or {}
 
 
-async def complete(client: httpx.AsyncClient, provider: ProviderConfig, base_url: str, key: str | None,
-                   params: ModelCompleteParams) -> ModelCompleteResult:
+async def complete(
+    client: httpx.AsyncClient, provider: ProviderConfig, base_url: str, key: str | None, params: ModelCompleteParams
+) -> ModelCompleteResult:
     url = messages_url(base_url)
     headers = {"anthropic-version": API_VERSION}
     if key:
         headers["x-api-key"] = key
     body = request_body(provider, params)
     if provider.stream:
+
         async def parse(events: AsyncIterator[SseEvent]) -> ModelCompleteResult:
             return await _assemble(url, provider, events)
+
         result: ModelCompleteResult = await post(client, url, headers, body, parse)
         return result
     data = await post(client, url, headers, body)
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise AttemptFailure(FailureKind.SERVER_ERROR, f"{url}: answer has no content list")
     usage = data.get("usage") or {}
-    return _result(provider, data["content"], str(data.get("model") or provider.model),
-                   str(data.get("stop_reason") or ""), usage)
+    return _result(
+        provider, data["content"], str(data.get("model") or provider.model), str(data.get("stop_reason") or ""), usage
+    )
 
 
-def _result(provider: ProviderConfig, blocks: list[dict[str, Any]], model: str, stop: str,
-            usage: dict[str, Any]) -> ModelCompleteResult:
+def _result(
+    provider: ProviderConfig, blocks: list[dict[str, Any]], model: str, stop: str, usage: dict[str, Any]
+) -> ModelCompleteResult:
     text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-    calls = [{"id": b.get("id", ""), "type": "function",
-              "function": {"name": b.get("name", ""), "arguments": json.dumps(b.get("input") or {})}}
-             for b in blocks if b.get("type") == "tool_use"]
+    calls = [
+        {
+            "id": b.get("id", ""),
+            "type": "function",
+            "function": {"name": b.get("name", ""), "arguments": json.dumps(b.get("input") or {})},
+        }
+        for b in blocks
+        if b.get("type") == "tool_use"
+    ]
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if calls:
         message["tool_calls"] = calls
-    return ModelCompleteResult(message=message, model=model, provider=provider.name,
-                               finish_reason=_STOP.get(stop, stop),
-                               usage=Usage(prompt_tokens=int(usage.get("input_tokens") or 0),
-                                           completion_tokens=int(usage.get("output_tokens") or 0)))
+    return ModelCompleteResult(
+        message=message,
+        model=model,
+        provider=provider.name,
+        finish_reason=_STOP.get(stop, stop),
+        usage=Usage(
+            prompt_tokens=int(usage.get("input_tokens") or 0), completion_tokens=int(usage.get("output_tokens") or 0)
+        ),
+    )
 
 
 async def _assemble(url: str, provider: ProviderConfig, events: AsyncIterator[SseEvent]) -> ModelCompleteResult:

@@ -118,8 +118,9 @@ def load_provider_config(workspace: Path, user_config: Path | None = None) -> Pr
         providers.update({p.name: p for p in parsed})
         network.update(raw_network)
         sources.append(str(path))
-    return ProviderSettings(providers=tuple(providers.values()),
-                            network=msgspec.convert(network, NetworkConfig), sources=tuple(sources))
+    return ProviderSettings(
+        providers=tuple(providers.values()), network=msgspec.convert(network, NetworkConfig), sources=tuple(sources)
+    )
 
 
 def parse_provider_file(data: bytes, filename: str) -> tuple[list[ProviderConfig], dict[str, Any]]:
@@ -132,8 +133,10 @@ def parse_provider_file(data: bytes, filename: str) -> tuple[list[ProviderConfig
     except tomllib.TOMLDecodeError as exc:
         raise ProviderConfigError(f"{filename}: TOML syntax error: {exc}") from None
     if isinstance(doc.get("providers"), dict):
-        raise ProviderConfigError(f"{filename}:{locate_field(text, 'providers') or '?'}: providers: "
-                                  "write each provider as an [[providers]] table (an array), not [providers]")
+        raise ProviderConfigError(
+            f"{filename}:{locate_field(text, 'providers') or '?'}: providers: "
+            "write each provider as an [[providers]] table (an array), not [providers]"
+        )
     section = {key: doc[key] for key in _SECTIONS if key in doc}
     try:
         parsed = msgspec.convert(section, _File)
@@ -148,8 +151,10 @@ def _field_error(detail: str, filename: str, text: str) -> ProviderConfigError:
     # msgspec says e.g. "Expected `int`, got `str` - at `$.providers[1].capabilities.context_window`"
     message, _, where = detail.partition(" - at ")
     path = where.strip("`").removeprefix("$").lstrip(".")
-    for pattern, meaning in ((r"Object contains unknown field `(\w+)`", "unknown key"),
-                             (r"Object missing required field `(\w+)`", "required key is missing")):
+    for pattern, meaning in (
+        (r"Object contains unknown field `(\w+)`", "unknown key"),
+        (r"Object missing required field `(\w+)`", "required key is missing"),
+    ):
         found = re.match(pattern, message)
         if found:
             path, message = (f"{path}.{found.group(1)}" if path else found.group(1)), meaning
@@ -168,11 +173,19 @@ def _check(parsed: _File, raw_network: dict[str, Any], filename: str, text: str)
     for index, p in enumerate(parsed.providers):
         where = f"providers[{index}]"
         if not _NAME.match(p.name):
-            raise _error(filename, text, f"{where}.name", f"{p.name!r} is not a valid provider name "
-                         "(letters, digits, _ . -; max 64)")
+            raise _error(
+                filename,
+                text,
+                f"{where}.name",
+                f"{p.name!r} is not a valid provider name (letters, digits, _ . -; max 64)",
+            )
         if p.name in seen:
-            raise _error(filename, text, f"{where}.name",
-                         f"duplicate provider name {p.name!r} (first used by providers[{seen[p.name]}])")
+            raise _error(
+                filename,
+                text,
+                f"{where}.name",
+                f"duplicate provider name {p.name!r} (first used by providers[{seen[p.name]}])",
+            )
         seen[p.name] = index
         if not p.model:
             raise _error(filename, text, f"{where}.model", "the model name is empty")
@@ -180,8 +193,12 @@ def _check(parsed: _File, raw_network: dict[str, Any], filename: str, text: str)
             raise _error(filename, text, f"{where}.endpoints", "at least one [[providers.endpoints]] is needed")
         for number, endpoint in enumerate(p.endpoints):
             if not re.match(r"^https?://[^/\s]+", endpoint.url):
-                raise _error(filename, text, f"{where}.endpoints[{number}].url",
-                             f"{endpoint.url!r} is not an http:// or https:// URL")
+                raise _error(
+                    filename,
+                    text,
+                    f"{where}.endpoints[{number}].url",
+                    f"{endpoint.url!r} is not an http:// or https:// URL",
+                )
         if p.capabilities.context_window <= 0:
             raise _error(filename, text, f"{where}.capabilities.context_window", "must be positive")
         if p.cost.input_per_mtok < 0 or p.cost.output_per_mtok < 0:

@@ -90,8 +90,13 @@ PERSISTENT = frozenset({FailureKind.DNS, FailureKind.TLS, FailureKind.AUTH, Fail
 class EndpointTracker:
     """The live health of one endpoint; `on_change(tracker)` runs after every change worth persisting."""
 
-    def __init__(self, health: EndpointHealth, network: NetworkConfig,
-                 emit: Callable[[ProviderEvent], None], on_change: Callable[[EndpointTracker], None]) -> None:
+    def __init__(
+        self,
+        health: EndpointHealth,
+        network: NetworkConfig,
+        emit: Callable[[ProviderEvent], None],
+        on_change: Callable[[EndpointTracker], None],
+    ) -> None:
         self.health = health
         self._network = network
         self._emit = emit
@@ -120,8 +125,12 @@ class EndpointTracker:
             return
         now = time.time() if now is None else now
         failures = self.health.consecutive_failures + 1
-        self._update(consecutive_failures=failures, last_error=failure.message,
-                     last_error_kind=failure.kind.value, last_error_at=now)
+        self._update(
+            consecutive_failures=failures,
+            last_error=failure.message,
+            last_error_kind=failure.kind.value,
+            last_error_at=now,
+        )
         n = self._network
         if failure.kind in PERSISTENT:
             self._update(cooldown_until=now + n.down_cooldown_s)
@@ -161,7 +170,16 @@ class EndpointTracker:
             raise InvalidTransitionError(f"endpoint {self.name} cannot go from {old.value} to {new.value}")
         self._update(state=new)
         log.info("endpoint %s: %s -> %s (%s)", self.name, old.value, new.value, reason)
-        self._emit(ProviderEvent(kind="health", at=time.time(), provider=self.health.provider,
-                                 endpoint=self.health.endpoint, model=self.health.model, reason=reason,
-                                 old_state=old.value, new_state=new.value))
+        self._emit(
+            ProviderEvent(
+                kind="health",
+                at=time.time(),
+                provider=self.health.provider,
+                endpoint=self.health.endpoint,
+                model=self.health.model,
+                reason=reason,
+                old_state=old.value,
+                new_state=new.value,
+            )
+        )
         return True

@@ -21,9 +21,17 @@ from keel.server.providers.wire import SseEvent, load_event, post, stream_cut
 def request_body(provider: ProviderConfig, params: ModelCompleteParams) -> dict[str, Any]:
     body: dict[str, Any] = {"model": provider.model, "messages": params.messages}
     if params.tools:
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                           "parameters": t.parameters or {"type": "object"}}}
-                         for t in params.tools]
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters or {"type": "object"},
+                },
+            }
+            for t in params.tools
+        ]
     if params.max_tokens is not None:
         body["max_tokens"] = params.max_tokens
     if params.temperature is not None:
@@ -34,14 +42,17 @@ def request_body(provider: ProviderConfig, params: ModelCompleteParams) -> dict[
     return body
 
 
-async def complete(client: httpx.AsyncClient, provider: ProviderConfig, base_url: str, key: str | None,
-                   params: ModelCompleteParams) -> ModelCompleteResult:
+async def complete(
+    client: httpx.AsyncClient, provider: ProviderConfig, base_url: str, key: str | None, params: ModelCompleteParams
+) -> ModelCompleteResult:
     url = base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = request_body(provider, params)
     if provider.stream:
+
         async def parse(events: AsyncIterator[SseEvent]) -> ModelCompleteResult:
             return await _assemble(url, provider, events)
+
         result: ModelCompleteResult = await post(client, url, headers, body, parse)
         return result
     data = await post(client, url, headers, body)
@@ -55,10 +66,16 @@ def _from_json(url: str, provider: ProviderConfig, data: Any) -> ModelCompleteRe
     except (KeyError, IndexError, TypeError):
         raise AttemptFailure(FailureKind.SERVER_ERROR, f"{url}: answer has no choices[0].message") from None
     usage = data.get("usage") or {}
-    return ModelCompleteResult(message=message, model=str(data.get("model") or provider.model),
-                               provider=provider.name, finish_reason=str(choice.get("finish_reason") or ""),
-                               usage=Usage(prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                                           completion_tokens=int(usage.get("completion_tokens") or 0)))
+    return ModelCompleteResult(
+        message=message,
+        model=str(data.get("model") or provider.model),
+        provider=provider.name,
+        finish_reason=str(choice.get("finish_reason") or ""),
+        usage=Usage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        ),
+    )
 
 
 async def _assemble(url: str, provider: ProviderConfig, events: AsyncIterator[SseEvent]) -> ModelCompleteResult:
@@ -76,8 +93,9 @@ async def _assemble(url: str, provider: ProviderConfig, events: AsyncIterator[Ss
         model = str(chunk.get("model") or model)
         if chunk.get("usage"):
             u = chunk["usage"]
-            usage = Usage(prompt_tokens=int(u.get("prompt_tokens") or 0),
-                          completion_tokens=int(u.get("completion_tokens") or 0))
+            usage = Usage(
+                prompt_tokens=int(u.get("prompt_tokens") or 0), completion_tokens=int(u.get("completion_tokens") or 0)
+            )
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("content"):
@@ -90,8 +108,7 @@ async def _assemble(url: str, provider: ProviderConfig, events: AsyncIterator[Ss
     message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content or not calls else None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return ModelCompleteResult(message=message, model=model, provider=provider.name, finish_reason=finish,
-                               usage=usage)
+    return ModelCompleteResult(message=message, model=model, provider=provider.name, finish_reason=finish, usage=usage)
 
 
 def _merge_call(target: dict[str, Any], delta: dict[str, Any]) -> None:

@@ -36,16 +36,19 @@ def unmet(provider: ProviderConfig, require: Requirements, needs_tools: bool = F
 
 def ordered(providers: tuple[ProviderConfig, ...], policy: ModelPolicy) -> list[ProviderConfig]:
     """Providers in the order the policy prefers them."""
+
     def rank(p: ProviderConfig) -> int:
         for index, name in enumerate(policy.prefer):
             if name in (p.name, p.model, f"{p.name}/{p.model}"):
                 return index
         return len(policy.prefer)
+
     return sorted(providers, key=rank)  # stable: configuration order among equals
 
 
-def candidates(providers: tuple[ProviderConfig, ...], policy: ModelPolicy,
-               needs_tools: bool = False) -> tuple[list[ProviderConfig], list[str]]:
+def candidates(
+    providers: tuple[ProviderConfig, ...], policy: ModelPolicy, needs_tools: bool = False
+) -> tuple[list[ProviderConfig], list[str]]:
     """(the providers that may serve a call, in order; why each other one may not)."""
     order = ordered(providers, policy)
     if policy.failover == "never":

@@ -42,14 +42,22 @@ def models_url(provider: ProviderConfig, base_url: str) -> str:
     return base_url.rstrip("/") + "/models"
 
 
-async def probe_endpoint(client: httpx.AsyncClient, provider: ProviderConfig, tracker: EndpointTracker,
-                         key: str | None, network: NetworkConfig) -> bool:
+async def probe_endpoint(
+    client: httpx.AsyncClient,
+    provider: ProviderConfig,
+    tracker: EndpointTracker,
+    key: str | None,
+    network: NetworkConfig,
+) -> bool:
     """True when the endpoint answers over HTTP; its health is updated either way."""
     url = models_url(provider, tracker.health.url)
     headers: dict[str, str] = {}
     if key:
-        headers = {"x-api-key": key, "anthropic-version": anthropic.API_VERSION} if provider.kind == "anthropic" \
+        headers = (
+            {"x-api-key": key, "anthropic-version": anthropic.API_VERSION}
+            if provider.kind == "anthropic"
             else {"Authorization": f"Bearer {key}"}
+        )
     timeout = httpx.Timeout(min(network.read_timeout_s, PROBE_READ_TIMEOUT_S), connect=network.connect_timeout_s)
     try:
         response = await client.get(url, headers=headers, timeout=timeout)
@@ -60,6 +68,7 @@ async def probe_endpoint(client: httpx.AsyncClient, provider: ProviderConfig, tr
     if kind is None:
         tracker.record_success()
     else:
-        tracker.record_failure(AttemptFailure(kind, redact(f"{url}: HTTP {response.status_code} on probe"),
-                                              status=response.status_code))
+        tracker.record_failure(
+            AttemptFailure(kind, redact(f"{url}: HTTP {response.status_code} on probe"), status=response.status_code)
+        )
     return True

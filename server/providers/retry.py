@@ -86,8 +86,13 @@ class AttemptFailure(Exception):
         return CLASSIFICATION[self.kind]
 
 
-_DNS_TEXT = ("name or service not known", "temporary failure in name resolution", "nodename nor servname",
-             "getaddrinfo failed", "no address associated with hostname")
+_DNS_TEXT = (
+    "name or service not known",
+    "temporary failure in name resolution",
+    "nodename nor servname",
+    "getaddrinfo failed",
+    "no address associated with hostname",
+)
 
 
 def classify_exception(exc: BaseException) -> FailureKind:
@@ -112,8 +117,14 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-_CONTEXT_TEXT = ("context_length_exceeded", "maximum context length", "context length", "prompt is too long",
-                 "too many tokens", "context window")
+_CONTEXT_TEXT = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "prompt is too long",
+    "too many tokens",
+    "context window",
+)
 
 
 def classify_response(status: int, body: Any) -> FailureKind | None:
@@ -180,8 +191,13 @@ class Backoff:
 BeforeRetry = Callable[[AttemptFailure, int, float], Awaitable[bool]]
 
 
-async def retry_call(attempt: Callable[[], Awaitable[T]], backoff: Backoff, *, retry_after_cap_s: float = 120.0,
-                     before_retry: BeforeRetry | None = None) -> T:
+async def retry_call(
+    attempt: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    *,
+    retry_after_cap_s: float = 120.0,
+    before_retry: BeforeRetry | None = None,
+) -> T:
     """Run `attempt` until it succeeds, fails with a non-retry kind, or the attempts are used up.
 
     `attempt` raises AttemptFailure for a classified failure; anything else propagates untouched

@@ -39,8 +39,14 @@ ADAPTERS = {"openai-compatible": openai.complete, "anthropic": anthropic.complet
 
 
 class ProviderRouter:
-    def __init__(self, config: ProviderSettings, policy: ModelPolicy, secrets: Secrets | None = None,
-                 on_event: Callable[[ProviderEvent], None] | None = None, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        config: ProviderSettings,
+        policy: ModelPolicy,
+        secrets: Secrets | None = None,
+        on_event: Callable[[ProviderEvent], None] | None = None,
+        store: Store | None = None,
+    ) -> None:
         self.config = config
         self.policy = policy
         self._secrets: Secrets = secrets if secrets is not None else KeyringSecrets()
@@ -48,26 +54,41 @@ class ProviderRouter:
         self._store = store
         n = config.network
         self._backoff = Backoff(n.base_delay_s, n.max_delay_s, n.max_attempts)
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(n.read_timeout_s, connect=n.connect_timeout_s),
-                                         follow_redirects=False)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(n.read_timeout_s, connect=n.connect_timeout_s), follow_redirects=False
+        )
         self._trackers: dict[str, list[EndpointTracker]] = {
-            p.name: [EndpointTracker(EndpointHealth(provider=p.name, endpoint=p.endpoint_id(i), url=e.url,
-                                                    model=p.model, updated_at=time.time()),
-                                     n, self._emit, self._persist) for i, e in enumerate(p.endpoints)]
-            for p in config.providers}
+            p.name: [
+                EndpointTracker(
+                    EndpointHealth(
+                        provider=p.name, endpoint=p.endpoint_id(i), url=e.url, model=p.model, updated_at=time.time()
+                    ),
+                    n,
+                    self._emit,
+                    self._persist,
+                )
+                for i, e in enumerate(p.endpoints)
+            ]
+            for p in config.providers
+        }
         self._probe = ProbeState(Backoff(n.probe_base_delay_s, n.probe_max_delay_s, max_attempts=1))
 
     # -- the public interface ---------------------------------------------------------------------
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         """Serve the call or raise OfflineError / PolicyPauseError / ProviderError (see docs/providers.md)."""
         if not self.config.providers:
-            raise PolicyPauseError("no providers are configured: add [[providers]] to .keel/config.toml "
-                                   "or ~/.config/keel/config.toml (see docs/providers.md)")
+            raise PolicyPauseError(
+                "no providers are configured: add [[providers]] to .keel/config.toml "
+                "or ~/.config/keel/config.toml (see docs/providers.md)"
+            )
         chosen, rejected = candidates(self.config.providers, self.policy, needs_tools=bool(params.tools))
         if not chosen:
-            raise PolicyPauseError("no configured model meets the mission's requirements"
-                                   + (" (failover = never)" if self.policy.failover == "never" else "")
-                                   + ": " + "; ".join(rejected))
+            raise PolicyPauseError(
+                "no configured model meets the mission's requirements"
+                + (" (failover = never)" if self.policy.failover == "never" else "")
+                + ": "
+                + "; ".join(rejected)
+            )
         failures: list[tuple[str, AttemptFailure]] = []
         larger_than = 0
         previous: tuple[EndpointTracker, AttemptFailure] | None = None
@@ -83,8 +104,9 @@ class ProviderRouter:
                     failures.append((tracker.name, failure))
                     previous = (tracker, failure)
                     if failure.action is Action.FAIL:
-                        raise ProviderError(f"{tracker.name} ({provider.model}) refused the request: "
-                                            f"{failure.message}") from None
+                        raise ProviderError(
+                            f"{tracker.name} ({provider.model}) refused the request: {failure.message}"
+                        ) from None
                     if failure.action is Action.FAILOVER_LARGER:
                         larger_than = max(larger_than, provider.capabilities.context_window)
                         break
@@ -99,8 +121,9 @@ class ProviderRouter:
         await self._probe.wait()
         chosen, _ = candidates(self.config.providers, self.policy)
         targets = [(p, t) for p in chosen for t in self._trackers[p.name]]
-        results = await asyncio.gather(*(probe_endpoint(self._client, p, t, self._key(p)[0], self.config.network)
-                                         for p, t in targets))
+        results = await asyncio.gather(
+            *(probe_endpoint(self._client, p, t, self._key(p)[0], self.config.network) for p, t in targets)
+        )
         return self._probe.record(any(results))
 
     def health_snapshot(self) -> list[EndpointHealth]:
@@ -110,8 +133,9 @@ class ProviderRouter:
         await self._client.aclose()
 
     # -- one endpoint -------------------------------------------------------------------------------
-    async def _call_endpoint(self, provider: ProviderConfig, tracker: EndpointTracker,
-                             params: ModelCompleteParams) -> ModelCompleteResult:
+    async def _call_endpoint(
+        self, provider: ProviderConfig, tracker: EndpointTracker, params: ModelCompleteParams
+    ) -> ModelCompleteResult:
         key, missing = self._key(provider)
         adapter = ADAPTERS[provider.kind]
         url = tracker.health.url
@@ -131,13 +155,23 @@ class ProviderRouter:
             if not tracker.available():
                 return False  # it just started cooling down: fail over instead of waiting here
             log.info("%s: attempt %d failed (%s); retrying in %.2fs", tracker.name, number, failure, wait)
-            self._emit(ProviderEvent(kind="retry", at=time.time(), provider=provider.name,
-                                     endpoint=tracker.health.endpoint, model=provider.model,
-                                     reason=failure.kind.value, attempt=number, delay_s=wait))
+            self._emit(
+                ProviderEvent(
+                    kind="retry",
+                    at=time.time(),
+                    provider=provider.name,
+                    endpoint=tracker.health.endpoint,
+                    model=provider.model,
+                    reason=failure.kind.value,
+                    attempt=number,
+                    delay_s=wait,
+                )
+            )
             return True
 
-        return await retry_call(attempt, self._backoff, retry_after_cap_s=self.config.network.retry_after_cap_s,
-                                before_retry=before_retry)
+        return await retry_call(
+            attempt, self._backoff, retry_after_cap_s=self.config.network.retry_after_cap_s, before_retry=before_retry
+        )
 
     def _key(self, provider: ProviderConfig) -> tuple[str | None, str]:
         return resolve_key(provider, self._secrets)
@@ -160,17 +194,28 @@ class ProviderRouter:
         if self.policy.failover == "never":
             return PolicyPauseError(f"the preferred model failed and failover = never: {detail}")
         if larger_than and failures and failures[-1][1].kind is FailureKind.CONTEXT_EXCEEDED:
-            return ProviderError(f"the prompt does not fit any eligible model's context window "
-                                 f"(largest tried: {larger_than} tokens): {detail}")
+            return ProviderError(
+                f"the prompt does not fit any eligible model's context window "
+                f"(largest tried: {larger_than} tokens): {detail}"
+            )
         return ProviderError(f"no candidate could serve the call: {detail}")
 
     def _failover(self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure) -> None:
         log.warning("failover %s -> %s (%s)", source.name, target.name, failure)
         source.note_failover(target.name, failure.kind.value)
-        self._emit(ProviderEvent(kind="failover", at=time.time(), provider=source.health.provider,
-                                 endpoint=source.health.endpoint, model=source.health.model,
-                                 reason=failure.kind.value, source=source.name, target=target.name,
-                                 target_model=target.health.model))
+        self._emit(
+            ProviderEvent(
+                kind="failover",
+                at=time.time(),
+                provider=source.health.provider,
+                endpoint=source.health.endpoint,
+                model=source.health.model,
+                reason=failure.kind.value,
+                source=source.name,
+                target=target.name,
+                target_model=target.health.model,
+            )
+        )
 
     def _mark_active(self, serving: EndpointTracker) -> None:
         for trackers in self._trackers.values():

@@ -24,7 +24,8 @@ NO_KEYRING_FIX = (
     "no usable OS keyring backend ({detail}). Fix: install and unlock a Secret Service "
     "(e.g. `apt-get install gnome-keyring dbus` and run inside a desktop session, or "
     "`dbus-run-session -- sh -c 'echo PASSWORD | gnome-keyring-daemon --unlock; keel ...'`), "
-    "or set `api_key_env = \"VARNAME\"` for the provider in .keel/config.toml and export the key in VARNAME")
+    'or set `api_key_env = "VARNAME"` for the provider in .keel/config.toml and export the key in VARNAME'
+)
 
 
 class Secrets(Protocol):

@@ -25,10 +25,18 @@ def provider_rows(settings: ProviderSettings, stored: list[EndpointHealth]) -> l
     for p in settings.providers:
         key_source = f"env {p.api_key_env}" if p.api_key_env else "keyring"
         for index, endpoint in enumerate(p.endpoints):
-            health = by_key.pop((p.name, p.endpoint_id(index)), None) or \
-                EndpointHealth(provider=p.name, endpoint=p.endpoint_id(index), url=endpoint.url, model=p.model)
-            rows.append(_row(health, configured=True, kind=p.kind, key=key_source,
-                             capabilities=msgspec.to_builtins(p.capabilities)))
+            health = by_key.pop((p.name, p.endpoint_id(index)), None) or EndpointHealth(
+                provider=p.name, endpoint=p.endpoint_id(index), url=endpoint.url, model=p.model
+            )
+            rows.append(
+                _row(
+                    health,
+                    configured=True,
+                    kind=p.kind,
+                    key=key_source,
+                    capabilities=msgspec.to_builtins(p.capabilities),
+                )
+            )
     rows += [_row(h, configured=False) for h in by_key.values()]
     return rows
 

@@ -28,8 +28,13 @@ T = TypeVar("T")
 SseEvent = tuple[str, str]  # (event name, data)
 
 
-async def post(client: httpx.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any],
-               parse_stream: Callable[[AsyncIterator[SseEvent]], Awaitable[T]] | None = None) -> T | Any:
+async def post(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    parse_stream: Callable[[AsyncIterator[SseEvent]], Awaitable[T]] | None = None,
+) -> T | Any:
     streaming = False
     try:
         async with client.stream("POST", url, headers=headers, json=body) as response:
@@ -70,8 +75,12 @@ def _http_failure(url: str, response: httpx.Response, raw: bytes) -> AttemptFail
     if isinstance(detail, dict):
         detail = detail.get("message") or detail
     retry_after = parse_retry_after(response.headers.get("retry-after"))
-    return AttemptFailure(kind, redact(f"{url}: HTTP {response.status_code}: {str(detail)[:300]}"),
-                          status=response.status_code, retry_after=retry_after)
+    return AttemptFailure(
+        kind,
+        redact(f"{url}: HTTP {response.status_code}: {str(detail)[:300]}"),
+        status=response.status_code,
+        retry_after=retry_after,
+    )
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[SseEvent]:

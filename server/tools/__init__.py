@@ -17,7 +17,8 @@ from keel.server.tools.readers import ListFiles, ReadFile, Search
 from keel.server.tools.shell import Run
 from keel.server.tools.writers import ApplyDiff, WriteFile
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (ReadFile(), ListFiles(), Search(), WriteFile(), ApplyDiff(),
-                                                        Run())}
+TOOLS: dict[str, Tool] = {
+    tool.name: tool for tool in (ReadFile(), ListFiles(), Search(), WriteFile(), ApplyDiff(), Run())
+}
 
 __all__ = ["TOOLS", "Reconciled", "Tool", "ToolClass", "ToolContext", "ToolError", "failure"]

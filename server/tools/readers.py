@@ -76,8 +76,10 @@ def _existing(ctx: ToolContext, rel: str) -> Path:
 
 class ReadFile(ReadOnlyTool):
     name = "read_file"
-    description = ("Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
-                   "inclusive). Large files are cut at max_bytes.")
+    description = (
+        "Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
+        "inclusive). Large files are cut at max_bytes."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -110,19 +112,26 @@ class ReadFile(ReadOnlyTool):
         if truncated:
             text = encoded[:cap].decode("utf-8", errors="ignore")
         last = min(end, len(lines)) if not truncated else start - 1 + text.count("\n")
-        return {"path": relative(ctx.sandbox, path), "content": text, "start_line": start, "end_line": last,
-                "total_lines": len(lines), "truncated": truncated}
+        return {
+            "path": relative(ctx.sandbox, path),
+            "content": text,
+            "start_line": start,
+            "end_line": last,
+            "total_lines": len(lines),
+            "truncated": truncated,
+        }
 
 
 class ListFiles(ReadOnlyTool):
     name = "list_files"
-    description = ("List files in the workspace (recursively) whose relative path matches a glob such as "
-                   "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.")
+    description = (
+        "List files in the workspace (recursively) whose relative path matches a glob such as "
+        "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "folder to list, relative to the workspace root",
-                     "default": "."},
+            "path": {"type": "string", "description": "folder to list, relative to the workspace root", "default": "."},
             "glob": {"type": "string", "default": "*"},
             "max_results": {"type": "integer", "minimum": 1, "maximum": LIST_MAX_RESULTS},
         },
@@ -147,8 +156,10 @@ class ListFiles(ReadOnlyTool):
 
 class Search(ReadOnlyTool):
     name = "search"
-    description = ("Search text files in the workspace for a regular expression (Python syntax); returns "
-                   "matching lines with their path and line number.")
+    description = (
+        "Search text files in the workspace for a regular expression (Python syntax); returns "
+        "matching lines with their path and line number."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {

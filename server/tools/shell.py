@@ -61,8 +61,13 @@ def command_env(ctx: ToolContext) -> dict[str, str]:
     PYTHONDONTWRITEBYTECODE: an edit that keeps a file's size within the same second leaves a stale
     .pyc that Python trusts, so a verification would test the old code (and __pycache__ would clutter
     the workspace diff)."""
-    return {"PATH": DEFAULT_PATH, "HOME": str(ctx.sandbox), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-            **ctx.env}
+    return {
+        "PATH": DEFAULT_PATH,
+        "HOME": str(ctx.sandbox),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        **ctx.env,
+    }
 
 
 def command_owner(mission_id: str, lane: str = "") -> str:
@@ -113,9 +118,11 @@ def _kill_group(pgid: int) -> None:
 class Run:
     name = "run"
     klass: ToolClass = "effectful"
-    description = ("Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
-                   "its output. Set verify=true when the command checks the work (tests, build, lint): the "
-                   "call then counts as passed only with exit code 0.")
+    description = (
+        "Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
+        "its output. Set verify=true when the command checks the work (tests, build, lint): the "
+        "call then counts as passed only with exit code 0."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -123,8 +130,11 @@ class Run:
             "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
             "timeout_s": {"type": "number", "exclusiveMinimum": 0},
             "verify": {"type": "boolean", "default": False},
-            "idempotent": {"type": "boolean", "default": False,
-                           "description": "running the command twice has the same effect as once"},
+            "idempotent": {
+                "type": "boolean",
+                "default": False,
+                "description": "running the command twice has the same effect as once",
+            },
         },
         "required": ["cmd"],
         "additionalProperties": False,
@@ -137,14 +147,21 @@ class Run:
         cwd = resolve(ctx.sandbox, arg(args, "cwd", str, "."))
         if not cwd.is_dir():
             raise ToolError(f"cwd {args.get('cwd')!r} is not a folder in the sandbox")
-        return {"cmd": cmd, "cwd": relative(ctx.sandbox, cwd) or ".", "verify": arg(args, "verify", bool, False),
-                "idempotent": arg(args, "idempotent", bool, False)}
+        return {
+            "cmd": cmd,
+            "cwd": relative(ctx.sandbox, cwd) or ".",
+            "verify": arg(args, "verify", bool, False),
+            "idempotent": arg(args, "idempotent", bool, False),
+        }
 
     def reconcile(self, ctx: ToolContext, preview: dict[str, Any]) -> Reconciled:
         if preview.get("idempotent"):
             return Reconciled(done=False, reason="the command is marked idempotent: running it again is safe")
-        return Reconciled(done=None, reason=f"command {preview['cmd']!r} may or may not have run; its effects "
-                                            "cannot be read back from the sandbox")
+        return Reconciled(
+            done=None,
+            reason=f"command {preview['cmd']!r} may or may not have run; its effects "
+            "cannot be read back from the sandbox",
+        )
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
         try:
@@ -159,9 +176,16 @@ class Run:
     async def _execute(self, ctx: ToolContext, intent: dict[str, Any], limit: float) -> ToolRunResult:
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", intent["cmd"], cwd=ctx.sandbox.resolve() / intent["cwd"], env=command_env(ctx),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
+            "/bin/sh",
+            "-c",
+            intent["cmd"],
+            cwd=ctx.sandbox.resolve() / intent["cwd"],
+            env=command_env(ctx),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
         out, err = _Tail(OUTPUT_TAIL_BYTES), _Tail(OUTPUT_TAIL_BYTES)
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
@@ -175,13 +199,24 @@ class Run:
             await proc.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(readers, _DRAIN_S)
-        output = {"cmd": intent["cmd"], "cwd": intent["cwd"], "exit_code": proc.returncode, "timed_out": timed_out,
-                  "duration_s": round(time.monotonic() - started, 3), "stdout": out.text(), "stderr": err.text(),
-                  "stdout_dropped_bytes": out.dropped, "stderr_dropped_bytes": err.dropped,
-                  "verify": intent["verify"]}
+        output = {
+            "cmd": intent["cmd"],
+            "cwd": intent["cwd"],
+            "exit_code": proc.returncode,
+            "timed_out": timed_out,
+            "duration_s": round(time.monotonic() - started, 3),
+            "stdout": out.text(),
+            "stderr": err.text(),
+            "stdout_dropped_bytes": out.dropped,
+            "stderr_dropped_bytes": err.dropped,
+            "verify": intent["verify"],
+        }
         if proc.returncode != 0 and not timed_out and nearly_full(ctx.sandbox):
-            raise disk_full(ctx.sandbox, f"command {intent['cmd'][:80]!r} exited with code {proc.returncode} "
-                                         f"while that filesystem is full", "the sandbox")
+            raise disk_full(
+                ctx.sandbox,
+                f"command {intent['cmd'][:80]!r} exited with code {proc.returncode} while that filesystem is full",
+                "the sandbox",
+            )
         if timed_out:
             error = f"command timed out after {limit:g} s; its process group was killed"
         elif intent["verify"] and proc.returncode != 0:

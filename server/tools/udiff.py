@@ -75,16 +75,20 @@ def _read_hunk(lines: list[str], i: int, patch: FilePatch) -> int:
     i += 1
     while old_left > 0 or new_left > 0:
         if i >= len(lines) or lines[i].startswith("@@"):
-            raise DiffError(f"{patch.path}: hunk {number} ({hunk.header}) ends early: {old_left} old and "
-                            f"{new_left} new lines still expected by its header")
+            raise DiffError(
+                f"{patch.path}: hunk {number} ({hunk.header}) ends early: {old_left} old and "
+                f"{new_left} new lines still expected by its header"
+            )
         line = lines[i].rstrip("\n").removesuffix("\r")
         op, text = (line[0], line[1:]) if line else (" ", "")
         if op == "\\":
             i += 1
             continue
         if op not in " -+":
-            raise DiffError(f"{patch.path}: hunk {number} ({hunk.header}) has a line that starts with neither "
-                            f"' ', '-' nor '+': {line[:80]!r}")
+            raise DiffError(
+                f"{patch.path}: hunk {number} ({hunk.header}) has a line that starts with neither "
+                f"' ', '-' nor '+': {line[:80]!r}"
+            )
         hunk.lines.append((op, text))
         old_left -= op != "+"
         new_left -= op != "-"
@@ -143,8 +147,10 @@ def _locate(lines: list[str], hunk: Hunk, floor: int, path: str, number: int) ->
         if got != want:
             detail = f"line {expected + k + 1} is {got[:80]!r} but the hunk expects {want[:80]!r}"
             break
-    raise DiffError(f"{path}: hunk {number} ({hunk.header}) does not apply: {detail}; "
-                    "its context was not found anywhere else in the file either")
+    raise DiffError(
+        f"{path}: hunk {number} ({hunk.header}) does not apply: {detail}; "
+        "its context was not found anywhere else in the file either"
+    )
 
 
 def apply(text: str, patch: FilePatch) -> str:
@@ -176,8 +182,9 @@ def apply(text: str, patch: FilePatch) -> str:
 def make(path: str, before: str | None, after: str | None) -> str:
     """A unified diff of one file from `before` to `after` (None = the file does not exist)."""
     old, new = (before or "").splitlines(keepends=True), (after or "").splitlines(keepends=True)
-    lines = difflib.unified_diff(old, new, DEV_NULL if before is None else f"a/{path}",
-                                 DEV_NULL if after is None else f"b/{path}")
+    lines = difflib.unified_diff(
+        old, new, DEV_NULL if before is None else f"a/{path}", DEV_NULL if after is None else f"b/{path}"
+    )
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

@@ -133,8 +133,10 @@ def reconcile_files(ctx: ToolContext, files: dict[str, dict[str, str | None]]) -
 class WriteFile:
     name = "write_file"
     klass: ToolClass = "effectful"
-    description = ("Create or replace a whole file in the workspace with the given content (parent folders "
-                   "are created). Returns the unified diff of the change.")
+    description = (
+        "Create or replace a whole file in the workspace with the given content (parent folders "
+        "are created). Returns the unified diff of the change."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
@@ -149,8 +151,13 @@ class WriteFile:
         rel = normalize(arg(args, "path", str))
         after = arg(args, "content", str).encode()
         before = current(ctx, rel)
-        return {"path": rel, "before": _digest(before), "after": digest_bytes(after), "bytes": len(after),
-                "diff": udiff.make(rel, _text(before), after.decode())}
+        return {
+            "path": rel,
+            "before": _digest(before),
+            "after": digest_bytes(after),
+            "bytes": len(after),
+            "diff": udiff.make(rel, _text(before), after.decode()),
+        }
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
         try:
@@ -166,16 +173,25 @@ class WriteFile:
 
     @staticmethod
     def _result(intent: dict[str, Any]) -> ToolRunResult:
-        return ToolRunResult(ok=True, output={"path": intent["path"], "created": intent["before"] is None,
-                                              "bytes": intent["bytes"], "diff": intent["diff"]})
+        return ToolRunResult(
+            ok=True,
+            output={
+                "path": intent["path"],
+                "created": intent["before"] is None,
+                "bytes": intent["bytes"],
+                "diff": intent["diff"],
+            },
+        )
 
 
 class ApplyDiff:
     name = "apply_diff"
     klass: ToolClass = "effectful"
-    description = ("Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
-                   "Context lines must match the files; use /dev/null as the old name to create a file and as "
-                   "the new name to delete one. Either every file changes or none does.")
+    description = (
+        "Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
+        "Context lines must match the files; use /dev/null as the old name to create a file and as "
+        "the new name to delete one. Either every file changes or none does."
+    )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {"diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},

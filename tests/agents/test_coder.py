@@ -23,9 +23,14 @@ Step = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def calls(*items: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        for n, (name, args) in enumerate(items)]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for n, (name, args) in enumerate(items)
+        ],
+    }
 
 
 def say(text: str) -> dict[str, Any]:
@@ -81,13 +86,18 @@ def sandbox(tmp_path: Path) -> Path:
     return tmp_path
 
 
-UNIT = {"id": "fix-add", "kind": "code", "title": "Fix add", "params": {"task": "Make add() correct.",
-                                                                          "verify": "python check_calc.py"}}
+UNIT = {
+    "id": "fix-add",
+    "kind": "code",
+    "title": "Fix add",
+    "params": {"task": "Make add() correct.", "verify": "python check_calc.py"},
+}
 
 
 def test_tool_schemas_match_the_host_tools() -> None:
     assert [(s.name, s.description, s.parameters) for s in TOOL_SPECS] == [
-        (t.name, t.description, t.parameters) for t in TOOLS.values()]
+        (t.name, t.description, t.parameters) for t in TOOLS.values()
+    ]
 
 
 async def test_coder_reads_fixes_verifies_and_finishes(sandbox: Path) -> None:
@@ -99,8 +109,20 @@ async def test_coder_reads_fixes_verifies_and_finishes(sandbox: Path) -> None:
     assert result["answer"].startswith("Fixed add()") and result["steps"] == 4 and result["changed"] == ["calc.py"]
     assert [v["ok"] for v in result["verifications"]] == [True, True]  # the model's run and the unit's own check
     assert [m for m, _ in host.executed] == [
-        "model/complete", "tool/run", "state/save", "model/complete", "tool/run", "state/save",
-        "model/complete", "tool/run", "state/save", "model/complete", "tool/run", "state/save", "evidence/add"]
+        "model/complete",
+        "tool/run",
+        "state/save",
+        "model/complete",
+        "tool/run",
+        "state/save",
+        "model/complete",
+        "tool/run",
+        "state/save",
+        "model/complete",
+        "tool/run",
+        "state/save",
+        "evidence/add",
+    ]
     state = host.saved_state()
     assert state["done"] and state["step"] == 4 and len(state["messages"]) == 2 + 4 + 3  # system, user, 4 + 3 tools
     assert host.evidence[0]["data"] == {"steps": 4, "model": "scripted-model", "changed": ["calc.py"]}
@@ -119,11 +141,20 @@ async def test_coder_resumes_after_a_crash_without_spending_the_model_again(sand
 
 async def test_coder_reports_bad_calls_to_the_model_and_retries_failed_verification(sandbox: Path) -> None:
     def bad_calls(params: dict[str, Any]) -> dict[str, Any]:
-        return {"role": "assistant", "content": "trying", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "delete_everything", "arguments": "{}"}},
-            {"id": "b", "type": "function", "function": {"name": "read_file", "arguments": "{not json"}},
-            {"id": "c", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "/etc/passwd"}'}},
-            {"id": "d", "type": "function", "function": {"name": "read_file", "arguments": '{"name": "x"}'}}]}
+        return {
+            "role": "assistant",
+            "content": "trying",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "delete_everything", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "read_file", "arguments": "{not json"}},
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "/etc/passwd"}'},
+                },
+                {"id": "d", "type": "function", "function": {"name": "read_file", "arguments": '{"name": "x"}'}},
+            ],
+        }
 
     def premature_finish(params: dict[str, Any]) -> dict[str, Any]:
         errors = [json.loads(m["content"])["error"] for m in params["messages"][-4:]]

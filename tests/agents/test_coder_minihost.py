@@ -37,30 +37,42 @@ class AgentCrashed(Exception):
 
 
 class MiniHost:
-    def __init__(self, command: list[str], sandbox: Path, *, goal: str = "", model: Model | None = None,
-                 denied: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        sandbox: Path,
+        *,
+        goal: str = "",
+        model: Model | None = None,
+        denied: frozenset[str] = frozenset(),
+    ) -> None:
         self.command, self.sandbox, self.goal, self.model, self.denied = command, sandbox, goal, model, denied
         self.journal: list[tuple[str, str, Any]] = []  # (method, fingerprint, result)
         self.executed: list[tuple[str, Any]] = []  # requests run for real, in order
         self.replayed = 0
         self.evidence: list[dict[str, Any]] = []
         self.starts = 0
-        self.tool_ctx = ToolContext(sandbox=sandbox, timeout_s=30,
-                                    env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+        self.tool_ctx = ToolContext(
+            sandbox=sandbox, timeout_s=30, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+        )
 
     def saved_state(self) -> Any:
         saved = [result["state"] for method, _, result in self.journal if method == "state/save"]
         return saved[-1] if saved else None
 
-    async def run_unit(self, unit: dict[str, Any], *, crash_after: int | None = None, timeout: float = 30) -> Any:
+    async def run_unit(self, unit: dict[str, Any], *, crash_after: int | None = None, within: float = 30) -> Any:
         """Run one unit in a fresh agent process; with crash_after, SIGKILL the agent once that many
         requests have been executed for real in this start, and raise AgentCrashed."""
         self.starts += 1
         proc = await asyncio.create_subprocess_exec(
-            *self.command, cwd=self.sandbox, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.sandbox)})
+            *self.command,
+            cwd=self.sandbox,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.sandbox)},
+        )
         try:
-            return await asyncio.wait_for(self._session(proc, unit, crash_after), timeout)
+            return await asyncio.wait_for(self._session(proc, unit, crash_after), within)
         finally:
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -74,8 +86,9 @@ class MiniHost:
         def send(message: rpc.Message) -> None:
             stdin.write(frame(rpc.encode(message)))
 
-        init = ap.InitializeParams(protocol_version=ap.PROTOCOL_VERSION, mission_id="m-test", goal=self.goal,
-                                   sandbox=str(self.sandbox))
+        init = ap.InitializeParams(
+            protocol_version=ap.PROTOCOL_VERSION, mission_id="m-test", goal=self.goal, sandbox=str(self.sandbox)
+        )
         send(rpc.Request(method="initialize", id=1, params=msgspec.to_builtins(init)))
         run = {"unit": unit, "attempt": self.starts, "state": self.saved_state(), "replaying": bool(self.journal)}
         seq, real = 0, 0
@@ -127,8 +140,9 @@ class MiniHost:
         if method == "model/complete":
             assert self.model is not None, "this test scripted no model answers"
             message = self.model(params)
-            return msgspec.to_builtins(ap.ModelCompleteResult(message=message, model="scripted-model",
-                                                              provider="test", finish_reason="stop"))
+            return msgspec.to_builtins(
+                ap.ModelCompleteResult(message=message, model="scripted-model", provider="test", finish_reason="stop")
+            )
         if method == "evidence/add":
             self.evidence.append(params)
             return {}
@@ -153,8 +167,10 @@ async def test_node_example_agent_runs_and_replays(tmp_path: Path) -> None:
         await host.run_unit(unit, crash_after=2)  # dies after now + read_file were journaled
     (tmp_path / "a.txt").write_text("changed after the crash\n")
     result = await host.run_unit(unit)
-    assert result == {"result": {"mission": "m-test", "path": "a.txt", "lines": 3, "started_at": 1767225600.0},
-                      "summary": "a.txt: 3 lines"}  # the file as the journal saw it, not as it is now
+    assert result == {
+        "result": {"mission": "m-test", "path": "a.txt", "lines": 3, "started_at": 1767225600.0},
+        "summary": "a.txt: 3 lines",
+    }  # the file as the journal saw it, not as it is now
     assert host.replayed == 2 and [m for m, _ in host.executed] == ["now", "tool/run", "evidence/add", "state/save"]
     assert host.evidence == [{"kind": "note", "summary": "a.txt has 3 lines", "data": {"path": "a.txt", "lines": 3}}]
     assert host.saved_state() == {"counted": "a.txt"}

@@ -15,14 +15,20 @@ from keel.protocol.records import CheckpointManifest, MissionRecord
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_CONFIG_NOSYSTEM": "1"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 BINARY = bytes(range(256)) * 3
 
 
 def git(cwd: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV},
-                          timeout=60)
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV}, timeout=60
+    )
     assert proc.returncode == 0, f"git {args}: {proc.stderr}"
     return proc.stdout.strip()
 
@@ -52,8 +58,12 @@ def toml(value: Any) -> str:
 
 
 def write_mission(folder: Path, units: list[dict[str, Any]], workspace: str = "ws") -> Path:
-    lines = ["[mission]", 'name = "bundle-test"', 'agent = "python -m keel.agents.scripted"',
-             f"workspace = {toml(workspace)}"]
+    lines = [
+        "[mission]",
+        'name = "bundle-test"',
+        'agent = "python -m keel.agents.scripted"',
+        f"workspace = {toml(workspace)}",
+    ]
     for unit in units:
         lines += ["", "[[units]]"] + [f"{k} = {toml(v)}" for k, v in unit.items()]
     path = folder / "mission.toml"
@@ -61,11 +71,18 @@ def write_mission(folder: Path, units: list[dict[str, Any]], workspace: str = "w
     return path
 
 
-def keel(*args: str, store: Path, cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def keel(
+    *args: str, store: Path, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("KEEL_STORE", "KEEL_SIGNING_KEY")}
-    return subprocess.run([sys.executable, "-m", "keel.server.cli", *args, "--store", str(store)],
-                          capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**base, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", *args, "--store", str(store)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**base, **(env or {})},
+    )
 
 
 def ok(proc: subprocess.CompletedProcess[str], rc: int = 0) -> subprocess.CompletedProcess[str]:
@@ -97,8 +114,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30) -> None:
 
 def files(root: Path) -> dict[str, bytes]:
     """A sandbox's files (no .git), for comparing two runs."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
 
 
 def unit_results(store: Path, mission_id: str) -> dict[str, Any]:

@@ -30,19 +30,36 @@ from tests.bundles.kit import (
 )
 
 UNITS = [
-    {"id": "u1", "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "a.txt", "content": "alpha\n"}},
-        {"tool": "write_file", "args": {"path": "sub/b.py", "content": "x = 1\n"}},
-        {"tool": "run", "args": {"cmd": "rm old.txt && printf 'tail' >> data.bin"}},
-    ]}},
-    {"id": "u2", "after": ["u1"], "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "c.txt", "content": "gamma\n"}},
-        {"sleep": 1.5},
-        {"tool": "write_file", "args": {"path": "c2.txt", "content": "after the pause\n"}},
-    ]}},
-    {"id": "u3", "after": ["u2"], "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "d.txt", "content": "delta\n"}},
-    ]}},
+    {
+        "id": "u1",
+        "params": {
+            "steps": [
+                {"tool": "write_file", "args": {"path": "a.txt", "content": "alpha\n"}},
+                {"tool": "write_file", "args": {"path": "sub/b.py", "content": "x = 1\n"}},
+                {"tool": "run", "args": {"cmd": "rm old.txt && printf 'tail' >> data.bin"}},
+            ]
+        },
+    },
+    {
+        "id": "u2",
+        "after": ["u1"],
+        "params": {
+            "steps": [
+                {"tool": "write_file", "args": {"path": "c.txt", "content": "gamma\n"}},
+                {"sleep": 1.5},
+                {"tool": "write_file", "args": {"path": "c2.txt", "content": "after the pause\n"}},
+            ]
+        },
+    },
+    {
+        "id": "u3",
+        "after": ["u2"],
+        "params": {
+            "steps": [
+                {"tool": "write_file", "args": {"path": "d.txt", "content": "delta\n"}},
+            ]
+        },
+    },
 ]
 
 
@@ -62,16 +79,23 @@ def test_export_pause_import_resume_matches_uninterrupted_run(tmp_path: Path) ->
     # machine A: run, pause in the middle of u2
     a = tmp_path / "a"
     mission, _ = _start(a)
-    proc = subprocess.Popen([sys.executable, "-m", "keel.server.cli", "run", str(mission), "--json",
-                             "--store", str(a / "store")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel.server.cli", "run", str(mission), "--json", "--store", str(a / "store")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         mission_id = json.loads(proc.stdout.readline())["mission"]
 
         def u1_done() -> bool:
             manifest = head(a / "store", mission_id)
-            return manifest is not None and manifest.units.get("u1") is not None \
+            return (
+                manifest is not None
+                and manifest.units.get("u1") is not None
                 and manifest.units["u1"].state.value == "succeeded"
+            )
 
         wait_for(u1_done)
         ok(keel("pause", mission_id, "--wait", "20", store=a / "store"))

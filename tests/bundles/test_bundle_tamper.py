@@ -46,8 +46,7 @@ def target(tmp_path: Path) -> Path:
     return store
 
 
-def refused(tmp_path: Path, data: bytes, store: Path, *flags: str, key: str | None = KEY,
-            fresh: bool = True) -> str:
+def refused(tmp_path: Path, data: bytes, store: Path, *flags: str, key: str | None = KEY, fresh: bool = True) -> str:
     """Import through the CLI; it must fail with exit 5 and one line, and the store must be unchanged."""
     before = store_snapshot(store)
     path = tmp_path / "tampered.bundle"
@@ -62,8 +61,9 @@ def refused(tmp_path: Path, data: bytes, store: Path, *flags: str, key: str | No
     return lines[0]
 
 
-def repack(data: bytes, change: object, *, key: bytes | None = KEY.encode(),
-           workspace: b.WorkspaceSection | None = None) -> bytes:
+def repack(
+    data: bytes, change: object, *, key: bytes | None = KEY.encode(), workspace: b.WorkspaceSection | None = None
+) -> bytes:
     """Re-write a valid bundle with its record list changed by `change(list)`, correctly sealed and signed:
     only the bundle's own structure checks can catch what was done."""
     bundle = b.read_bundle(data, signing_key=KEY.encode(), allow_unsigned=True)
@@ -115,7 +115,7 @@ def test_dropped_record(tmp_path: Path, signed: bytes, target: Path, db: str) ->
         del records[index]
 
     message = refused(tmp_path, repack(signed, drop), target)
-    assert ("dropped" in message or "lacks" in message), message
+    assert "dropped" in message or "lacks" in message, message
 
 
 def test_reordered_records(tmp_path: Path, signed: bytes, target: Path) -> None:
@@ -126,8 +126,15 @@ def test_reordered_records(tmp_path: Path, signed: bytes, target: Path) -> None:
     assert "out of order" in refused(tmp_path, repack(signed, swap), target)
 
 
-@pytest.mark.parametrize("path,words", [("../evil", "leaves the workspace"), ("/etc/evil", "absolute"),
-                                        ("sub/../../evil", "leaves the workspace"), (".git/hooks/x", "git")])
+@pytest.mark.parametrize(
+    "path,words",
+    [
+        ("../evil", "leaves the workspace"),
+        ("/etc/evil", "absolute"),
+        ("sub/../../evil", "leaves the workspace"),
+        (".git/hooks/x", "git"),
+    ],
+)
 def test_unsafe_workspace_path(tmp_path: Path, signed: bytes, target: Path, path: str, words: str) -> None:
     bundle = b.read_bundle(signed, signing_key=KEY.encode(), allow_unsigned=True)
     ws = bundle.manifest.workspace

@@ -38,14 +38,27 @@ def _branch_and_more(txn: Txn, first: str) -> str:
     side_digest = txn.put_object(side)
     prefix = mission_prefix("m1")
     number = txn.last_seq(DB.POINTS, prefix) + 1
-    txn.put(DB.POINTS, log_key(prefix, number), RestorePoint(id=f"p{number}", mission_id="m1",
-                                                             checkpoint=side_digest, reason="side", created_at=1.0))
+    txn.put(
+        DB.POINTS,
+        log_key(prefix, number),
+        RestorePoint(id=f"p{number}", mission_id="m1", checkpoint=side_digest, reason="side", created_at=1.0),
+    )
     m.journal_put(txn, "m1", "u1", JournalEntry(seq=4, kind="now", fingerprint="f4", result=4))
     current = m.head_checkpoint(txn, "m1")
     assert current is not None
-    m.commit_checkpoint(txn, CheckpointManifest(
-        mission_id="m1", number=current.number + 1, reason="unit", created_at=time.time(),
-        parent=m.head(txn, "m1") or "", graph=current.graph, config=current.config, units=current.units))
+    m.commit_checkpoint(
+        txn,
+        CheckpointManifest(
+            mission_id="m1",
+            number=current.number + 1,
+            reason="unit",
+            created_at=time.time(),
+            parent=m.head(txn, "m1") or "",
+            graph=current.graph,
+            config=current.config,
+            units=current.units,
+        ),
+    )
     return side_digest
 
 
@@ -58,8 +71,7 @@ def test_gc_policy_keeps_chains_and_drops_the_rest(tmp_path: Path) -> None:
         store.write(lambda t: t.delete(DB.MISSIONS, b"gone"))  # a deleted mission leaves its records behind
         orphan = store.write(lambda t: t.put_blob(b"nobody refers to me"))
         store.write(lambda t: m.add_event(t, "m1", Event(kind="note", at=1.0)))
-    dry = json.loads(ok(keel("gc", "--keep-last", "1", "--keep", "p1", "--dry-run", "--json",
-                             store=store_path)).stdout)
+    dry = json.loads(ok(keel("gc", "--keep-last", "1", "--keep", "p1", "--dry-run", "--json", store=store_path)).stdout)
     assert dry["dry_run"] and dry["blobs_removed"] > 0
     report = json.loads(ok(keel("gc", "--keep-last", "1", "--keep", "p1", "--json", store=store_path)).stdout)
     assert sorted(report["points_dropped"]) == ["m1:p2", "m1:p3", "m1:p4"]
@@ -85,9 +97,13 @@ def test_gc_policy_keeps_chains_and_drops_the_rest(tmp_path: Path) -> None:
 
 def test_gc_after_a_real_mission_then_resume_from_the_store(tmp_path: Path) -> None:
     git_workspace(tmp_path / "ws")
-    units = [{"id": f"u{i}", "params": {"steps": [{"tool": "write_file",
-                                                   "args": {"path": f"f{i}.txt", "content": f"{i}\n"}}]}}
-             for i in range(3)]
+    units = [
+        {
+            "id": f"u{i}",
+            "params": {"steps": [{"tool": "write_file", "args": {"path": f"f{i}.txt", "content": f"{i}\n"}}]},
+        }
+        for i in range(3)
+    ]
     store_path = tmp_path / "store"
     ok(keel("run", str(write_mission(tmp_path, units)), "--plain", store=store_path))
     with Store.open(store_path, create=False) as store:

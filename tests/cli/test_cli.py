@@ -17,8 +17,14 @@ from tests.storage.test_verify import make_mission
 
 def keel(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
-    return subprocess.run([sys.executable, "-m", "keel.server.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**base, **(env or {})}, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, **(env or {})},
+        timeout=60,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -42,8 +48,9 @@ def test_verify_fresh_store_and_missing_store(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "0 problems" in proc.stdout, proc.stderr
     proc = keel("verify", "--store", str(tmp_path / "nothing"))
     assert proc.returncode == 6
-    assert one_line_error(proc) == (f"keel: no keel store at {tmp_path / 'nothing'} "
-                                    "(run a mission first, or pass --store DIR)")
+    assert one_line_error(proc) == (
+        f"keel: no keel store at {tmp_path / 'nothing'} (run a mission first, or pass --store DIR)"
+    )
     assert not (tmp_path / "nothing").exists()  # looking did not create anything
 
 
@@ -125,10 +132,17 @@ def test_garbage_data_file_is_a_clean_integrity_error(tmp_path: Path) -> None:
 def test_a_relative_store_reaches_the_workers_as_an_absolute_path(tmp_path: Path) -> None:
     """Workers run in their unit's sandbox: a relative --store must not be resolved there."""
     mission = tmp_path / "m.toml"
-    mission.write_text('[mission]\nname = "rel"\nagent = ["python", "-m", "keel.agents.scripted"]\n'
-                       'workspace = "ws"\n\n[[units]]\nid = "a"\nparams = { steps = [{ now = true }] }\n')
+    mission.write_text(
+        '[mission]\nname = "rel"\nagent = ["python", "-m", "keel.agents.scripted"]\n'
+        'workspace = "ws"\n\n[[units]]\nid = "a"\nparams = { steps = [{ now = true }] }\n'
+    )
     (tmp_path / "ws").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "run", "m.toml", "--store", "rel/store"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", "run", "m.toml", "--store", "rel/store"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "rel" / "store" / "data.mdb").exists()

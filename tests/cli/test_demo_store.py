@@ -18,8 +18,14 @@ from keel.storage import missions as m
 def test_demo_records_its_mission_in_the_given_store(tmp_path: Path) -> None:
     store = tmp_path / "demo-store"
     env = {k: v for k, v in os.environ.items() if k != "KEEL_STORE"}
-    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "demo", "--store", "demo-store"],
-                          capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", "demo", "--store", "demo-store"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env=env,
+    )
     kept = re.search(r"its sample repository stays at (\S+)", proc.stdout)
     try:
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -29,8 +35,13 @@ def test_demo_records_its_mission_in_the_given_store(tmp_path: Path) -> None:
         assert len(missions) == 1 and missions[0].state.value == "completed"
         assert f"the mission stays in store {store}" in proc.stdout
         assert kept and Path(kept.group(1)).is_dir() and (Path(kept.group(1)) / "test_shop.py").exists()
-        shown = subprocess.run([sys.executable, "-m", "keel.server.cli", "status", missions[0].id, "--json",
-                                "--store", str(store)], capture_output=True, text=True, timeout=60, env=env)
+        shown = subprocess.run(
+            [sys.executable, "-m", "keel.server.cli", "status", missions[0].id, "--json", "--store", str(store)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["mission"]["state"] == "completed"
         assert not (tmp_path / ".keel").exists()  # nothing went to the default store

@@ -28,21 +28,30 @@ SEEDS = range(24)
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     path = tmp_path_factory.mktemp("pristine") / "store"
     with Store.open(path) as store:
+
         def fill(t: object) -> None:
             txn = t  # type: ignore[assignment]
             for i in range(300):
                 txn.append(DB.EVENTS, mission_prefix("m1"), Event(kind="e" * 40, at=float(i), message="y" * 200))
-                txn.put(DB.JOURNAL, log_key(unit_prefix("m1", "u1"), i),
-                        JournalEntry(seq=i, kind="tool/run", fingerprint="f" * 64, result={"out": "b" * 300}))
+                txn.put(
+                    DB.JOURNAL,
+                    log_key(unit_prefix("m1", "u1"), i),
+                    JournalEntry(seq=i, kind="tool/run", fingerprint="f" * 64, result={"out": "b" * 300}),
+                )
                 txn.put_blob(bytes([i % 256]) * 3000)
+
         store.write(fill)  # type: ignore[arg-type]
     records = _verify(path)[1]["records"]
     return path, records
 
 
 def _verify(path: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
-    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "verify", "--json", "--store", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", "verify", "--json", "--store", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return proc, json.loads(proc.stdout) if proc.stdout else {}
 
 
@@ -53,12 +62,11 @@ def _damage(path: Path, seed: int) -> None:
     for _ in range(rnd.randint(1, 8)):  # pages 0 and 1 are LMDB's meta pages; the rest hold data
         offset = rnd.randrange(2, pages) * PAGE + rnd.randrange(PAGE)
         size = min(rnd.choice([1, 8, 64, PAGE]), len(data) - offset)
-        data[offset:offset + size] = rnd.randbytes(size)
+        data[offset : offset + size] = rnd.randbytes(size)
     (path / "data.mdb").write_bytes(bytes(data))
 
 
-def test_random_bytes_over_data_pages_never_crash_or_hang_verify(
-        pristine: tuple[Path, int], tmp_path: Path) -> None:
+def test_random_bytes_over_data_pages_never_crash_or_hang_verify(pristine: tuple[Path, int], tmp_path: Path) -> None:
     source, records = pristine
 
     def one(seed: int) -> tuple[int, int, str, dict[str, object]]:

@@ -42,7 +42,8 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_every_verb_on_a_truncated_store_exits_5_with_a_message(
-        finished: tuple[Path, str, str], tmp_path: Path, size: str) -> None:
+    finished: tuple[Path, str, str], tmp_path: Path, size: str
+) -> None:
     source, mission_id, point = finished
     store = tmp_path / "store"
     shutil.copytree(source, store)
@@ -53,8 +54,15 @@ def test_every_verb_on_a_truncated_store_exits_5_with_a_message(
     length = _last_used_page(data) * PAGE if size == "one page short" else int(size.rstrip("k")) * 1024
     with open(data, "r+b") as f:
         f.truncate(length)
-    verbs = [["missions"], ["status"], ["status", mission_id], ["points", mission_id], ["resume", mission_id],
-             ["restore", mission_id, point], ["verify"]]
+    verbs = [
+        ["missions"],
+        ["status"],
+        ["status", mission_id],
+        ["points", mission_id],
+        ["resume", mission_id],
+        ["restore", mission_id, point],
+        ["verify"],
+    ]
     for verb in verbs:
         proc = keel(*verb, store=store)
         assert proc.returncode == 5, f"keel {' '.join(verb)} on {length} bytes: exit {proc.returncode} {proc.stderr}"

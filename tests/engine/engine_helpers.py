@@ -33,10 +33,21 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
-def write_mission(folder: Path, units: list[dict[str, Any]], *, agent: str | list[str] = AGENT, name: str = "test",
-                  workspace: str = "ws", **mission: Any) -> Path:
-    lines = ["[mission]", f"name = {toml_value(name)}", f"agent = {toml_value(agent)}",
-             f"workspace = {toml_value(workspace)}"]
+def write_mission(
+    folder: Path,
+    units: list[dict[str, Any]],
+    *,
+    agent: str | list[str] = AGENT,
+    name: str = "test",
+    workspace: str = "ws",
+    **mission: Any,
+) -> Path:
+    lines = [
+        "[mission]",
+        f"name = {toml_value(name)}",
+        f"agent = {toml_value(agent)}",
+        f"workspace = {toml_value(workspace)}",
+    ]
     lines += [f"{k} = {toml_value(v)}" for k, v in mission.items() if not isinstance(v, dict)]
     for key, table in mission.items():
         if isinstance(table, dict):
@@ -49,19 +60,29 @@ def write_mission(folder: Path, units: list[dict[str, Any]], *, agent: str | lis
     return path
 
 
-def keel(*args: str, store: Path, timeout: float = 60, env: dict[str, str] | None = None,
-         check_rc: int | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", *args, "--store", str(store)],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def keel(
+    *args: str, store: Path, timeout: float = 60, env: dict[str, str] | None = None, check_rc: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", *args, "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     if check_rc is not None:
         assert proc.returncode == check_rc, f"keel {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
 def start_keel(*args: str, store: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "keel.server.cli", *args, "--store", str(store), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "keel.server.cli", *args, "--store", str(store), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def mission_id_of(proc: subprocess.Popen[str]) -> str:

@@ -24,9 +24,18 @@ __all__ = ["FaultServer", "delay", "error", "ok"]  # re-exported: tests import t
 KEY = "sk-wire-Hq3vLmP8tRz5Kd2W"  # a made-up key, only ever sent to 127.0.0.1
 KEY_VAR = "KEEL_WIRE_PROVIDER_PASS"  # not caught by the agent env's name filter: hidden by api_key_env alone
 NO_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
-FAST = {"connect_timeout_s": 0.5, "read_timeout_s": 5.0, "base_delay_s": 0.01, "max_delay_s": 0.05,
-        "max_attempts": 2, "failures_to_cool_down": 10, "cooldown_s": 0.2, "down_cooldown_s": 30.0,
-        "probe_base_delay_s": 0.05, "probe_max_delay_s": 0.2}
+FAST = {
+    "connect_timeout_s": 0.5,
+    "read_timeout_s": 5.0,
+    "base_delay_s": 0.01,
+    "max_delay_s": 0.05,
+    "max_attempts": 2,
+    "failures_to_cool_down": 10,
+    "cooldown_s": 0.2,
+    "down_cooldown_s": 30.0,
+    "probe_base_delay_s": 0.05,
+    "probe_max_delay_s": 0.2,
+}
 
 
 def write_config(workspace: Path, providers: list[dict[str, Any]], network: dict[str, Any] | None = None) -> Path:
@@ -42,8 +51,14 @@ def write_config(workspace: Path, providers: list[dict[str, Any]], network: dict
 
 def provider(name: str, server: FaultServer | str, **extra: Any) -> dict[str, Any]:
     url = server if isinstance(server, str) else server.url
-    return {"name": name, "kind": "openai-compatible", "model": f"{name}-model",
-            "capabilities": {"tools": True, "context_window": 32000}, "endpoints": [{"url": url}], **extra}
+    return {
+        "name": name,
+        "kind": "openai-compatible",
+        "model": f"{name}-model",
+        "capabilities": {"tools": True, "context_window": 32000},
+        "endpoints": [{"url": url}],
+        **extra,
+    }
 
 
 @pytest.fixture(name="faults")
@@ -75,6 +90,7 @@ def points(store: Path, mission_id: str) -> list[RestorePoint]:
 def config_blob(store: Path, point: RestorePoint) -> dict[str, Any]:
     def load(t: Any) -> dict[str, Any]:
         return t.get_object(m.get_checkpoint(t, point.checkpoint).config, dict)  # type: ignore[no-any-return]
+
     return read(store, load)  # type: ignore[no-any-return]
 
 

@@ -31,14 +31,19 @@ time.sleep(300)
 """
 
 CASES = {
-    "20kb-header": ('out.write(b"X-Pad: " + b"a" * 20_000 + b"\\r\\n")',
-                    "frame header longer than 8192 bytes"),
-    "70mb-frame-then-nothing": ('out.write(b"Content-Length: 73400320\\r\\n\\r\\n")',
-                                f"frame of 73400320 bytes exceeds the limit of {DEFAULT_MAX_SIZE} bytes"),
-    "70mb-frame-then-garbage": ('out.write(b"Content-Length: 73400320\\r\\n\\r\\n" + os.urandom(100_000))',
-                                f"frame of 73400320 bytes exceeds the limit of {DEFAULT_MAX_SIZE} bytes"),
-    "invalid-json": ('body = b"{this is not json"; out.write(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)',
-                     "message is not a JSON object: JSON is malformed"),
+    "20kb-header": ('out.write(b"X-Pad: " + b"a" * 20_000 + b"\\r\\n")', "frame header longer than 8192 bytes"),
+    "70mb-frame-then-nothing": (
+        'out.write(b"Content-Length: 73400320\\r\\n\\r\\n")',
+        f"frame of 73400320 bytes exceeds the limit of {DEFAULT_MAX_SIZE} bytes",
+    ),
+    "70mb-frame-then-garbage": (
+        'out.write(b"Content-Length: 73400320\\r\\n\\r\\n" + os.urandom(100_000))',
+        f"frame of 73400320 bytes exceeds the limit of {DEFAULT_MAX_SIZE} bytes",
+    ),
+    "invalid-json": (
+        'body = b"{this is not json"; out.write(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)',
+        "message is not a JSON object: JSON is malformed",
+    ),
 }
 
 
@@ -66,8 +71,9 @@ def _gone(needles: list[bytes], timeout: float = 30) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize(("misbehave", "reason"), list(CASES.values()), ids=list(CASES))
-def test_an_agent_writing_garbage_fails_its_unit_and_leaves_no_process(tmp_path: Path, misbehave: str,
-                                                                      reason: str) -> None:
+def test_an_agent_writing_garbage_fails_its_unit_and_leaves_no_process(
+    tmp_path: Path, misbehave: str, reason: str
+) -> None:
     marker = f"misbehaving-agent-{uuid.uuid4().hex}"
     script = tmp_path / "bad_agent.py"
     script.write_text(AGENT.format(misbehave=misbehave))
@@ -81,7 +87,8 @@ def test_an_agent_writing_garbage_fails_its_unit_and_leaves_no_process(tmp_path:
         mid = read(store, m.list_missions)[0].id
         error = read(store, lambda t: m.head_checkpoint(t, mid)).units["a"].error
         assert error == f"agent a wrote garbage on stdout: {reason}" or error.startswith(
-            f"agent a wrote garbage on stdout: {reason}"), error
+            f"agent a wrote garbage on stdout: {reason}"
+        ), error
         assert "died" not in error and "starting it again" not in error
     finally:
         for pid, _ in _processes_with(marker.encode()) + _processes_with(str(script).encode()):

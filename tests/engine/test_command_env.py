@@ -41,8 +41,9 @@ def test_a_providers_api_key_env_never_reaches_a_command(tmp_path: Path) -> None
     cmd = f"cat /proc/self/environ > {recorded}; sleep 3; : {marker}"
     mission = write_mission(tmp_path, [{"id": "probe", "params": {"steps": [{"tool": "run", "args": {"cmd": cmd}}]}}])
     store = tmp_path / "store"
-    proc = start_keel("run", str(mission), store=store, env={"LLM_PASS": KEY, "MY_HARMLESS_VAR": "visible",
-                                                             **NO_KEYRING})
+    proc = start_keel(
+        "run", str(mission), store=store, env={"LLM_PASS": KEY, "MY_HARMLESS_VAR": "visible", **NO_KEYRING}
+    )
     try:
         live = _environ_of_command(marker)
         out, err = proc.communicate(timeout=60)

@@ -28,20 +28,39 @@ def _units(side: Path, gate: Path) -> list[dict]:
     blocks until `gate` exists: the test fills the disk while it waits."""
     wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
     return [
-        {"id": "a", "params": {"steps": [
-            {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}},
-            {"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}},
-            {"tool": "write_file", "args": {"path": "big.txt", "content": BIG}},
-            {"tool": "run", "args": {"cmd": f"echo a2 >> {side}"}},
-            {"tool": "write_file", "args": {"path": "a2.txt", "content": "a two\n"}}]}},
-        {"id": "b", "params": {"steps": [
-            {"tool": "write_file", "args": {"path": "b.txt", "content": "b\n"}},
-            {"tool": "run", "args": {"cmd": f"echo b1 >> {side}"}},
-            {"sleep": 0.2},
-            {"tool": "run", "args": {"cmd": f"echo b2 >> {side}"}}]}},
-        {"id": "c", "after": ["a", "b"], "params": {"steps": [
-            {"tool": "run", "args": {"cmd": f"echo c1 >> {side}"}},
-            {"tool": "write_file", "args": {"path": "c.txt", "content": "c\n"}}]}},
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}},
+                    {"tool": "write_file", "args": {"path": "big.txt", "content": BIG}},
+                    {"tool": "run", "args": {"cmd": f"echo a2 >> {side}"}},
+                    {"tool": "write_file", "args": {"path": "a2.txt", "content": "a two\n"}},
+                ]
+            },
+        },
+        {
+            "id": "b",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "b.txt", "content": "b\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo b1 >> {side}"}},
+                    {"sleep": 0.2},
+                    {"tool": "run", "args": {"cmd": f"echo b2 >> {side}"}},
+                ]
+            },
+        },
+        {
+            "id": "c",
+            "after": ["a", "b"],
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo c1 >> {side}"}},
+                    {"tool": "write_file", "args": {"path": "c.txt", "content": "c\n"}},
+                ]
+            },
+        },
     ]
 
 
@@ -105,8 +124,10 @@ def _run_until_full(mission: Path, store: Path, side: Path, gate: Path, mnt: Pat
     assert proc.returncode == 3, f"keel run -> {proc.returncode}\n{out}\n{err}"
     assert "Traceback" not in err and "Traceback" not in out
     last = json.loads(out.splitlines()[-1])
-    assert last["event"] == "log" and f"mission {mid} paused (disk_full): disk full: the filesystem mounted at " \
-        f"{mnt} " in last["message"], last
+    assert (
+        last["event"] == "log"
+        and f"mission {mid} paused (disk_full): disk full: the filesystem mounted at {mnt} " in last["message"]
+    ), last
     assert "\n" not in last["message"]
     return mid, filler
 
@@ -120,6 +141,7 @@ def _assert_paused_for_disk_full(store: Path, mid: str, mnt: Path) -> None:
 
 def _no_space_journaled(store: Path, mid: str) -> list[str]:
     """Journal entries (any unit, any lane) whose result or error mentions a full disk."""
+
     def scan(txn: object) -> list[str]:
         found = []
         for unit in ("a", "b", "c"):
@@ -175,8 +197,7 @@ def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference:
     _resume_and_check(store, mid, side, reference)
 
 
-def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount,
-                                                 reference: dict[str, bytes]) -> None:
+def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
     """(c) `--store` on the small disk: store, sandboxes and workspace fill up together. A failed write
     there may reach keel as LMDB's EIO or as an ENOSPC from a tool: neither is ever journaled."""
     side, gate = tmp_path / "side.log", tmp_path / "gate"

@@ -26,16 +26,36 @@ from keel.storage import missions as m
 
 def _edit_units(side: Path) -> list[dict]:
     return [
-        {"id": "a", "params": {"steps": [
-            {"tool": "write_file", "args": {"path": "a.py", "content": "A = 1\n"}},
-            {"tool": "run", "args": {"cmd": f"python -m py_compile a.py && echo a >> {side}", "verify": True}},
-            {"now": True}, {"random": True}]}},
-        {"id": "b", "params": {"steps": [
-            {"tool": "write_file", "args": {"path": "b.py", "content": "B = 2\n"}},
-            {"save_state": {"done": 1}}]}},
-        {"id": "c", "after": ["a", "b"], "params": {"steps": [
-            {"tool": "read_file", "args": {"path": "a.py"}},
-            {"tool": "run", "args": {"cmd": f"echo c >> {side}"}}]}},
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.py", "content": "A = 1\n"}},
+                    {"tool": "run", "args": {"cmd": f"python -m py_compile a.py && echo a >> {side}", "verify": True}},
+                    {"now": True},
+                    {"random": True},
+                ]
+            },
+        },
+        {
+            "id": "b",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "b.py", "content": "B = 2\n"}},
+                    {"save_state": {"done": 1}},
+                ]
+            },
+        },
+        {
+            "id": "c",
+            "after": ["a", "b"],
+            "params": {
+                "steps": [
+                    {"tool": "read_file", "args": {"path": "a.py"}},
+                    {"tool": "run", "args": {"cmd": f"echo c >> {side}"}},
+                ]
+            },
+        },
     ]
 
 
@@ -58,8 +78,9 @@ def test_run_completes_records_evidence_and_leaves_the_workspace_alone(tmp_path:
     verification = next(e for e in evidence if e.kind == "verification")
     assert verification.data["ok"] is True and "py_compile" in verification.data["cmd"]
     head = read(store, lambda t: m.head_checkpoint(t, mid))
-    assert head.units["b"].agent_state and read(store, lambda t: t.get_object(head.units["b"].agent_state, dict)) \
-        == {"done": 1}
+    assert head.units["b"].agent_state and read(store, lambda t: t.get_object(head.units["b"].agent_state, dict)) == {
+        "done": 1
+    }
     points = json.loads(keel("points", mid, "--json", store=store, check_rc=0).stdout)
     reasons = [p["reason"] for p in points]
     assert reasons[0] == "started" and reasons[-1] == "completed"
@@ -89,10 +110,21 @@ def test_git_workspace_gets_a_worktree_on_its_own_branch(tmp_path: Path) -> None
 
 # Slow enough that a `keel pause` started from another process lands mid-mission even on a loaded machine.
 def _slow_units(side: Path) -> list[dict]:
-    return [{"id": f"u{i}", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo u{i}-1 >> {side}"}}, {"sleep": 1.5},
-        {"tool": "run", "args": {"cmd": f"echo u{i}-2 >> {side}"}}, {"sleep": 1.5}, {"now": True}]}}
-        for i in range(3)]
+    return [
+        {
+            "id": f"u{i}",
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo u{i}-1 >> {side}"}},
+                    {"sleep": 1.5},
+                    {"tool": "run", "args": {"cmd": f"echo u{i}-2 >> {side}"}},
+                    {"sleep": 1.5},
+                    {"now": True},
+                ]
+            },
+        }
+        for i in range(3)
+    ]
 
 
 def test_pause_is_acknowledged_and_resume_continues_there(tmp_path: Path) -> None:
@@ -125,10 +157,18 @@ def test_pause_requested_while_the_host_is_dead_is_honoured(tmp_path: Path) -> N
 
 def test_question_waits_for_an_answer_delivered_by_replay(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "q", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo before >> {side}"}},
-        {"ask": "Which name?", "choices": ["alpha", "beta"]},
-        {"tool": "run", "args": {"cmd": f"echo after >> {side}"}}]}}]
+    units = [
+        {
+            "id": "q",
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo before >> {side}"}},
+                    {"ask": "Which name?", "choices": ["alpha", "beta"]},
+                    {"tool": "run", "args": {"cmd": f"echo after >> {side}"}},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     proc = keel("run", str(write_mission(tmp_path, units)), "--json", store=store, check_rc=3)
     mid = json.loads(proc.stdout.splitlines()[0])["mission"]
@@ -165,7 +205,7 @@ def test_restore_rewinds_with_a_new_checkpoint_and_keeps_history(tmp_path: Path)
     waiting = next(p for p in points if p["reason"] == "waiting for input")
     keel("restore", mid, waiting["id"], store=store, check_rc=0)
     after = json.loads(keel("points", mid, "--json", store=store, check_rc=0).stdout)
-    assert after[:len(points)] == points and after[-1]["reason"] == f"restored to {waiting['id']}"
+    assert after[: len(points)] == points and after[-1]["reason"] == f"restored to {waiting['id']}"
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert head.units["c"].state.value == "pending" and head.units["a"].epoch == 1
     assert record(store, mid).state == MissionState.PAUSED
@@ -179,14 +219,27 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     from keel.server.engine import control
 
     side = tmp_path / "side.log"
-    units = [{"id": "plan", "params": {"steps": [
-        {"evidence": {"kind": "note", "summary": "planning"}},
-        {"add_units": [{"id": "later", "params": {"steps": [
-            {"tool": "run", "args": {"cmd": f"echo later >> {side}"}}]}}]}]}}]
+    units = [
+        {
+            "id": "plan",
+            "params": {
+                "steps": [
+                    {"evidence": {"kind": "note", "summary": "planning"}},
+                    {
+                        "add_units": [
+                            {
+                                "id": "later",
+                                "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo later >> {side}"}}]},
+                            }
+                        ]
+                    },
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     mid = control.start_mission(store, write_mission(tmp_path, units), detach=True)
-    wait_for(lambda: (store / "data.mdb").exists() and record(store, mid).state == MissionState.COMPLETED,
-             timeout=30)
+    wait_for(lambda: (store / "data.mdb").exists() and record(store, mid).state == MissionState.COMPLETED, timeout=30)
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert set(head.units) == {"plan", "later"} and head.units["later"].state.value == "succeeded"
     assert side.read_text().split() == ["later"]
@@ -201,9 +254,19 @@ def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path:
     import signal
 
     store = tmp_path / "store"
-    units = [{"id": f"w{i}", "params": {"steps": [
-        {"tool": "write_file", "args": {"path": f"w{i}-1.txt", "content": "one\n"}}, {"sleep": 0.4},
-        {"tool": "write_file", "args": {"path": f"w{i}-2.txt", "content": "two\n"}}]}} for i in range(3)]
+    units = [
+        {
+            "id": f"w{i}",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": f"w{i}-1.txt", "content": "one\n"}},
+                    {"sleep": 0.4},
+                    {"tool": "write_file", "args": {"path": f"w{i}-2.txt", "content": "two\n"}},
+                ]
+            },
+        }
+        for i in range(3)
+    ]
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
     wait_for(lambda: record(store, mid).state == MissionState.RUNNING)

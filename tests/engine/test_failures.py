@@ -85,10 +85,18 @@ def test_agent_dying_at_start_fails_its_unit_with_a_clear_error(tmp_path: Path) 
 
 def test_agent_dying_mid_unit_is_started_again_and_replays(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "x", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo once >> {side}"}},
-        {"exit": 9, "once_file": str(tmp_path / "died")},
-        {"now": True}]}}]
+    units = [
+        {
+            "id": "x",
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo once >> {side}"}},
+                    {"exit": 9, "once_file": str(tmp_path / "died")},
+                    {"now": True},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     proc = keel("run", str(write_mission(tmp_path, units)), "--json", store=store, check_rc=0)
     events = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -113,9 +121,18 @@ def _agent_pids(host_pid: int) -> list[int]:
 
 def test_sigkill_of_an_agent_restarts_the_unit_from_its_journal(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "x", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo one >> {side}"}}, {"sleep": 1.0},
-        {"tool": "run", "args": {"cmd": f"echo two >> {side}"}}]}}]
+    units = [
+        {
+            "id": "x",
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo one >> {side}"}},
+                    {"sleep": 1.0},
+                    {"tool": "run", "args": {"cmd": f"echo two >> {side}"}},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mission_id_of(host)
@@ -150,8 +167,12 @@ def test_sigkill_during_a_checkpoint_write_loses_nothing(tmp_path: Path) -> None
 def test_scripted_agent_exits_when_stdin_closes(tmp_path: Path) -> None:
     import subprocess
 
-    proc = subprocess.Popen([sys.executable, "-m", "keel.agents.scripted"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keel.agents.scripted"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     time.sleep(0.2)
     assert proc.stdin is not None
     proc.stdin.close()

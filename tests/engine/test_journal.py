@@ -25,14 +25,16 @@ async def _commit_all(writer: JournalWriter, n: int, urgent: bool) -> list[int]:
         def fn(txn: Txn) -> int:
             txn.put(DB.META, f"k{i}".encode(), i)
             return i
+
         return fn
 
     return list(await asyncio.gather(*(writer.commit(put(i), urgent=urgent) for i in range(n))))
 
 
 @pytest.mark.parametrize(("parallel", "urgent", "max_commits"), [(4, False, 5), (1, True, 50)])
-def test_cheap_steps_share_commits_only_when_units_run_in_parallel(tmp_path: Path, parallel: int, urgent: bool,
-                                                                   max_commits: int) -> None:
+def test_cheap_steps_share_commits_only_when_units_run_in_parallel(
+    tmp_path: Path, parallel: int, urgent: bool, max_commits: int
+) -> None:
     with Store.open(tmp_path / "store") as store:
         writer = JournalWriter(store, window_s=0.005)
         writer.parallel = parallel
@@ -51,8 +53,9 @@ def test_one_failing_write_does_not_fail_its_batch_neighbours(tmp_path: Path) ->
         def bad(txn: Txn) -> str:
             raise ValueError("broken write")
 
-        return await asyncio.gather(writer.commit(good, urgent=False), writer.commit(bad, urgent=False),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            writer.commit(good, urgent=False), writer.commit(bad, urgent=False), return_exceptions=True
+        )
 
     with Store.open(tmp_path / "store") as store:
         writer = JournalWriter(store, window_s=0.01)

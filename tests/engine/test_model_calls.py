@@ -34,16 +34,27 @@ from keel.protocol.states import MissionState, PauseReason
 HELLO = {"messages": [{"role": "user", "content": "say hello"}], "purpose": "greeting"}
 
 
-def test_failover_is_recorded_and_a_replayed_call_sends_nothing(tmp_path: Path,
-                                                                faults: Callable[..., FaultServer]) -> None:
+def test_failover_is_recorded_and_a_replayed_call_sends_nothing(
+    tmp_path: Path, faults: Callable[..., FaultServer]
+) -> None:
     a, b = faults(), faults()
     a.push(error(401, "invalid_api_key", "Incorrect API key provided"))
     b.push(ok("hello from b"))
     write_config(tmp_path / "ws", [provider("a", a, api_key_env=KEY_VAR), provider("b", b)])
     once = tmp_path / "died-once"
-    units = [{"id": "greet", "params": {"steps": [
-        {"model": HELLO}, {"sleep": 0.6}, {"exit": 9, "once_file": str(once)},
-        {"evidence": {"kind": "note", "summary": "after the replay"}}]}}]
+    units = [
+        {
+            "id": "greet",
+            "params": {
+                "steps": [
+                    {"model": HELLO},
+                    {"sleep": 0.6},
+                    {"exit": 9, "once_file": str(once)},
+                    {"evidence": {"kind": "note", "summary": "after the replay"}},
+                ]
+            },
+        }
+    ]
     mission = write_mission(tmp_path, units)
     store = tmp_path / ".keel" / "store"
     env = {KEY_VAR: KEY, **NO_KEYRING}
@@ -85,8 +96,11 @@ def test_failover_never_pauses_the_mission_for_policy(tmp_path: Path, faults: Ca
     a, b = faults(), faults()
     a.push(error(403, "forbidden", "no access to this model"))
     write_config(tmp_path / "ws", [provider("a", a), provider("b", b)])
-    mission = write_mission(tmp_path, [{"id": "greet", "params": {"steps": [{"model": HELLO}]}}],
-                            models={"failover": "never", "prefer": ["a"]})
+    mission = write_mission(
+        tmp_path,
+        [{"id": "greet", "params": {"steps": [{"model": HELLO}]}}],
+        models={"failover": "never", "prefer": ["a"]},
+    )
     store = tmp_path / ".keel" / "store"
     proc = keel("run", str(mission), "--json", store=store, env=NO_KEYRING, check_rc=3)
     mid = json.loads(proc.stdout.splitlines()[0])["mission"]

@@ -30,8 +30,12 @@ BUGGY = "def add(a, b):\n    return a - b\n"
 CHECK = "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n"
 FIX = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
 CODER = [sys.executable, "-m", "keel.agents.coder"]
-UNIT = {"id": "fix", "kind": "code", "title": "Fix add",
-        "params": {"task": "Make add() correct.", "verify": "python check_calc.py"}}
+UNIT = {
+    "id": "fix",
+    "kind": "code",
+    "title": "Fix add",
+    "params": {"task": "Make add() correct.", "verify": "python check_calc.py"},
+}
 
 
 def tool_calls(name: str, args: dict[str, Any], n: int) -> tuple[dict[str, Any], ...]:
@@ -49,14 +53,15 @@ def _workspace(tmp_path: Path, server: FaultServer | str, **models: Any) -> Path
     ws.mkdir()
     (ws / "calc.py").write_text(BUGGY)
     (ws / "check_calc.py").write_text(CHECK)
-    write_config(ws, [provider("local", server, capabilities={"tools": True, "context_window": 32000,
-                                                              "local": True})])
-    return write_mission(tmp_path, [UNIT], agent=CODER, goal="Make add() correct", **(
-        {"models": models} if models else {}))
+    write_config(ws, [provider("local", server, capabilities={"tools": True, "context_window": 32000, "local": True})])
+    return write_mission(
+        tmp_path, [UNIT], agent=CODER, goal="Make add() correct", **({"models": models} if models else {})
+    )
 
 
-def test_coder_survives_a_provider_outage_and_resumes_by_itself(tmp_path: Path,
-                                                                  faults: Callable[..., FaultServer]) -> None:
+def test_coder_survives_a_provider_outage_and_resumes_by_itself(
+    tmp_path: Path, faults: Callable[..., FaultServer]
+) -> None:
     server = faults()
     server.push(READ, APPLY, delay(30, then=VERIFY))  # the third answer never comes: the network goes
     mission = _workspace(tmp_path, server)

@@ -26,8 +26,12 @@ SERVER = [sys.executable, "-m", "keel.server.cli", "serve"]
 
 def mission_toml(name: str, units: list[dict[str, Any]]) -> str:
     """A mission file for the scripted agent; each unit is {"id", "steps", optional "after"}."""
-    lines = ["[mission]", f"name = {json.dumps(name)}",
-             f"agent = {json.dumps(sys.executable + ' -m keel.agents.scripted')}", ""]
+    lines = [
+        "[mission]",
+        f"name = {json.dumps(name)}",
+        f"agent = {json.dumps(sys.executable + ' -m keel.agents.scripted')}",
+        "",
+    ]
     for unit in units:
         lines += ["[[units]]", f"id = {json.dumps(unit['id'])}", f"title = {json.dumps(unit.get('title', ''))}"]
         if unit.get("after"):
@@ -63,15 +67,18 @@ class Env:
         return str(path)
 
     async def command(self, name: str, *args: Any) -> Any:
-        return _plain(await self.client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command=name, arguments=list(args))))
+        return _plain(
+            await self.client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=name, arguments=list(args))
+            )
+        )
 
     async def request(self, method: str, params: Any = None) -> Any:
         return _plain(await self.client.protocol.send_request_async(method, params))
 
-    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 20.0) -> dict[str, Any]:
+    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], within: float = 20.0) -> dict[str, Any]:
         """The first keel/missionChanged payload (seen so far or arriving) that satisfies `pred`."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         seen = 0
         while True:
             for change in self.changes[seen:]:
@@ -80,7 +87,7 @@ class Env:
             seen = len(self.changes)
             if time.monotonic() > deadline:
                 last = {c["id"]: c["state"] for c in self.changes}
-                raise AssertionError(f"no matching keel/missionChanged within {timeout}s; last states {last}")
+                raise AssertionError(f"no matching keel/missionChanged within {within}s; last states {last}")
             await asyncio.sleep(0.02)
 
     def kill_hosts(self) -> None:
@@ -88,15 +95,20 @@ class Env:
 
 
 def capabilities() -> types.ClientCapabilities:
-    return types.ClientCapabilities(window=types.WindowClientCapabilities(
-        work_done_progress=True, show_message=types.ShowMessageRequestClientCapabilities()))
+    return types.ClientCapabilities(
+        window=types.WindowClientCapabilities(
+            work_done_progress=True, show_message=types.ShowMessageRequestClientCapabilities()
+        )
+    )
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
 async def client(lsp_client: LanguageClient, tmp_path: Path):
     params = types.InitializeParams(
-        capabilities=capabilities(), root_uri=tmp_path.as_uri(),
-        initialization_options={"graceMs": 300, "backoffMs": 100})
+        capabilities=capabilities(),
+        root_uri=tmp_path.as_uri(),
+        initialization_options={"graceMs": 300, "backoffMs": 100},
+    )
     await lsp_client.initialize_session(params)
     yield
     await lsp_client.shutdown_session()

@@ -14,8 +14,12 @@ from typing import Any
 
 import pytest
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None,
-                                                                       "capabilities": {}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"processId": None, "rootUri": None, "capabilities": {}},
+}
 
 
 def _frame(body: bytes) -> bytes:
@@ -28,9 +32,13 @@ def _msg(obj: dict[str, Any]) -> bytes:
 
 class Server:
     def __init__(self, store: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "keel.server.cli", "serve", "--store", str(store)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "keel.server.cli", "serve", "--store", str(store)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"},
+        )
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -53,8 +61,9 @@ class Server:
                 self.buffer += chunk
             while b"\r\n\r\n" in self.buffer:
                 head, rest = self.buffer.split(b"\r\n\r\n", 1)
-                length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
-                             .split(b":")[1])
+                length = int(
+                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                )
                 if len(rest) < length:
                     break
                 message = json.loads(rest[:length])
@@ -93,7 +102,7 @@ def _missions(msg_id: int) -> bytes:
 
 
 def test_a_huge_content_length_is_refused_and_the_server_goes_on(server: Server) -> None:
-    server.send(b"Content-Length: 99999999999\r\n\r\n{\"jsonrpc\": \"2.0\"")
+    server.send(b'Content-Length: 99999999999\r\n\r\n{"jsonrpc": "2.0"')
     server.send(_missions(2))
     got = server.until({None, 2})
     assert got[None][0]["error"]["code"] == -32600 and "exceeds the limit" in got[None][0]["error"]["message"]
@@ -107,11 +116,14 @@ def test_params_may_be_omitted(server: Server) -> None:
     assert got[2][0].get("result") == [], got
 
 
-@pytest.mark.parametrize("body, code", [
-    (b"{not json", -32700),
-    (b"\xff\xfe{\"jsonrpc\": \"2.0\"}", -32700),
-    (b"[1, 2]", -32600),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b"{not json", -32700),
+        (b'\xff\xfe{"jsonrpc": "2.0"}', -32700),
+        (b"[1, 2]", -32600),
+    ],
+)
 def test_a_body_that_is_not_a_message_is_answered_with_id_null(server: Server, body: bytes, code: int) -> None:
     server.send(_frame(body))
     server.send(_missions(2))
@@ -129,7 +141,7 @@ def test_a_request_without_jsonrpc_is_answered_invalid_request(server: Server) -
 
 
 def test_a_header_block_without_content_length_does_not_swallow_the_next_request(server: Server) -> None:
-    server.send(b"Content-Type: application/vscode-jsonrpc\r\n\r\n{\"jsonrpc\": \"2.0\", \"id\": 9}")
+    server.send(b'Content-Type: application/vscode-jsonrpc\r\n\r\n{"jsonrpc": "2.0", "id": 9}')
     server.send(_missions(2))
     server.send(b"X-Nonsense: " + b"y" * 20000 + b"\r\n\r\n")
     server.send(_missions(3))

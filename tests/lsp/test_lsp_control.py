@@ -18,8 +18,18 @@ SLOW = [{"sleep": 0.25}] * 40  # ~10 s of work: long enough to pause, kill or wa
 
 
 async def test_pause_then_resume_to_completion(env: Env) -> None:
-    mid = (await env.command("keel.startMission", env.write_mission("slow", [
-        {"id": "a", "steps": [{"sleep": 0.2}] * 5}, {"id": "b", "after": ["a"], "steps": [{"sleep": 0.2}] * 5}])))["id"]
+    mid = (
+        await env.command(
+            "keel.startMission",
+            env.write_mission(
+                "slow",
+                [
+                    {"id": "a", "steps": [{"sleep": 0.2}] * 5},
+                    {"id": "b", "after": ["a"], "steps": [{"sleep": 0.2}] * 5},
+                ],
+            ),
+        )
+    )["id"]
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running")
     paused = await env.command("keel.pause", mid)
     assert paused["id"] == mid and paused["state"] in ("running", "pausing", "paused")
@@ -35,8 +45,10 @@ async def test_pause_then_resume_to_completion(env: Env) -> None:
 
 
 async def test_pause_all(env: Env) -> None:
-    ids = [(await env.command("keel.startMission", env.write_mission(f"m{i}", [{"id": "u", "steps": SLOW}])))["id"]
-           for i in range(2)]
+    ids = [
+        (await env.command("keel.startMission", env.write_mission(f"m{i}", [{"id": "u", "steps": SLOW}])))["id"]
+        for i in range(2)
+    ]
     for mid in ids:
         await env.wait_for(lambda c, mid=mid: c["id"] == mid and c["state"] == "running")
     result = await env.command("keel.pauseAll")
@@ -47,8 +59,12 @@ async def test_pause_all(env: Env) -> None:
 
 async def test_question_answered_through_show_message_request(env: Env) -> None:
     env.answer = lambda params: types.MessageActionItem(title="yes")
-    mid = (await env.command("keel.startMission", env.write_mission("asks", [
-        {"id": "q", "steps": [{"ask": "Ship it?", "choices": ["yes", "no"]}]}])))["id"]
+    mid = (
+        await env.command(
+            "keel.startMission",
+            env.write_mission("asks", [{"id": "q", "steps": [{"ask": "Ship it?", "choices": ["yes", "no"]}]}]),
+        )
+    )["id"]
     waiting = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "waiting_input")
     assert waiting["question"]["text"] == "Ship it?" and waiting["question"]["choices"] == ["yes", "no"]
     await _until(lambda: len(env.questions) == 1)
@@ -62,8 +78,12 @@ async def test_question_answered_through_show_message_request(env: Env) -> None:
 
 
 async def test_dismissed_question_then_keel_answer(env: Env) -> None:
-    mid = (await env.command("keel.startMission", env.write_mission("later", [
-        {"id": "q", "steps": [{"ask": "Which?", "choices": ["left", "right"]}]}])))["id"]
+    mid = (
+        await env.command(
+            "keel.startMission",
+            env.write_mission("later", [{"id": "q", "steps": [{"ask": "Which?", "choices": ["left", "right"]}]}]),
+        )
+    )["id"]
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "waiting_input")
     await _until(lambda: len(env.questions) == 1)
     await _host_leaves(env, mid)
@@ -78,8 +98,9 @@ async def test_dismissed_question_then_keel_answer(env: Env) -> None:
 
 
 async def test_failure_is_shown(env: Env) -> None:
-    mid = (await env.command("keel.startMission", env.write_mission("breaks", [
-        {"id": "x", "steps": [{"fail": "boom"}]}])))["id"]
+    mid = (
+        await env.command("keel.startMission", env.write_mission("breaks", [{"id": "x", "steps": [{"fail": "boom"}]}]))
+    )["id"]
     failed = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "failed")
     assert failed["units"]["failed"] == 1
     await _until(lambda: any(m.type == types.MessageType.Error for m in env.client.messages))
@@ -92,9 +113,14 @@ async def test_changes_from_another_process_are_pushed(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running")
     # the CLI in another terminal pauses it
     before = time.monotonic()
-    subprocess.run([sys.executable, "-m", "keel.server.cli", "pause", mid, "--store", str(env.store)],
-                   check=True, capture_output=True, timeout=30)
-    await env.wait_for(lambda c: c["id"] == mid and c["state"] in ("pausing", "paused"), timeout=5)
+    await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "keel.server.cli", "pause", mid, "--store", str(env.store)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    await env.wait_for(lambda c: c["id"] == mid and c["state"] in ("pausing", "paused"), within=5)
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "paused")
     assert time.monotonic() - before < 10
     # a process that writes the store directly
@@ -103,21 +129,32 @@ async def test_changes_from_another_process_are_pushed(env: Env) -> None:
         "from keel.storage import Store, missions as m\n"
         "with Store.open(sys.argv[1]) as s:\n"
         "    s.write(lambda t: m.put_mission(t, msgspec.structs.replace(m.get_mission(t, sys.argv[2]),"
-        " error='edited elsewhere', updated_at=time.time())))\n")
-    subprocess.run([sys.executable, "-c", script, str(env.store), mid], check=True, capture_output=True,
-                   text=True, timeout=30)
+        " error='edited elsewhere', updated_at=time.time())))\n"
+    )
+    await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", script, str(env.store), mid],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     # pushed without any request from the client; the delay itself is a figure of benchmarks/lsp.py
-    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", timeout=10)
+    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", within=10)
 
 
 async def test_dead_host_is_restarted(env: Env) -> None:
-    mid = (await env.command("keel.startMission", env.write_mission("crash", [
-        {"id": "a", "steps": [{"sleep": 0.2}] * 10}])))["id"]
+    mid = (
+        await env.command(
+            "keel.startMission", env.write_mission("crash", [{"id": "a", "steps": [{"sleep": 0.2}] * 10}])
+        )
+    )["id"]
     running = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running" and c.get("host"))
     pid = running["host"]["pid"]
     os.killpg(pid, signal.SIGKILL)
-    restarted = await env.wait_for(lambda c: c["id"] == mid and c.get("host", {}).get("pid") not in (None, pid)
-                                   and c["host"]["alive"])
+    restarted = await env.wait_for(
+        lambda c: c["id"] == mid and c.get("host", {}).get("pid") not in (None, pid) and c["host"]["alive"]
+    )
     assert restarted["state"] in ("running", "completed")
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     logs = [m.message for m in env.client.log_messages]
@@ -133,21 +170,22 @@ async def test_stranded_mission_is_flagged(env: Env) -> None:
     logs.rmdir()
     logs.write_text("not a folder")
     os.killpg(running["host"]["pid"], signal.SIGKILL)
-    stranded = await env.wait_for(lambda c: c["id"] == mid and c["stranded"], timeout=15)
+    stranded = await env.wait_for(lambda c: c["id"] == mid and c["stranded"], within=15)
     assert stranded["state"] == "running" and stranded["host"]["alive"] is False
+
     def shown() -> list[str]:
         return [m.message for m in env.client.messages if m.type == types.MessageType.Error]
 
-    await _until(lambda: any(f"mission {mid} is stranded" in line for line in shown()), timeout=10)
+    await _until(lambda: any(f"mission {mid} is stranded" in line for line in shown()), within=10)
 
 
 async def _host_leaves(env: Env, mid: str) -> None:
     """A host stops by itself once its mission waits for input (it checkpoints and exits 3)."""
-    await env.wait_for(lambda c: c["id"] == mid and not (c.get("host") or {}).get("alive"), timeout=15)
+    await env.wait_for(lambda c: c["id"] == mid and not (c.get("host") or {}).get("alive"), within=15)
 
 
-async def _until(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def _until(pred, within: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
     while not pred():
         assert time.monotonic() < deadline, "condition not reached"
         await asyncio.sleep(0.02)

@@ -49,9 +49,14 @@ async def test_bad_request_params_and_unknown_ids(env: Env) -> None:
     assert exc.code == INVALID
     path = env.write_mission("one", [{"id": "u", "steps": []}])
     mid = (await env.command("keel.startMission", path))["id"]
-    for call in (env.request("keel/mission", {"id": "m-nope"}), env.request("keel/restorePoints", {"id": "m-nope"}),
-                 env.command("keel.pause", "m-nope"), env.command("keel.resume", "m-nope"),
-                 env.command("keel.answer", "m-nope", "yes"), env.command("keel.restore", "m-nope", "p1")):
+    for call in (
+        env.request("keel/mission", {"id": "m-nope"}),
+        env.request("keel/restorePoints", {"id": "m-nope"}),
+        env.command("keel.pause", "m-nope"),
+        env.command("keel.resume", "m-nope"),
+        env.command("keel.answer", "m-nope", "yes"),
+        env.command("keel.restore", "m-nope", "p1"),
+    ):
         exc = await _error(call)
         assert exc.code == NOT_FOUND and "'m-nope'" in exc.message, exc.message
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
@@ -69,11 +74,17 @@ def _has_restore_verb() -> bool:
     return out.returncode == 0
 
 
-@pytest.mark.skipif(not _has_restore_verb(), reason="the `keel restore` verb is not on this branch yet "
-                    "(the restore team adds it); keel.restore calls it")
+@pytest.mark.skipif(
+    not _has_restore_verb(),
+    reason="the `keel restore` verb is not on this branch yet (the restore team adds it); keel.restore calls it",
+)
 async def test_restore_rewinds(env: Env) -> None:
-    mid = (await env.command("keel.startMission", env.write_mission("rw", [
-        {"id": "a", "steps": []}, {"id": "b", "after": ["a"], "steps": []}])))["id"]
+    mid = (
+        await env.command(
+            "keel.startMission",
+            env.write_mission("rw", [{"id": "a", "steps": []}, {"id": "b", "after": ["a"], "steps": []}]),
+        )
+    )["id"]
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     points = await env.request("keel/restorePoints", {"id": mid})
     result = await env.command("keel.restore", mid, points[0]["id"])

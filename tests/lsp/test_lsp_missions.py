@@ -8,8 +8,19 @@ from lsprotocol import types
 
 from tests.lsp.conftest import Env
 
-COMMANDS = {"keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll", "keel.answer", "keel.restore",
-            "keel.verifyStore", "keel.fork", "keel.apply", "keel.export", "keel.import"}
+COMMANDS = {
+    "keel.startMission",
+    "keel.pause",
+    "keel.resume",
+    "keel.pauseAll",
+    "keel.answer",
+    "keel.restore",
+    "keel.verifyStore",
+    "keel.fork",
+    "keel.apply",
+    "keel.export",
+    "keel.import",
+}
 
 
 async def test_empty_workspace(env: Env) -> None:
@@ -19,9 +30,13 @@ async def test_empty_workspace(env: Env) -> None:
 
 
 async def test_start_mission_runs_with_progress_and_views(env: Env) -> None:
-    path = env.write_mission("two", [
-        {"id": "a", "title": "first", "steps": [{"sleep": 0.3}]},
-        {"id": "b", "title": "second", "after": ["a"], "steps": [{"sleep": 0.3}]}])
+    path = env.write_mission(
+        "two",
+        [
+            {"id": "a", "title": "first", "steps": [{"sleep": 0.3}]},
+            {"id": "b", "title": "second", "after": ["a"], "steps": [{"sleep": 0.3}]},
+        ],
+    )
     started = await env.command("keel.startMission", path)
     mid = started["id"]
     assert started["name"] == "two" and started["units"]["total"] == 2
@@ -42,8 +57,10 @@ async def test_start_mission_runs_with_progress_and_views(env: Env) -> None:
     assert [x["id"] for x in missions] == [mid] and missions[0]["state"] == "completed"
     detail = await env.request("keel/mission", {"id": mid[:6]})
     assert detail["mission"]["id"] == mid
-    assert [(u["id"], u["title"], u["state"]) for u in detail["units"]] == [("a", "first", "succeeded"),
-                                                              ("b", "second", "succeeded")]
+    assert [(u["id"], u["title"], u["state"]) for u in detail["units"]] == [
+        ("a", "first", "succeeded"),
+        ("b", "second", "succeeded"),
+    ]
     assert any(e["kind"] == "state" for e in detail["events"])
     points = await env.request("keel/restorePoints", {"id": mid})
     assert points and points[0]["id"] == "p1" and points[0]["missionId"] == mid

@@ -20,16 +20,18 @@ from tests.lsp.test_lsp_providers import MODEL_STEP, write_config
 async def _offline_with_a_probing_host(env: Env, server: FaultServer, name: str) -> tuple[str, int]:
     write_config(env.root, ("local", server))
     mid = (await env.command("keel.startMission", env.write_mission(name, [{"id": "hello", "steps": [MODEL_STEP]}])))[
-        "id"]
-    offline = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "offline" and c["host"]["alive"],
-                                 timeout=30)
+        "id"
+    ]
+    offline = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "offline" and c["host"]["alive"], within=30)
     return mid, int(offline["host"]["pid"])
 
 
 def _store_writable(env: Env) -> bool:
     """A write transaction gets through (a host stopped while holding LMDB's write lock blocks it)."""
-    code = "import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); " \
-           "s.write(lambda t: None); s.close()"
+    code = (
+        "import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
+        "s.write(lambda t: None); s.close()"
+    )
     try:
         subprocess.run([sys.executable, "-c", code, str(env.store)], timeout=2, check=True, capture_output=True)
     except subprocess.TimeoutExpired:
@@ -57,17 +59,22 @@ async def test_an_offline_missions_dead_host_is_restarted_and_it_completes(env: 
     try:
         mid, pid = await _offline_with_a_probing_host(env, server, "outage")
         os.killpg(pid, signal.SIGKILL)
-        restarted = await env.wait_for(lambda c: c["id"] == mid and (c.get("host") or {}).get("pid") not in (None, pid)
-                                       and c["host"]["alive"], timeout=30)
+        restarted = await env.wait_for(
+            lambda c: c["id"] == mid and (c.get("host") or {}).get("pid") not in (None, pid) and c["host"]["alive"],
+            within=30,
+        )
         assert restarted["state"] in ("running", "offline")
-        await env.wait_for(lambda c: c["id"] == mid and c["state"] == "offline" and c["host"]["alive"]
-                           and c["host"]["pid"] != pid, timeout=30)  # the new host probes
+        await env.wait_for(
+            lambda c: c["id"] == mid and c["state"] == "offline" and c["host"]["alive"] and c["host"]["pid"] != pid,
+            within=30,
+        )  # the new host probes
         server.push(ok("hello again"))
         server.start()
-        done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed", timeout=30)
+        done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed", within=30)
         assert done.get("error") is None and len(server.posts) == 1
-        assert any(f"[{mid}] host is gone while offline; restarting it (attempt 1 of 3)" in line
-                   for line in _logs(env)), _logs(env)
+        assert any(
+            f"[{mid}] host is gone while offline; restarting it (attempt 1 of 3)" in line for line in _logs(env)
+        ), _logs(env)
     finally:
         server.stop()
 
@@ -81,7 +88,7 @@ async def test_a_pause_made_before_the_offline_host_died_is_kept(env: Env) -> No
         summary = await env.command("keel.pause", mid)
         assert summary["state"] == "offline", summary
         os.killpg(pid, signal.SIGKILL)
-        paused = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "paused", timeout=30)
+        paused = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "paused", within=30)
         assert paused["pauseReason"] == "operator" and not paused.get("host")
         server.push(ok("hello again"))
         server.start()  # the network is back: nothing may resume the mission now

@@ -15,12 +15,25 @@ MODEL_STEP = {"model": {"messages": [{"role": "user", "content": "say hello"}]}}
 
 
 def write_config(root: Path, *servers: tuple[str, FaultServer]) -> Path:
-    lines = ["[network]", "connect_timeout_s = 0.5", "base_delay_s = 0.01", "max_delay_s = 0.05",
-             "max_attempts = 2", "probe_base_delay_s = 0.05", "probe_max_delay_s = 0.2"]
+    lines = [
+        "[network]",
+        "connect_timeout_s = 0.5",
+        "base_delay_s = 0.01",
+        "max_delay_s = 0.05",
+        "max_attempts = 2",
+        "probe_base_delay_s = 0.05",
+        "probe_max_delay_s = 0.2",
+    ]
     for name, server in servers:
-        lines += ["", "[[providers]]", f'name = "{name}"', 'kind = "openai-compatible"', f'model = "{name}-model"',
-                  f'api_key_env = "KEEL_LSP_TEST_{name.upper()}_PASS"',  # unset: no key, no keyring lookup
-                  f'endpoints = [{{ url = "{server.url}" }}]']
+        lines += [
+            "",
+            "[[providers]]",
+            f'name = "{name}"',
+            'kind = "openai-compatible"',
+            f'model = "{name}-model"',
+            f'api_key_env = "KEEL_LSP_TEST_{name.upper()}_PASS"',  # unset: no key, no keyring lookup
+            f'endpoints = [{{ url = "{server.url}" }}]',
+        ]
     path = root / ".keel" / "config.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -31,14 +44,14 @@ def by_name(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{e['provider']}/{e['endpoint']}": e for e in payload["endpoints"]}
 
 
-async def wait_until(changes: list[dict[str, Any]], pred: Any, timeout: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+async def wait_until(changes: list[dict[str, Any]], pred: Any, within: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         found = next((c for c in changes if pred(c)), None)
         if found is not None:
             return found
         await asyncio.sleep(0.02)
-    raise AssertionError(f"no matching keel/providersChanged in {timeout}s; got {changes[-1:]}")
+    raise AssertionError(f"no matching keel/providersChanged in {within}s; got {changes[-1:]}")
 
 
 async def test_providers_request_and_change_after_a_failover(env: Env) -> None:
@@ -82,7 +95,7 @@ async def test_offline_mission_shows_why_and_resumes_by_itself(env: Env) -> None
         assert offline["pauseReason"] == "offline" and offline["error"].startswith("offline:")
         assert offline["host"]["alive"]  # the detached host stays, probing
         server.start()
-        done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed", timeout=30)
+        done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed", within=30)
         assert done.get("error") is None and len(server.posts) == 1
         assert any(f"({mid}) paused: offline" in m.message for m in env.client.messages)
     finally:

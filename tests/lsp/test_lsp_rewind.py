@@ -11,15 +11,20 @@ from pygls.exceptions import JsonRpcException
 
 from tests.lsp.conftest import Env
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
 
 
 def _git(cwd: Path, *args: str) -> str:
     import os
 
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
-                          env={**os.environ, **GIT_ENV}).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env={**os.environ, **GIT_ENV}
+    ).stdout
 
 
 async def test_fork_diff_files_apply_export_import(env: Env, tmp_path: Path) -> None:
@@ -28,9 +33,13 @@ async def test_fork_diff_files_apply_export_import(env: Env, tmp_path: Path) -> 
     (tmp_path / ".gitignore").write_text(".keel/\n*.toml\n")
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "commit", "-q", "-m", "base")
-    path = env.write_mission("edits", [
-        {"id": "a", "steps": [{"tool": "write_file", "args": {"path": "notes.txt", "content": "second\n"}}]},
-        {"id": "b", "after": ["a"], "steps": [{"tool": "run", "args": {"cmd": "echo shell > made.txt"}}]}])
+    path = env.write_mission(
+        "edits",
+        [
+            {"id": "a", "steps": [{"tool": "write_file", "args": {"path": "notes.txt", "content": "second\n"}}]},
+            {"id": "b", "after": ["a"], "steps": [{"tool": "run", "args": {"cmd": "echo shell > made.txt"}}]},
+        ],
+    )
     mid = (await env.command("keel.startMission", path))["id"]
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     points = await env.request("keel/restorePoints", {"id": mid})
@@ -44,8 +53,7 @@ async def test_fork_diff_files_apply_export_import(env: Env, tmp_path: Path) -> 
     now = await env.request("keel/pointFile", {"id": mid, "point": "sandbox", "path": "notes.txt"})
     assert (old["text"], now["text"], now["exists"]) == ("first\n", "second\n", True)
     gone = await env.request("keel/pointFile", {"id": mid, "point": "p1", "path": "made.txt"})
-    assert gone == {"missionId": mid, "point": "p1", "path": "made.txt", "exists": False, "binary": False,
-                    "text": ""}
+    assert gone == {"missionId": mid, "point": "p1", "path": "made.txt", "exists": False, "binary": False, "text": ""}
 
     fork = await env.command("keel.fork", mid, after_a)
     assert fork["id"] != mid and fork["state"] == "paused"

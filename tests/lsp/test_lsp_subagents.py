@@ -11,9 +11,10 @@ from tests.lsp.conftest import Env
 
 
 async def test_subagents_while_running_and_after(env: Env) -> None:
-    path = env.write_mission("parallel", [
-        {"id": "a", "steps": [{"now": True}, {"sleep": 1.5}]},
-        {"id": "b", "steps": [{"now": True}, {"sleep": 1.5}]}])
+    path = env.write_mission(
+        "parallel",
+        [{"id": "a", "steps": [{"now": True}, {"sleep": 1.5}]}, {"id": "b", "steps": [{"now": True}, {"sleep": 1.5}]}],
+    )
     mid = (await env.command("keel.startMission", path))["id"]
     running: list[dict[str, object]] = []
     for _ in range(200):

@@ -28,12 +28,25 @@ def test_neovim_starts_watches_and_pauses_a_mission(tmp_path: Path) -> None:
     mission = tmp_path / "nvim.toml"
     mission.write_text(mission_toml("nvim", [{"id": "u", "steps": [{"sleep": 0.25}] * 40}]))
     store, out = tmp_path / ".keel" / "store", tmp_path / "seen.json"
-    env = {**os.environ, "KEEL_NVIM_PYTHON": sys.executable, "KEEL_NVIM_STORE": str(store),
-           "KEEL_NVIM_MISSION": str(mission), "KEEL_NVIM_OUT": str(out), "HOME": str(tmp_path),
-           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    env = {
+        **os.environ,
+        "KEEL_NVIM_PYTHON": sys.executable,
+        "KEEL_NVIM_STORE": str(store),
+        "KEEL_NVIM_MISSION": str(mission),
+        "KEEL_NVIM_OUT": str(out),
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+    }
     try:
-        proc = subprocess.run([NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {CLIENT}"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+        proc = subprocess.run(
+            [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {CLIENT}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         seen = json.loads(out.read_text()) if out.exists() else {}
         assert proc.returncode == 0 and seen.get("ok"), (proc.returncode, seen, proc.stderr[-2000:])
         states = [c["state"] for c in seen["changes"] if c["id"] == seen["mission"]]
@@ -42,4 +55,3 @@ def test_neovim_starts_watches_and_pauses_a_mission(tmp_path: Path) -> None:
             assert s.read(lambda t: m.get_mission(t, seen["mission"])).state.value == "paused"
     finally:
         kill_hosts(store)
-

@@ -57,7 +57,7 @@ def _both(data: bytes, max_size: int = 1024) -> tuple[Any, Any]:
     return results[0], results[1]
 
 
-BODIES = [b"{}", b'{"jsonrpc":"2.0","method":"now","id":1}', "{\"x\":\"\u00e9\u2603\"}".encode(), b"x" * 1000]
+BODIES = [b"{}", b'{"jsonrpc":"2.0","method":"now","id":1}', '{"x":"\u00e9\u2603"}'.encode(), b"x" * 1000]
 
 
 def test_frames_round_trip_sync_and_async() -> None:
@@ -70,21 +70,37 @@ def test_other_headers_are_ignored_and_lf_only_is_accepted() -> None:
     assert _both(data) == ([b"{}", b"[]"], [b"{}", b"[]"])
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    (b"Content-Type: x\r\n\r\n{}", "no Content-Length"),
-    (b"Content-Length: ten\r\n\r\n{}", "not a number"),
-    (b"Content-Length: 1_0\r\n\r\n0123456789", "not a number"),
-    (b"Content-Length: -5\r\n\r\n{}", "negative Content-Length"),
-    (b"Content-Length: 5000\r\n\r\n{}", "frame of 5000 bytes exceeds the limit of 1024 bytes"),
-    (b"Content-Length: 10\r\n\r\n{}", "stream ended after 2 of 10 body bytes"),
-    (b"Content-Length 2\r\n\r\n{}", "expected 'Name: value'"),
-    (b"Content-Length: 2\r\n", "stream ended inside a frame header"),
-    (b"Content-Len", "stream ended inside a frame header"),
-    (b"X: " + b"a" * 9000 + b"\r\n\r\n", "frame header longer than 8192 bytes"),
-    (b"X: " + b"a" * 20000, "frame header longer than 8192 bytes"),
-    (b"X: a\r\n" * 2000 + b"Content-Length: 2\r\n\r\n{}", "frame header longer than 8192 bytes"),
-], ids=["no-length", "non-numeric", "underscore", "negative", "oversize", "truncated-body", "no-colon",
-        "eof-after-header", "eof-mid-header", "long-header", "long-header-no-newline", "many-header-lines"])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"Content-Type: x\r\n\r\n{}", "no Content-Length"),
+        (b"Content-Length: ten\r\n\r\n{}", "not a number"),
+        (b"Content-Length: 1_0\r\n\r\n0123456789", "not a number"),
+        (b"Content-Length: -5\r\n\r\n{}", "negative Content-Length"),
+        (b"Content-Length: 5000\r\n\r\n{}", "frame of 5000 bytes exceeds the limit of 1024 bytes"),
+        (b"Content-Length: 10\r\n\r\n{}", "stream ended after 2 of 10 body bytes"),
+        (b"Content-Length 2\r\n\r\n{}", "expected 'Name: value'"),
+        (b"Content-Length: 2\r\n", "stream ended inside a frame header"),
+        (b"Content-Len", "stream ended inside a frame header"),
+        (b"X: " + b"a" * 9000 + b"\r\n\r\n", "frame header longer than 8192 bytes"),
+        (b"X: " + b"a" * 20000, "frame header longer than 8192 bytes"),
+        (b"X: a\r\n" * 2000 + b"Content-Length: 2\r\n\r\n{}", "frame header longer than 8192 bytes"),
+    ],
+    ids=[
+        "no-length",
+        "non-numeric",
+        "underscore",
+        "negative",
+        "oversize",
+        "truncated-body",
+        "no-colon",
+        "eof-after-header",
+        "eof-mid-header",
+        "long-header",
+        "long-header-no-newline",
+        "many-header-lines",
+    ],
+)
 def test_malformed_frames_say_what(data: bytes, expected: str) -> None:
     sync, async_ = _both(data)
     for result in (sync, async_):
@@ -148,6 +164,7 @@ def test_a_large_body_arrives_whole_from_an_unbuffered_pipe() -> None:
 
 def test_a_long_header_line_is_refused_before_it_is_buffered() -> None:
     """With STREAM_LIMIT, a header line with no end is refused once the limit is reached, not at EOF."""
+
     async def read() -> None:
         reader = asyncio.StreamReader(limit=STREAM_LIMIT)
         reader.feed_data(b"X-Pad: " + b"a" * 20_000)  # no newline, no EOF: only the limit ends the read
@@ -183,20 +200,23 @@ def test_rpc_round_trip_through_frames(message: rpc.Message) -> None:
     assert rpc.decode(body) == message
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    (b"{not json", "not a JSON object"),
-    (b"[1, 2]", "not a JSON object"),
-    (b'"text"', "not a JSON object"),
-    (b'{"method": "now", "id": 1}', 'lacks "jsonrpc": "2.0"'),
-    (b'{"jsonrpc": "1.0", "method": "now", "id": 1}', "got '1.0'"),
-    (b'{"jsonrpc": "2.0"}', "neither a request, a notification nor a response"),
-    (b'{"jsonrpc": "2.0", "method": 5, "id": 1}', "malformed request"),
-    (b'{"jsonrpc": "2.0", "method": "now", "id": 1.5}', "malformed request"),
-    (b'{"jsonrpc": "2.0", "method": "now", "id": [1]}', "malformed request"),
-    (b'{"jsonrpc": "2.0", "id": 1, "error": {"code": "x", "message": "m"}}', "malformed errorresponse"),
-    (b'{"jsonrpc": "2.0", "id": 1, "error": {"code": 1}}', "malformed errorresponse"),
-    (b'\xff\xfe', "not a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b"{not json", "not a JSON object"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'"text"', "not a JSON object"),
+        (b'{"method": "now", "id": 1}', 'lacks "jsonrpc": "2.0"'),
+        (b'{"jsonrpc": "1.0", "method": "now", "id": 1}', "got '1.0'"),
+        (b'{"jsonrpc": "2.0"}', "neither a request, a notification nor a response"),
+        (b'{"jsonrpc": "2.0", "method": 5, "id": 1}', "malformed request"),
+        (b'{"jsonrpc": "2.0", "method": "now", "id": 1.5}', "malformed request"),
+        (b'{"jsonrpc": "2.0", "method": "now", "id": [1]}', "malformed request"),
+        (b'{"jsonrpc": "2.0", "id": 1, "error": {"code": "x", "message": "m"}}', "malformed errorresponse"),
+        (b'{"jsonrpc": "2.0", "id": 1, "error": {"code": 1}}', "malformed errorresponse"),
+        (b"\xff\xfe", "not a JSON object"),
+    ],
+)
 def test_malformed_json_rpc_says_what(body: bytes, expected: str) -> None:
     with pytest.raises(ProtocolError) as info:
         rpc.decode(body)
@@ -212,7 +232,7 @@ def test_big_frame_from_an_unbuffered_pipe_arrives_whole() -> None:
     def write() -> None:
         data = frame(body) + frame(b"{}")
         for at in range(0, len(data), 10_000):  # in pieces, so the reader surely sees a short read
-            os.write(w, data[at:at + 10_000])
+            os.write(w, data[at : at + 10_000])
         os.close(w)
 
     threading.Thread(target=write, daemon=True).start()

@@ -32,8 +32,10 @@ def test_the_example_shows_every_field_of_the_spec() -> None:
     """A field added to protocol/spec.py must be added to the documented example too."""
     doc = tomllib.loads(_example())
     flat = {**doc.pop("mission"), **doc}
-    shown = {path for key, value in flat.items() if key not in ("units", "env")
-             for path in _paths(value, key)} | {"env", "units"}
+    shown = {path for key, value in flat.items() if key not in ("units", "env") for path in _paths(value, key)} | {
+        "env",
+        "units",
+    }
     shown |= {f"units.{key}" for unit in flat["units"] for key in unit}
     assert _spec_paths(MissionSpec) - shown == set(), "docs/mission-file.md does not show these"
 

@@ -60,8 +60,9 @@ RETRY_ROWS = [
 
 
 @pytest.mark.parametrize(("name", "fault_behaviour", "kind"), RETRY_ROWS, ids=[r[0] for r in RETRY_ROWS])
-async def test_retry_rows_ask_the_same_endpoint_again(fault: FaultServer, events: list[ProviderEvent],
-                                                       name: str, fault_behaviour: object, kind: FailureKind) -> None:
+async def test_retry_rows_ask_the_same_endpoint_again(
+    fault: FaultServer, events: list[ProviderEvent], name: str, fault_behaviour: object, kind: FailureKind
+) -> None:
     assert CLASSIFICATION[kind] is Action.RETRY
     fault.push(fault_behaviour)  # type: ignore[arg-type]
     r = router(settings(provider("a", fault.url)), events)
@@ -90,24 +91,30 @@ def _self_signed(tmp_path: Path) -> ssl.SSLContext:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     return context
 
 
 @pytest.mark.parametrize("row", ["dns", "tls", "http_401", "http_403", "unknown_model"])
-async def test_failover_rows_move_on_at_once(row: str, fault_factory: Callable[..., FaultServer],
-                                             events: list[ProviderEvent], tmp_path: Path) -> None:
+async def test_failover_rows_move_on_at_once(
+    row: str, fault_factory: Callable[..., FaultServer], events: list[ProviderEvent], tmp_path: Path
+) -> None:
     live = fault_factory()
     failing: FaultServer | None = None
     if row == "dns":
@@ -135,20 +142,28 @@ async def test_failover_rows_move_on_at_once(row: str, fault_factory: Callable[.
     assert health["first"].state == "down" and health["first"].last_error_kind == expected
 
 
-async def test_context_exceeded_fails_over_only_to_a_larger_window(fault_factory: Callable[..., FaultServer],
-                                                                    events: list[ProviderEvent]) -> None:
+async def test_context_exceeded_fails_over_only_to_a_larger_window(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     small, smaller, large = fault_factory(), fault_factory(), fault_factory()
     small.push(context_exceeded())
-    r = router(settings(provider("small", small.url, context=8192), provider("smaller", smaller.url, context=4096),
-                        provider("large", large.url, context=32768)), events)
+    r = router(
+        settings(
+            provider("small", small.url, context=8192),
+            provider("smaller", smaller.url, context=4096),
+            provider("large", large.url, context=32768),
+        ),
+        events,
+    )
     result = await r.complete(PARAMS)
     health = {h.provider: h for h in r.health_snapshot()}
     await r.aclose()
     assert CLASSIFICATION[FailureKind.CONTEXT_EXCEEDED] is Action.FAILOVER_LARGER
     assert result.provider == "large"
     assert (len(small.posts), len(smaller.posts), len(large.posts)) == (1, 0, 1)
-    assert [(e.source, e.target, e.reason) for e in events if e.kind == "failover"] == \
-        [("small/0", "large/0", "context_exceeded")]
+    assert [(e.source, e.target, e.reason) for e in events if e.kind == "failover"] == [
+        ("small/0", "large/0", "context_exceeded")
+    ]
     assert health["small"].state == "healthy"  # the endpoint answered; its health is fine
 
 
@@ -160,8 +175,9 @@ async def test_context_exceeded_everywhere_is_a_provider_error(fault: FaultServe
     await r.aclose()
 
 
-async def test_other_bad_request_fails_without_failover(fault_factory: Callable[..., FaultServer],
-                                                        events: list[ProviderEvent]) -> None:
+async def test_other_bad_request_fails_without_failover(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     bad, other = fault_factory(), fault_factory()
     bad.push(error(400, "invalid_value", "messages[1].role is invalid"))
     r = router(settings(provider("bad", bad.url), provider("other", other.url)), events)

@@ -50,7 +50,9 @@ def write(path: Path, text: str) -> Path:
 
 def test_user_and_workspace_files_merge(tmp_path: Path) -> None:
     user = write(tmp_path / "home" / "keel" / "config.toml", EXAMPLE)
-    write(tmp_path / "ws" / ".keel" / "config.toml", """
+    write(
+        tmp_path / "ws" / ".keel" / "config.toml",
+        """
 [network]
 max_attempts = 2
 [[providers]]
@@ -60,7 +62,8 @@ model = "llama3.1:8b"
 endpoints = [{url = "http://127.0.0.1:8080/v1"}]
 [mission]
 name = "other parts of keel may use other tables"
-""")
+""",
+    )
     cfg = load_provider_config(tmp_path / "ws", user)
     assert [p.name for p in cfg.providers] == ["openai", "ollama"]
     assert cfg.provider("ollama").model == "llama3.1:8b"  # type: ignore[union-attr]
@@ -76,21 +79,27 @@ def test_xdg_config_home_is_the_default_user_file(tmp_path: Path, monkeypatch: p
     assert cfg.provider("ollama").endpoint_id(0) == "laptop"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("mutation", "expected"), [
-    (("kind = \"openai-compatible\"\nmodel = \"gpt-4o\"", "kind = \"openai\"\nmodel = \"gpt-4o\""),
-     r":8: providers\[0\]\.kind: Invalid enum value 'openai' \(use 'openai-compatible' or 'anthropic'\)"),
-    (("context_window = 128000", "context_window = \"big\""), r"providers\[0\]\.capabilities\.context_window"),
-    (("vision = true", "vision = true\ncolour = true"), r"providers\[0\]\.capabilities\.colour: unknown key"),
-    (("url = \"https://api.openai.com/v1\"", "url = \"api.openai.com\""),
-     r"providers\[0\]\.endpoints\[0\]\.url: 'api.openai.com' is not an http"),
-    (("name = \"ollama\"", "name = \"openai\""), r":\d+: providers\[1\]\.name: duplicate provider name 'openai'"),
-    (("max_attempts = 5", "max_attempts = 0"), r":4: network\.max_attempts: must be positive"),
-    (("connect_timeout_s = 3.0", "connect_timout_s = 3.0"), r"network\.connect_timout_s: unknown key"),
-    (("model = \"gpt-4o\"\n", ""), r"providers\[0\]\.model: required key is missing"),
-    (("name = \"ollama\"\n", "name = \"ollama\"\nendpoints = []\n"),
-     r"providers\[1\]\.endpoints: at least one"),
-    (("[network]", "[network"), r"TOML syntax error"),
-])
+@pytest.mark.parametrize(
+    ("mutation", "expected"),
+    [
+        (
+            ('kind = "openai-compatible"\nmodel = "gpt-4o"', 'kind = "openai"\nmodel = "gpt-4o"'),
+            r":8: providers\[0\]\.kind: Invalid enum value 'openai' \(use 'openai-compatible' or 'anthropic'\)",
+        ),
+        (("context_window = 128000", 'context_window = "big"'), r"providers\[0\]\.capabilities\.context_window"),
+        (("vision = true", "vision = true\ncolour = true"), r"providers\[0\]\.capabilities\.colour: unknown key"),
+        (
+            ('url = "https://api.openai.com/v1"', 'url = "api.openai.com"'),
+            r"providers\[0\]\.endpoints\[0\]\.url: 'api.openai.com' is not an http",
+        ),
+        (('name = "ollama"', 'name = "openai"'), r":\d+: providers\[1\]\.name: duplicate provider name 'openai'"),
+        (("max_attempts = 5", "max_attempts = 0"), r":4: network\.max_attempts: must be positive"),
+        (("connect_timeout_s = 3.0", "connect_timout_s = 3.0"), r"network\.connect_timout_s: unknown key"),
+        (('model = "gpt-4o"\n', ""), r"providers\[0\]\.model: required key is missing"),
+        (('name = "ollama"\n', 'name = "ollama"\nendpoints = []\n'), r"providers\[1\]\.endpoints: at least one"),
+        (("[network]", "[network"), r"TOML syntax error"),
+    ],
+)
 def test_bad_configuration_names_file_line_and_key(tmp_path: Path, mutation: tuple[str, str], expected: str) -> None:
     old, new = mutation
     assert old in EXAMPLE

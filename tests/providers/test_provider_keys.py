@@ -23,10 +23,21 @@ KEEL = [sys.executable, "-m", "keel.server.cli"]
 NULL_KEYRING = {"PYTHON_KEYRING_BACKEND": "keyring.backends.null.Keyring"}
 
 
-def keel(*args: str, env: dict[str, str] | None = None, stdin: str = "", cwd: Path | None = None,
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KEEL, *args], input=stdin, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+def keel(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: str = "",
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KEEL, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 def test_no_keyring_backend_gives_the_fix() -> None:
@@ -56,8 +67,9 @@ async def test_api_key_env_is_used_without_a_keyring(fault: FaultServer, monkeyp
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.null.Keyring")
     monkeypatch.setenv("KEEL_TEST_KEY", KEY)
     base = provider("ci", fault.url)
-    cfg = settings(ProviderConfig(**{**{f: getattr(base, f) for f in base.__struct_fields__},
-                                     "api_key_env": "KEEL_TEST_KEY"}))
+    cfg = settings(
+        ProviderConfig(**{**{f: getattr(base, f) for f in base.__struct_fields__}, "api_key_env": "KEEL_TEST_KEY"})
+    )
     router = ProviderRouter(cfg, ModelPolicy(), secrets=KeyringSecrets())
     await router.complete(PARAMS)
     await router.aclose()
@@ -68,7 +80,8 @@ def test_keel_providers_shows_what_the_host_recorded(tmp_path: Path, fault: Faul
     """A host process records health in the store; `keel providers --json` in another process shows it."""
     fault.default = error(401)
     (tmp_path / ".keel").mkdir()
-    (tmp_path / ".keel" / "config.toml").write_text(textwrap.dedent(f"""
+    (tmp_path / ".keel" / "config.toml").write_text(
+        textwrap.dedent(f"""
         [network]
         base_delay_s = 0.01
         [[providers]]
@@ -76,7 +89,8 @@ def test_keel_providers_shows_what_the_host_recorded(tmp_path: Path, fault: Faul
         kind = "openai-compatible"
         model = "m1"
         endpoints = [{{url = "{fault.url}", name = "main"}}]
-        """))
+        """)
+    )
     host = textwrap.dedent("""
         import asyncio, sys
         from pathlib import Path
@@ -96,8 +110,14 @@ def test_keel_providers_shows_what_the_host_recorded(tmp_path: Path, fault: Faul
         asyncio.run(main())
         """)
     env = {**NULL_KEYRING, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "KEEL_STORE": ""}
-    ran = subprocess.run([sys.executable, "-c", host], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **env})
+    ran = subprocess.run(
+        [sys.executable, "-c", host],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
     assert ran.stdout.strip() == "ProviderError", ran.stderr
     shown = keel("providers", "--json", "--store", str(tmp_path / ".keel" / "store"), cwd=tmp_path, env=env)
     assert shown.returncode == 0, shown.stderr
@@ -137,16 +157,33 @@ PYEOF
 """
 
 
-@pytest.mark.skipif(not _HAVE_KEYRING_DAEMON, reason="dbus-run-session / gnome-keyring-daemon not installed "
-                    "(scripts/setup.sh --system installs dbus and gnome-keyring)")
+@pytest.mark.skipif(
+    not _HAVE_KEYRING_DAEMON,
+    reason="dbus-run-session / gnome-keyring-daemon not installed "
+    "(scripts/setup.sh --system installs dbus and gnome-keyring)",
+)
 def test_real_secret_service_round_trip(fault: FaultServer, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON_KEYRING_BACKEND", "DBUS_SESSION_BUS_ADDRESS")}
-    env.update({"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "XDG_RUNTIME_DIR": str(tmp_path),
-                "XDG_CONFIG_HOME": str(home / "config"), "KEY": KEY, "URL": fault.url, "PY": sys.executable})
-    done = subprocess.run(["dbus-run-session", "--", "bash", "-c", SECRET_SERVICE_SCRIPT], env=env,
-                          capture_output=True, text=True, timeout=60)
+    env.update(
+        {
+            "HOME": str(home),
+            "XDG_DATA_HOME": str(home / "data"),
+            "XDG_RUNTIME_DIR": str(tmp_path),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "KEY": KEY,
+            "URL": fault.url,
+            "PY": sys.executable,
+        }
+    )
+    done = subprocess.run(
+        ["dbus-run-session", "--", "bash", "-c", SECRET_SERVICE_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode != 0 and ("gnome-keyring-daemon" in done.stderr and "failed" in done.stderr.lower()):
         pytest.skip(f"the keyring daemon could not start here: {done.stderr.strip()[:300]}")
     assert done.returncode == 0, done.stdout + done.stderr

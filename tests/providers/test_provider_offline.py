@@ -19,11 +19,16 @@ from keel.server.providers.healthstore import list_health
 from keel.storage import Store
 
 
-async def test_total_loss_is_offline_and_probe_sees_the_return(fault_factory: Callable[..., FaultServer],
-                                                                events: list[ProviderEvent]) -> None:
+async def test_total_loss_is_offline_and_probe_sees_the_return(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     a, b = fault_factory(), fault_factory()
-    r = ProviderRouter(settings(provider("a", a.url), provider("b", b.url, "http://name.invalid:9/v1")),
-                       ModelPolicy(), secrets=DictSecrets(), on_event=events.append)
+    r = ProviderRouter(
+        settings(provider("a", a.url), provider("b", b.url, "http://name.invalid:9/v1")),
+        ModelPolicy(),
+        secrets=DictSecrets(),
+        on_event=events.append,
+    )
     assert (await r.complete(PARAMS)).provider == "a"  # keep-alive connections are open now
     a.stop()
     b.stop()
@@ -55,26 +60,40 @@ async def test_offline_needs_every_failure_at_connection_level(fault_factory: Ca
     assert "no key stored for b: run `keel key set b`" in raised.value.message
 
 
-async def test_the_key_goes_only_into_the_authorization_header(fault_factory: Callable[..., FaultServer],
-                                                                events: list[ProviderEvent], tmp_path: Path,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_key_goes_only_into_the_authorization_header(
+    fault_factory: Callable[..., FaultServer],
+    events: list[ProviderEvent],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     echo = f"Incorrect API key provided: {KEY}. Authorization: Bearer {KEY}"
     leaky, fine = fault_factory(default=error(401, "invalid_api_key", echo)), fault_factory()
     fine.push(error(500, message=f"upstream said {KEY}"))
     with Store.open(tmp_path / "store") as store:
-        r = ProviderRouter(settings(provider("leaky", leaky.url), provider("fine", fine.url),
-                                    provider("anth", fine.root, kind="anthropic")),
-                           ModelPolicy(), secrets=DictSecrets({"leaky": KEY, "fine": KEY, "anth": KEY}),
-                           on_event=events.append, store=store)
+        r = ProviderRouter(
+            settings(
+                provider("leaky", leaky.url), provider("fine", fine.url), provider("anth", fine.root, kind="anthropic")
+            ),
+            ModelPolicy(),
+            secrets=DictSecrets({"leaky": KEY, "fine": KEY, "anth": KEY}),
+            on_event=events.append,
+            store=store,
+        )
         assert (await r.complete(PARAMS)).provider == "fine"
         fine.default = error(403, message=f"forbidden for key {KEY}")
         with pytest.raises(ProviderError) as raised:
             await r.complete(PARAMS)
         stored = msgspec.json.encode(store.read(list_health)).decode()
         await r.aclose()
-    texts = [raised.value.message, str(raised.value), caplog.text, stored,
-             msgspec.json.encode(events).decode(), repr(raised.value)]
+    texts = [
+        raised.value.message,
+        str(raised.value),
+        caplog.text,
+        stored,
+        msgspec.json.encode(events).decode(),
+        repr(raised.value),
+    ]
     assert all(KEY not in t for t in texts), [t for t in texts if KEY in t]
     assert "Incorrect API key provided: ***" in stored
     for request in leaky.posts + fine.posts:

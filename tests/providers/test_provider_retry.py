@@ -68,7 +68,13 @@ async def test_retry_call_asks_before_each_retry() -> None:
 
 def test_illegal_health_transition_raises() -> None:
     assert HealthState.DEGRADED not in HEALTH_TRANSITIONS[HealthState.COOLING_DOWN]
-    tracker = EndpointTracker(EndpointHealth(provider="p", endpoint="0", url="http://127.0.0.1:1/v1", model="m",
-                                             state=HealthState.COOLING_DOWN), FAST, lambda e: None, lambda t: None)
+    tracker = EndpointTracker(
+        EndpointHealth(
+            provider="p", endpoint="0", url="http://127.0.0.1:1/v1", model="m", state=HealthState.COOLING_DOWN
+        ),
+        FAST,
+        lambda e: None,
+        lambda t: None,
+    )
     with pytest.raises(InvalidTransitionError, match="p/0 cannot go from cooling_down to degraded"):
         tracker._set_state(HealthState.DEGRADED, "test")

@@ -28,42 +28,57 @@ from keel.server.providers.healthstore import list_health
 from keel.storage import Store
 
 
-def router(cfg: ProviderSettings, events: list[ProviderEvent], policy: ModelPolicy | None = None,
-           store: Store | None = None) -> ProviderRouter:
+def router(
+    cfg: ProviderSettings, events: list[ProviderEvent], policy: ModelPolicy | None = None, store: Store | None = None
+) -> ProviderRouter:
     return ProviderRouter(cfg, policy or ModelPolicy(), secrets=DictSecrets(), on_event=events.append, store=store)
 
 
 async def test_failover_picks_only_candidates_that_meet_the_requirements(
-        fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]) -> None:
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     cloud, cheap_remote, no_tools_local, local = (fault_factory() for _ in range(4))
     cloud.push(error(401))
     policy = ModelPolicy(prefer=("cloud",), require=Requirements(tools=True, local_only=True))
-    cfg = settings(provider("cloud", cloud.url, local=True), provider("remote", cheap_remote.url),
-                   provider("notools", no_tools_local.url, local=True, tools=False),
-                   provider("local", local.url, local=True, model="qwen2.5-coder"))
+    cfg = settings(
+        provider("cloud", cloud.url, local=True),
+        provider("remote", cheap_remote.url),
+        provider("notools", no_tools_local.url, local=True, tools=False),
+        provider("local", local.url, local=True, model="qwen2.5-coder"),
+    )
     r = router(cfg, events, policy)
     result = await r.complete(PARAMS)
     await r.aclose()
     assert (result.provider, result.model) == ("local", "qwen2.5-coder")
     assert (len(cheap_remote.posts), len(no_tools_local.posts)) == (0, 0)
     failover = next(e for e in events if e.kind == "failover")
-    assert (failover.source, failover.target, failover.reason, failover.target_model) == \
-        ("cloud/0", "local/0", "auth", "qwen2.5-coder")
+    assert (failover.source, failover.target, failover.reason, failover.target_model) == (
+        "cloud/0",
+        "local/0",
+        "auth",
+        "qwen2.5-coder",
+    )
 
 
-@pytest.mark.parametrize(("requirement", "allowed"), [
-    (Requirements(max_cost_per_mtok=2.0), "cheap"),
-    (Requirements(vision=True), "seeing"),
-    (Requirements(no_data_retention=True), "private"),
-    (Requirements(min_context=100_000), "wide"),
-])
-async def test_each_requirement_filters(fault: FaultServer, events: list[ProviderEvent], requirement: Requirements,
-                                        allowed: str) -> None:
-    cfg = settings(provider("dear", fault.url, cost=15.0, context=8192),
-                   provider("cheap", fault.url, cost=1.0),
-                   provider("seeing", fault.url, cost=9.0, vision=True),
-                   provider("private", fault.url, cost=9.0, retention="none"),
-                   provider("wide", fault.url, cost=9.0, context=200_000))
+@pytest.mark.parametrize(
+    ("requirement", "allowed"),
+    [
+        (Requirements(max_cost_per_mtok=2.0), "cheap"),
+        (Requirements(vision=True), "seeing"),
+        (Requirements(no_data_retention=True), "private"),
+        (Requirements(min_context=100_000), "wide"),
+    ],
+)
+async def test_each_requirement_filters(
+    fault: FaultServer, events: list[ProviderEvent], requirement: Requirements, allowed: str
+) -> None:
+    cfg = settings(
+        provider("dear", fault.url, cost=15.0, context=8192),
+        provider("cheap", fault.url, cost=1.0),
+        provider("seeing", fault.url, cost=9.0, vision=True),
+        provider("private", fault.url, cost=9.0, retention="none"),
+        provider("wide", fault.url, cost=9.0, context=200_000),
+    )
     r = router(cfg, events, ModelPolicy(require=requirement))
     result = await r.complete(PARAMS)
     await r.aclose()
@@ -78,8 +93,9 @@ async def test_no_candidate_meets_the_requirements(fault: FaultServer, events: l
     assert fault.posts == []
 
 
-async def test_a_call_with_tools_needs_tool_calling(fault_factory: Callable[..., FaultServer],
-                                                    events: list[ProviderEvent]) -> None:
+async def test_a_call_with_tools_needs_tool_calling(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     plain, capable = fault_factory(), fault_factory()
     r = router(settings(provider("plain", plain.url, tools=False), provider("capable", capable.url)), events)
     params = ModelCompleteParams(messages=PARAMS.messages, tools=[ToolCallSpec(name="read_file")])
@@ -90,8 +106,9 @@ async def test_a_call_with_tools_needs_tool_calling(fault_factory: Callable[...,
 
 
 @pytest.mark.parametrize("failure", [error(401), error(503)], ids=["persistent", "retries_exhausted"])
-async def test_never_pauses_instead_of_failing_over(fault_factory: Callable[..., FaultServer],
-                                                    events: list[ProviderEvent], failure: object) -> None:
+async def test_never_pauses_instead_of_failing_over(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent], failure: object
+) -> None:
     preferred, other = fault_factory(default=failure), fault_factory()
     policy = ModelPolicy(prefer=("preferred",), failover="never")
     r = router(settings(provider("other", other.url), provider("preferred", preferred.url)), events, policy)
@@ -102,8 +119,9 @@ async def test_never_pauses_instead_of_failing_over(fault_factory: Callable[...,
     assert [e for e in events if e.kind == "failover"] == []
 
 
-async def test_never_still_uses_the_preferred_models_other_endpoint(fault_factory: Callable[..., FaultServer],
-                                                                     events: list[ProviderEvent]) -> None:
+async def test_never_still_uses_the_preferred_models_other_endpoint(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     first, second = fault_factory(default=error(403)), fault_factory()
     r = router(settings(provider("p", first.url, second.url)), events, ModelPolicy(failover="never"))
     result = await r.complete(PARAMS)
@@ -126,8 +144,9 @@ async def test_retry_after_is_honoured(fault: FaultServer, events: list[Provider
     assert retry.reason == "rate_limited" and 0.8 <= retry.delay_s <= 2.1
 
 
-async def test_retry_after_beyond_the_cap_cools_down_and_fails_over(fault_factory: Callable[..., FaultServer],
-                                                                     events: list[ProviderEvent]) -> None:
+async def test_retry_after_beyond_the_cap_cools_down_and_fails_over(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
     limited, other = fault_factory(), fault_factory()
     limited.push(rate_limited("3600"))
     r = router(settings(provider("limited", limited.url), provider("other", other.url)), events)
@@ -142,16 +161,21 @@ async def test_retry_after_beyond_the_cap_cools_down_and_fails_over(fault_factor
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
 @pytest.mark.parametrize("kind", ["openai-compatible", "anthropic"])
-async def test_wire_formats_return_text_and_tool_calls(fault: FaultServer, events: list[ProviderEvent],
-                                                       kind: str, stream: bool) -> None:
+async def test_wire_formats_return_text_and_tool_calls(
+    fault: FaultServer, events: list[ProviderEvent], kind: str, stream: bool
+) -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
     fault.push(ok("hello there world", model="served-model-2024"), ok(tool_calls=(call,)))
     url = fault.root if kind == "anthropic" else fault.url
     r = router(settings(provider("p", url, kind=kind, stream=stream)), events)
-    params = ModelCompleteParams(messages=[*PARAMS.messages, {"role": "assistant", "content": None,
-                                                              "tool_calls": [call]},
-                                           {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"}],
-                                 tools=[ToolCallSpec(name="read_file", parameters={"type": "object"})])
+    params = ModelCompleteParams(
+        messages=[
+            *PARAMS.messages,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "x = 1"},
+        ],
+        tools=[ToolCallSpec(name="read_file", parameters={"type": "object"})],
+    )
     text = await r.complete(params)
     tools = await r.complete(params)
     await r.aclose()
@@ -172,8 +196,9 @@ async def test_wire_formats_return_text_and_tool_calls(fault: FaultServer, event
         assert fault.posts[0].path == "/v1/chat/completions" and body["messages"] == params.messages
 
 
-async def test_cancellation_leaves_nothing_half_written(fault: FaultServer, events: list[ProviderEvent],
-                                                        tmp_path: Path) -> None:
+async def test_cancellation_leaves_nothing_half_written(
+    fault: FaultServer, events: list[ProviderEvent], tmp_path: Path
+) -> None:
     fault.push(ok("one two three four five six", chunk_delay=0.1))
     with Store.open(tmp_path / "store") as store:
         r = router(settings(provider("p", fault.url)), events, store=store)
@@ -190,14 +215,17 @@ async def test_cancellation_leaves_nothing_half_written(fault: FaultServer, even
     assert again.message["content"] == "ok"
 
 
-async def test_health_machine_and_persistence(fault_factory: Callable[..., FaultServer],
-                                              events: list[ProviderEvent], tmp_path: Path) -> None:
+async def test_health_machine_and_persistence(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent], tmp_path: Path
+) -> None:
     flaky, backup = fault_factory(), fault_factory()
-    network = NetworkConfig(**{**{f: getattr(FAST, f) for f in FAST.__struct_fields__},
-                               "failures_to_cool_down": 2, "max_attempts": 5})
+    network = NetworkConfig(
+        **{**{f: getattr(FAST, f) for f in FAST.__struct_fields__}, "failures_to_cool_down": 2, "max_attempts": 5}
+    )
     with Store.open(tmp_path / "store") as store:
-        r = router(settings(provider("flaky", flaky.url), provider("backup", backup.url), network=network),
-                   events, store=store)
+        r = router(
+            settings(provider("flaky", flaky.url), provider("backup", backup.url), network=network), events, store=store
+        )
         flaky.push(error(500))
         assert (await r.complete(PARAMS)).provider == "flaky"  # healthy -> degraded -> healthy
         flaky.push(error(500), error(500))
@@ -208,8 +236,12 @@ async def test_health_machine_and_persistence(fault_factory: Callable[..., Fault
         stored = {h.provider: h for h in store.read(list_health)}
         await r.aclose()
     changes = [(e.provider, e.old_state, e.new_state) for e in events if e.kind == "health"]
-    assert changes == [("flaky", "healthy", "degraded"), ("flaky", "degraded", "healthy"),
-                       ("flaky", "healthy", "degraded"), ("flaky", "degraded", "cooling_down")]
+    assert changes == [
+        ("flaky", "healthy", "degraded"),
+        ("flaky", "degraded", "healthy"),
+        ("flaky", "healthy", "degraded"),
+        ("flaky", "degraded", "cooling_down"),
+    ]
     assert stored["flaky"].state == "cooling_down" and stored["flaky"].cooldown_until > time.time()
     assert "HTTP 500" in stored["flaky"].last_error and not stored["flaky"].active
     assert stored["backup"].active and stored["backup"].state == "healthy"

@@ -57,13 +57,15 @@ def test_diff_between_points_and_against_the_sandbox(tmp_path: Path) -> None:
         f"diff --keel {p_u1}/b.txt {p_u2}/b.txt\n"
         f"--- /dev/null\n+++ {p_u2}/b.txt\n@@ -0,0 +1 @@\n+new\n"
         f"diff --keel {p_u1}/old.txt {p_u2}/old.txt\n"
-        f"--- {p_u1}/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-to be deleted\n")
+        f"--- {p_u1}/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-to be deleted\n"
+    )
     # against the sandbox as it is now (a change no checkpoint has seen yet)
     sandbox = Path(record(store, mid).sandbox)
     (sandbox / "b.txt").write_text("edited\n")
     text = ok(keel("diff", mid, p_u2, store=store)).stdout
-    assert text == (f"diff --keel {p_u2}/b.txt sandbox/b.txt\n"
-                    f"--- {p_u2}/b.txt\n+++ sandbox/b.txt\n@@ -1 +1 @@\n-new\n+edited\n")
+    assert text == (
+        f"diff --keel {p_u2}/b.txt sandbox/b.txt\n--- {p_u2}/b.txt\n+++ sandbox/b.txt\n@@ -1 +1 @@\n-new\n+edited\n"
+    )
     assert ok(keel("diff", mid, p_u2, p_u2, store=store)).stdout == ""
     missing = keel("diff", mid, "p99", store=store)
     assert missing.returncode == 6 and "p99" in missing.stderr
@@ -76,8 +78,11 @@ def test_sandbox_changed_during_restore_is_an_error_and_nothing_is_recorded(tmp_
     marker = tmp_path / "at-verify"
     proc = subprocess.Popen(
         [sys.executable, "-m", "keel.server.cli", "restore", mid, "p2", "--files", "--store", str(store)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "KEEL_FAULT_RESTORE_VERIFY": f"{marker}:1.5"})
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KEEL_FAULT_RESTORE_VERIFY": f"{marker}:1.5"},
+    )
     wait_for(marker.exists)
     (sandbox / "a.txt").write_text("changed behind keel's back\n")
     out, err = proc.communicate(timeout=30)

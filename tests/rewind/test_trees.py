@@ -45,7 +45,11 @@ def test_snapshot_captures_files_modes_links_and_skips_git_and_keel(tmp_path: Pa
         snap = trees.Snapshotter()
         first, tree = _tree(store, snap, root)
         assert [(e.path, e.mode) for e in tree.entries] == [
-            ("blob.bin", "f"), ("link", "l"), ("pkg/deep/x.py", "f"), ("run.sh", "x")]
+            ("blob.bin", "f"),
+            ("link", "l"),
+            ("pkg/deep/x.py", "f"),
+            ("run.sh", "x"),
+        ]
         count = _blobs(store)
         assert _tree(store, trees.Snapshotter(), root)[0] == first and _blobs(store) == count  # all shared
         (root / "run.sh").write_text("#!/bin/sh\necho changed\n")

@@ -100,9 +100,11 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 def _small_txn(i: int) -> Callable[[Txn], None]:
     """About what a journal step writes: three records of 1 KB in three places."""
+
     def write(t: Txn) -> None:
         for prefix in PREFIXES:
             t.append(DB.EVENTS, prefix, _event(i))
+
     return write
 
 
@@ -130,8 +132,9 @@ def test_a_full_disk_spends_the_reserve_and_the_next_commits_go_through(small_fs
     with Store.open(path) as store:
         assert (path / "reserve").stat().st_size == DEFAULT_RESERVE_BYTES  # made again: there is room now
         assert store.full_disk() == ""
-        assert store.read(lambda t: list(t.read_log(DB.EVENTS, PREFIXES[2], Event))) == \
-            [(i, _event(i)) for i in range(1, done + 1)]
+        assert store.read(lambda t: list(t.read_log(DB.EVENTS, PREFIXES[2], Event))) == [
+            (i, _event(i)) for i in range(1, done + 1)
+        ]
         assert verify_all(store).ok
 
 

@@ -28,15 +28,21 @@ PAGE = 4096
 def _fill(path: Path) -> None:
     """Events, journal entries (rewritten and deleted, so pages are freed), blobs on overflow pages."""
     with Store.open(path) as store:
+
         def fill(t: object) -> None:
             txn = t  # type: ignore[assignment]
             for i in range(300):
                 txn.append(DB.EVENTS, mission_prefix("m1"), Event(kind="e" * 40, at=float(i), message="y" * 200))
-                txn.put(DB.JOURNAL, log_key(unit_prefix("m1", "u1"), i),
-                        JournalEntry(seq=i, kind="tool/run", fingerprint="f" * 64, result={"out": "b" * 300}))
+                txn.put(
+                    DB.JOURNAL,
+                    log_key(unit_prefix("m1", "u1"), i),
+                    JournalEntry(seq=i, kind="tool/run", fingerprint="f" * 64, result={"out": "b" * 300}),
+                )
                 txn.put_blob(bytes([i % 256]) * 3000)
+
         store.write(fill)  # type: ignore[arg-type]
         for k in range(12):
+
             def churn(t: object, k: int = k) -> None:
                 txn = t  # type: ignore[assignment]
                 for i in range(k, 300, 5):
@@ -44,8 +50,14 @@ def _fill(path: Path) -> None:
                     if k % 3 == 2:
                         txn.delete(DB.JOURNAL, key)
                     else:
-                        txn.put(DB.JOURNAL, key, JournalEntry(seq=i, kind="tool/run", fingerprint="f" * 64,
-                                                              result={"out": "c" * (k * 97 % 2500)}))
+                        txn.put(
+                            DB.JOURNAL,
+                            key,
+                            JournalEntry(
+                                seq=i, kind="tool/run", fingerprint="f" * 64, result={"out": "c" * (k * 97 % 2500)}
+                            ),
+                        )
+
             store.write(churn)  # type: ignore[arg-type]
 
 
@@ -68,7 +80,7 @@ def test_a_healthy_store_has_no_structural_problem(pristine: Path) -> None:
     with DataFile(data) as f:
         probe = _Walk(f, newest(f.metas()))
         probe.run()
-    kinds = {PageHeader.parse(data.read_bytes()[p * PAGE:p * PAGE + 16]).flags for p in probe.owner}
+    kinds = {PageHeader.parse(data.read_bytes()[p * PAGE : p * PAGE + 16]).flags for p in probe.owner}
     assert kinds >= {0x01, 0x02, 0x04}, kinds  # branch, leaf and overflow pages were all walked
     assert probe.free and len(probe.owner) + len(probe.free) + 2 == meta.last_pg + 1
 
@@ -98,23 +110,29 @@ def _flip_offsets(data: Path) -> Iterator[tuple[str, int]]:
     raw = data.read_bytes()
     for pgno in sorted(probe.owner)[::2]:
         base = pgno * PAGE
-        header = PageHeader.parse(raw[base:base + 16])
+        header = PageHeader.parse(raw[base : base + 16])
         yield from (("header", base + i) for i in (0, 1, 10, 12, 13, 14, 15))
         if header.flags not in (0x01, 0x02):
             continue  # an overflow page's body is a record's bytes: keel's seal covers them
-        ptrs = [int.from_bytes(raw[base + 16 + 2 * i:base + 18 + 2 * i], "little")
-                for i in range((header.lower - 16) // 2)]
+        ptrs = [
+            int.from_bytes(raw[base + 16 + 2 * i : base + 18 + 2 * i], "little")
+            for i in range((header.lower - 16) // 2)
+        ]
         for i, ptr in enumerate(ptrs[::3]):
             yield "node offset", base + 16 + 2 * 3 * i + (i % 2)
             yield "node header", base + ptr + (2, 4, 6)[i % 3]
-            ksize = int.from_bytes(raw[base + ptr + 6:base + ptr + 8], "little")
+            ksize = int.from_bytes(raw[base + ptr + 6 : base + ptr + 8], "little")
             if ksize:
                 yield "key", base + ptr + 8 + (i * 7) % ksize
 
 
 def _keel_verify(store: Path) -> tuple[int, dict[str, object]]:
-    proc = subprocess.run([sys.executable, "-m", "keel.server.cli", "verify", "--json", "--store", str(store)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", "verify", "--json", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode in (0, 5), f"keel verify ended with {proc.returncode}: {proc.stderr}"
     assert "Traceback" not in proc.stderr
     return proc.returncode, json.loads(proc.stdout)
@@ -145,7 +163,7 @@ def test_single_bit_flips_over_reachable_pages_are_caught(pristine: Path, tmp_pa
     assert sum(structural) / len(structural) >= 0.9, rates
     assert sum(sum(v) for v in caught.values()) / flips >= 0.9, rates
     # what the walk missed still must not pass `keel verify`, unless it is an unused byte (mp_pad)
-    for kind, offset in missed[::max(1, len(missed) // 8)]:
-        data.write_bytes(bytes(original[:offset]) + bytes([original[offset] ^ 0x01]) + bytes(original[offset + 1:]))
+    for kind, offset in missed[:: max(1, len(missed) // 8)]:
+        data.write_bytes(bytes(original[:offset]) + bytes([original[offset] ^ 0x01]) + bytes(original[offset + 1 :]))
         code, report = _keel_verify(data.parent)
         assert code == 5 or offset % PAGE in (8, 9), (kind, offset, report)

@@ -52,8 +52,9 @@ print(seen)
 
 
 def _spawn(code: str, *args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_two_writers_and_a_reader_lose_nothing(tmp_path: Path) -> None:

@@ -25,19 +25,35 @@ from tests.storage.rawlmdb import flip_byte, raw_get, raw_put
 
 UNIT = spec.UnitSpec(id="u1", kind="shell", title="t", after=("u0",), params={"a": [1, "x"]}, timeout_s=3.5)
 MISSION_SPEC = spec.MissionSpec(
-    name="n", agent=("python", "a.py"), goal="g", workspace="w", max_parallel=2, plan=True, units=(UNIT,),
-    models=spec.ModelPolicy(prefer=("m",), failover="never", auto_resume=False,
-                            require=spec.Requirements(tools=True, min_context=8, local_only=True,
-                                                      max_cost_per_mtok=1.5, vision=True, no_data_retention=True)),
-    checkpoint=spec.CheckpointPolicy(policy="interval", group_window_ms=1, expensive_step_ms=2,
-                                     snapshot_budget_ms=3, interval_ms=4),
-    permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0), env={"K": "V"})
+    name="n",
+    agent=("python", "a.py"),
+    goal="g",
+    workspace="w",
+    max_parallel=2,
+    plan=True,
+    units=(UNIT,),
+    models=spec.ModelPolicy(
+        prefer=("m",),
+        failover="never",
+        auto_resume=False,
+        require=spec.Requirements(
+            tools=True, min_context=8, local_only=True, max_cost_per_mtok=1.5, vision=True, no_data_retention=True
+        ),
+    ),
+    checkpoint=spec.CheckpointPolicy(
+        policy="interval", group_window_ms=1, expensive_step_ms=2, snapshot_budget_ms=3, interval_ms=4
+    ),
+    permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0),
+    env={"K": "V"},
+)
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
-QUESTION = records.Question(unit="u1", seq=3, text="which?", choices=("a", "b"), kind="uncertain-effect",
-                            fingerprint="f" * 64, lane="u1#2")
+QUESTION = records.Question(
+    unit="u1", seq=3, text="which?", choices=("a", "b"), kind="uncertain-effect", fingerprint="f" * 64, lane="u1#2"
+)
 COST = records.StepCost(wall_ms=12.5, tokens=99)
-MARK = records.UnitMark(state=UnitState.RUNNING, journal_hwm=7, attempts=2, result={"r": 1}, error="e",
-                        agent_state="ab" * 32, epoch=3)
+MARK = records.UnitMark(
+    state=UnitState.RUNNING, journal_hwm=7, attempts=2, result={"r": 1}, error="e", agent_state="ab" * 32, epoch=3
+)
 TOOL = agent.ToolCallSpec(name="read_file", description="d", parameters={"type": "object"})
 
 SAMPLES: dict[type[Any], Any] = {
@@ -50,26 +66,77 @@ SAMPLES: dict[type[Any], Any] = {
     records.HostInfo: HOST,
     records.Question: QUESTION,
     records.MissionRecord: records.MissionRecord(
-        id="m1", spec=MISSION_SPEC, state=MissionState.WAITING_INPUT, created_at=1.0, updated_at=2.0,
-        workspace="/w", sandbox="/s", pause_reason=PauseReason.WAITING_INPUT, question=QUESTION, error="x",
-        host=HOST, forked_from="m0", mission_file="m.toml", control_seen=4),
+        id="m1",
+        spec=MISSION_SPEC,
+        state=MissionState.WAITING_INPUT,
+        created_at=1.0,
+        updated_at=2.0,
+        workspace="/w",
+        sandbox="/s",
+        pause_reason=PauseReason.WAITING_INPUT,
+        question=QUESTION,
+        error="x",
+        host=HOST,
+        forked_from="m0",
+        mission_file="m.toml",
+        control_seen=4,
+    ),
     records.StepCost: COST,
     records.JournalEntry: records.JournalEntry(
-        seq=5, kind="tool/run", fingerprint="f" * 64, phase="intent", result={"out": "é☃"}, error="err",
-        tool_class="effectful", served_model="local/q", at=3.0, cost=COST, summary="s"),
+        seq=5,
+        kind="tool/run",
+        fingerprint="f" * 64,
+        phase="intent",
+        result={"out": "é☃"},
+        error="err",
+        tool_class="effectful",
+        served_model="local/q",
+        at=3.0,
+        cost=COST,
+        summary="s",
+    ),
     records.UnitMark: MARK,
     records.CheckpointManifest: records.CheckpointManifest(
-        mission_id="m1", number=4, reason="paused", created_at=5.0, graph="a" * 64, units={"u1": MARK},
-        config="b" * 64, parent="c" * 64, sandbox_tree="tree", context="d" * 64, evidence_hwm=11,
-        state=MissionState.PAUSED, files_restored=True),
+        mission_id="m1",
+        number=4,
+        reason="paused",
+        created_at=5.0,
+        graph="a" * 64,
+        units={"u1": MARK},
+        config="b" * 64,
+        parent="c" * 64,
+        sandbox_tree="tree",
+        context="d" * 64,
+        evidence_hwm=11,
+        state=MissionState.PAUSED,
+        files_restored=True,
+    ),
     records.TreeEntry: records.TreeEntry(path="sub/é.py", mode="x", blob="e" * 64),
     records.SandboxTree: records.SandboxTree(entries=(records.TreeEntry(path="a", mode="l", blob="f" * 64),)),
     records.SubagentLease: records.SubagentLease(
-        unit="u1", lane="l2", epoch=3, host_id="h1", state="done", pid=42, hostname="vm", heartbeat=9.0,
-        ttl_s=5.0, started_at=8.0, sandbox="/s/u1", branch="keel/u1", base="a" * 40, tree="t" * 64,
-        last_checkpoint=7, result={"ok": 1}, commit="c" * 40, merged=True, resolution="rerun"),
-    records.RestorePoint: records.RestorePoint(id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused",
-                                               created_at=5.0, label="before failover"),
+        unit="u1",
+        lane="l2",
+        epoch=3,
+        host_id="h1",
+        state="done",
+        pid=42,
+        hostname="vm",
+        heartbeat=9.0,
+        ttl_s=5.0,
+        started_at=8.0,
+        sandbox="/s/u1",
+        branch="keel/u1",
+        base="a" * 40,
+        tree="t" * 64,
+        last_checkpoint=7,
+        result={"ok": 1},
+        commit="c" * 40,
+        merged=True,
+        resolution="rerun",
+    ),
+    records.RestorePoint: records.RestorePoint(
+        id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused", created_at=5.0, label="before failover"
+    ),
     records.Control: records.Control(action="answer", at=6.0, text="yes", source="cli"),
     records.Evidence: records.Evidence(kind="diff", at=7.0, unit="u1", summary="s", data={"patch": "+x"}),
     records.Event: records.Event(kind="state", at=8.0, unit="u1", state="running", message="m"),
@@ -79,11 +146,16 @@ SAMPLES: dict[type[Any], Any] = {
     agent.UnitRunResult: agent.UnitRunResult(result=[1, 2], summary="done"),
     agent.ToolCallSpec: TOOL,
     agent.ModelCompleteParams: agent.ModelCompleteParams(
-        messages=[{"role": "user", "content": "hi"}], tools=[TOOL], max_tokens=10, temperature=0.5, purpose="p"),
+        messages=[{"role": "user", "content": "hi"}], tools=[TOOL], max_tokens=10, temperature=0.5, purpose="p"
+    ),
     agent.Usage: agent.Usage(prompt_tokens=1, completion_tokens=2),
     agent.ModelCompleteResult: agent.ModelCompleteResult(
-        message={"role": "assistant", "content": "x"}, model="m", provider="p", finish_reason="stop",
-        usage=agent.Usage(prompt_tokens=3, completion_tokens=4)),
+        message={"role": "assistant", "content": "x"},
+        model="m",
+        provider="p",
+        finish_reason="stop",
+        usage=agent.Usage(prompt_tokens=3, completion_tokens=4),
+    ),
     agent.ToolRunParams: agent.ToolRunParams(tool="run", args={"cmd": "ls"}),
     agent.ToolRunResult: agent.ToolRunResult(ok=False, output="o", error="e"),
     agent.HumanAskParams: agent.HumanAskParams(question="q", choices=("y", "n")),
@@ -98,15 +170,21 @@ SAMPLES: dict[type[Any], Any] = {
 
 
 def _structs(module: Any) -> set[type[Any]]:
-    return {obj for _, obj in inspect.getmembers(module, inspect.isclass)
-            if issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__}
+    return {
+        obj
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__
+    }
 
 
 def test_every_struct_has_a_sample_with_no_default_field() -> None:
     assert _structs(spec) | _structs(records) | _structs(agent) == set(SAMPLES)
     for type_, sample in SAMPLES.items():
-        defaults = [f.name for f in msgspec.structs.fields(type_)
-                    if f.default is not msgspec.NODEFAULT and getattr(sample, f.name) == f.default]
+        defaults = [
+            f.name
+            for f in msgspec.structs.fields(type_)
+            if f.default is not msgspec.NODEFAULT and getattr(sample, f.name) == f.default
+        ]
         assert not defaults, f"{type_.__name__} sample leaves {defaults} at their default"
 
 
@@ -157,14 +235,17 @@ def _reheader(data: bytes, **fields: int | bytes) -> bytes:
     return struct.pack(">4sBBHI", *values.values()) + data[12:]
 
 
-@pytest.mark.parametrize(("fields", "reason"), [
-    ({"magic": b"LEEK"}, "bad magic b'LEEK'"),
-    ({"version": FORMAT_VERSION + 1}, f"record format {FORMAT_VERSION + 1} is newer than this keel reads"),
-    ({"version": 0}, "unknown record format 0"),
-    ({"codec": 9}, "bad header (codec 9"),
-    ({"reserved": 1}, "reserved 1"),
-    ({"length": 3}, "length mismatch"),
-])
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"magic": b"LEEK"}, "bad magic b'LEEK'"),
+        ({"version": FORMAT_VERSION + 1}, f"record format {FORMAT_VERSION + 1} is newer than this keel reads"),
+        ({"version": 0}, "unknown record format 0"),
+        ({"codec": 9}, "bad header (codec 9"),
+        ({"reserved": 1}, "reserved 1"),
+        ({"length": 3}, "length mismatch"),
+    ],
+)
 def test_header_defects_are_named(fields: dict[str, Any], reason: str) -> None:
     with pytest.raises(CorruptRecordError) as info:
         open_record("journal", b"k", _reheader(seal("journal", b"k", b"payload", Codec.RAW), **fields))
@@ -228,13 +309,16 @@ def test_value_of_the_wrong_type_is_a_corrupt_record(store: Store) -> None:
         store.read(lambda t: t.get(DB.EVENTS, b"k", records.Event))
 
 
-@pytest.mark.parametrize(("key", "shown"), [
-    (log_key(unit_prefix("m1", "u1"), 5), "m1/u1/5"),
-    (log_key(b"m1\x00", 256), "m1/256"),
-    (b"m1\x00unit-001", "m1/unit-001"),  # an 8-character id is text, not a sequence number
-    (b"abcdefgh", "abcdefgh"),
-    (b"\xff\x01", "ff01"),
-])
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        (log_key(unit_prefix("m1", "u1"), 5), "m1/u1/5"),
+        (log_key(b"m1\x00", 256), "m1/256"),
+        (b"m1\x00unit-001", "m1/unit-001"),  # an 8-character id is text, not a sequence number
+        (b"abcdefgh", "abcdefgh"),
+        (b"\xff\x01", "ff01"),
+    ],
+)
 def test_keys_are_rendered_for_people(key: bytes, shown: str) -> None:
     from keel.storage.errors import render_key
 

@@ -27,7 +27,8 @@ def test_newer_store_is_refused_with_a_clear_message(tmp_path: Path) -> None:
         Store.open(path)
     assert info.value.message == (
         f"store at {path} has schema {SCHEMA_VERSION + 1}, written by keel 9.9.9; this keel (0.1.0) reads "
-        f"schema {SCHEMA_VERSION} at most; upgrade keel")
+        f"schema {SCHEMA_VERSION} at most; upgrade keel"
+    )
     raw_env(path).close()  # the refused open closed its environment (LMDB allows one per process)
     with pytest.raises(StoreTooNewError):  # and refusing changed nothing
         Store.open(path)
@@ -56,6 +57,7 @@ def test_migrations_run_in_order_inside_one_transaction(tmp_path: Path, monkeypa
             txn.put(DB.META, f"migrated-{n}".encode(), SchemaInfo(version=n))
             if fail:
                 raise RuntimeError(f"migration {n} failed")
+
         return migrate
 
     monkeypatch.setattr(mig, "SCHEMA_VERSION", 3)

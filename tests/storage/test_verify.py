@@ -22,17 +22,32 @@ def make_mission(store: Store, mission_id: str, checkpoints: int = 2) -> list[st
 
     def build(t: object) -> list[str]:
         txn = t  # type: ignore[assignment]
-        m.put_mission(txn, MissionRecord(id=mission_id, spec=spec, state=MissionState.CREATED, created_at=now,
-                                         updated_at=now, workspace="/w"))
+        m.put_mission(
+            txn,
+            MissionRecord(
+                id=mission_id, spec=spec, state=MissionState.CREATED, created_at=now, updated_at=now, workspace="/w"
+            ),
+        )
         m.set_mission_state(txn, mission_id, MissionState.RUNNING)
         digests, parent = [], ""
         for n in range(1, checkpoints + 1):
             m.journal_put(txn, mission_id, "u1", JournalEntry(seq=n, kind="now", fingerprint=f"f{n}", result=n))
             manifest = CheckpointManifest(
-                mission_id=mission_id, number=n, reason="unit", created_at=now, parent=parent,
-                graph=txn.put_object(spec.units), config=txn.put_blob(b"config"),
-                units={"u1": UnitMark(state=UnitState.RUNNING, journal_hwm=n,
-                                      agent_state=txn.put_blob(f"{mission_id} state {n}".encode()))})
+                mission_id=mission_id,
+                number=n,
+                reason="unit",
+                created_at=now,
+                parent=parent,
+                graph=txn.put_object(spec.units),
+                config=txn.put_blob(b"config"),
+                units={
+                    "u1": UnitMark(
+                        state=UnitState.RUNNING,
+                        journal_hwm=n,
+                        agent_state=txn.put_blob(f"{mission_id} state {n}".encode()),
+                    )
+                },
+            )
             point = m.commit_checkpoint(txn, manifest)
             digests.append(point.checkpoint)
             parent = point.checkpoint

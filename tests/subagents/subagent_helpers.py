@@ -34,21 +34,26 @@ def alive(pid: int) -> bool:
 
 def store_writable(store: Path, timeout: float = 0.5) -> bool:
     """A write transaction gets through (a process stopped while holding LMDB's write lock blocks it)."""
-    code = ("import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
-            "s.write(lambda t: None); s.close()")
+    code = (
+        "import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
+        "s.write(lambda t: None); s.close()"
+    )
     try:
-        subprocess.run([sys.executable, "-c", code, str(store)], timeout=timeout, check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-c", code, str(store)], timeout=timeout, check=True, capture_output=True)
     except subprocess.TimeoutExpired:
         return False
     return True
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "person", "GIT_AUTHOR_EMAIL": "p@example.invalid",
-           "GIT_COMMITTER_NAME": "person", "GIT_COMMITTER_EMAIL": "p@example.invalid"}
-    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, check=True,
-                          env=env).stdout
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "person",
+        "GIT_AUTHOR_EMAIL": "p@example.invalid",
+        "GIT_COMMITTER_NAME": "person",
+        "GIT_COMMITTER_EMAIL": "p@example.invalid",
+    }
+    return subprocess.run(["git", *args], cwd=str(cwd), capture_output=True, text=True, check=True, env=env).stdout
 
 
 def checkout_fingerprint(repo: Path) -> dict[str, Any]:
@@ -61,10 +66,17 @@ def checkout_fingerprint(repo: Path) -> dict[str, Any]:
         if rel.parts[0] != ".git" and path.is_file():
             tree[str(rel)] = path.read_bytes()
     dot = repo / ".git"
-    out = {"tree": tree, "index": (dot / "index").read_bytes(), "HEAD": (dot / "HEAD").read_bytes(),
-           "config": (dot / "config").read_bytes(),
-           "refs": [line for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
-                    if not line.startswith("refs/heads/keel/")]}
+    out = {
+        "tree": tree,
+        "index": (dot / "index").read_bytes(),
+        "HEAD": (dot / "HEAD").read_bytes(),
+        "config": (dot / "config").read_bytes(),
+        "refs": [
+            line
+            for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+            if not line.startswith("refs/heads/keel/")
+        ],
+    }
     out["status"] = git(repo, "status", "--porcelain", "--untracked-files=all")
     return out
 

@@ -68,15 +68,27 @@ class Missed(AssertionError):
 def _units(side: Path) -> list[dict[str, Any]]:
     def unit(uid: str) -> dict[str, Any]:
         diff = f"--- a/{uid}.py\n+++ b/{uid}.py\n@@ -1 +1 @@\n-{uid.upper()} = 1\n+{uid.upper()} = 2\n"
-        return {"id": uid, "after": UNITS[uid], "params": {"steps": [
-            {"tool": "write_file", "args": {"path": f"{uid}.py", "content": f"{uid.upper()} = 1\n"}},
-            {"tool": "run", "args": {"cmd": f"sleep 0.2; echo {uid}-1 >> {side}"}},
-            {"now": True}, {"random": True},
-            {"tool": "apply_diff", "args": {"path": f"{uid}.py", "diff": diff}},
-            {"tool": "run", "args": {"cmd": f"python3 -m py_compile {uid}.py && echo {uid}-2 >> {side}",
-                                     "verify": True}},
-            {"save_state": {"unit": uid}}, {"sleep": 0.2},
-            {"tool": "read_file", "args": {"path": f"{uid}.py"}}]}}
+        return {
+            "id": uid,
+            "after": UNITS[uid],
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": f"{uid}.py", "content": f"{uid.upper()} = 1\n"}},
+                    {"tool": "run", "args": {"cmd": f"sleep 0.2; echo {uid}-1 >> {side}"}},
+                    {"now": True},
+                    {"random": True},
+                    {"tool": "apply_diff", "args": {"path": f"{uid}.py", "diff": diff}},
+                    {
+                        "tool": "run",
+                        "args": {"cmd": f"python3 -m py_compile {uid}.py && echo {uid}-2 >> {side}", "verify": True},
+                    },
+                    {"save_state": {"unit": uid}},
+                    {"sleep": 0.2},
+                    {"tool": "read_file", "args": {"path": f"{uid}.py"}},
+                ]
+            },
+        }
+
     return [unit(uid) for uid in UNITS]
 
 
@@ -164,17 +176,25 @@ class Run:
             return self._killed(host, worker)
         if phase == "journal":
             k = self.rng.randint(1, 8)
-            _until(lambda: read(self.store, lambda t: m.journal_get(t, self.mid, unit, k)) is not None,
-                   f"unit {unit}'s journal entry {k}", host)
+            _until(
+                lambda: read(self.store, lambda t: m.journal_get(t, self.mid, unit, k)) is not None,
+                f"unit {unit}'s journal entry {k}",
+                host,
+            )
             workers = [x.pid for x in self._leases().values() if x.state == "running" and x.pid > 0]
             agents = [c for pid in workers for c in _children(pid)]
             victims = self.rng.sample(workers + agents, self.rng.randint(0, len(workers + agents)))
             _kill(*victims)
             return [*victims, *self._killed(host)]
         if phase == "intent":
+
             def intent() -> bool:
-                return any(e.phase == "intent" for lane in {x.lane for x in self._leases().values()}
-                           for e in read(self.store, lambda t, ln=lane: m.journal_entries(t, self.mid, ln)))
+                return any(
+                    e.phase == "intent"
+                    for lane in {x.lane for x in self._leases().values()}
+                    for e in read(self.store, lambda t, ln=lane: m.journal_entries(t, self.mid, ln))
+                )
+
             _until(intent, "an effect's intent", host)
             return self._killed(host)
         if phase == "worker":
@@ -182,23 +202,37 @@ class Run:
             held = self._leases()[unit]
             victim = held.pid if self.rng.random() < 0.6 else (_children(held.pid) or [held.pid])[0]
             _kill(victim)
-            _until(lambda: (x := self._leases()[unit]).epoch > held.epoch and x.pid > 0 and x.pid != held.pid,
-                   f"unit {unit}'s worker started again", host)
+            _until(
+                lambda: (x := self._leases()[unit]).epoch > held.epoch and x.pid > 0 and x.pid != held.pid,
+                f"unit {unit}'s worker started again",
+                host,
+            )
             return [victim, *self._killed(host)]
         if phase == "merge":
-            pid = _until(lambda: self.merge_mark.exists() and self.merge_mark.read_text().strip(),
-                         "a merge in progress", host)
+            pid = _until(
+                lambda: self.merge_mark.exists() and self.merge_mark.read_text().strip(), "a merge in progress", host
+            )
             return self._killed(host, int(pid))
         if phase == "completion":
+
             def completed() -> bool:
                 head = read(self.store, lambda t: m.head_checkpoint(t, self.mid))
-                return any(x.state == "done" and head.units[u].state.value != "succeeded"
-                           for u, x in self._leases().items())
+                return any(
+                    x.state == "done" and head.units[u].state.value != "succeeded" for u, x in self._leases().items()
+                )
+
             _until(completed, "a completion not yet checkpointed", host)
             return self._killed(host)
         assert phase == "checkpoint"
-        _until(lambda: self.fault_mark.exists() and record(self.store, self.mid).state == MissionState.RUNNING
-               and any(x.state == "done" for x in self._leases().values()), "a checkpoint in progress", host)
+        _until(
+            lambda: (
+                self.fault_mark.exists()
+                and record(self.store, self.mid).state == MissionState.RUNNING
+                and any(x.state == "done" for x in self._leases().values())
+            ),
+            "a checkpoint in progress",
+            host,
+        )
         self.fault_mark.unlink()
         _until(self.fault_mark.exists, "the next checkpoint's transaction", host)
         return self._killed(host)
@@ -217,8 +251,15 @@ class Run:
 
         def working() -> bool:
             rec = record(self.store, self.mid)
-            return rec.host is not None and rec.host.pid == host.pid and (phase == "recovery" or any(
-                x.host_id == rec.host.host_id and x.pid > 0 for x in self._leases().values()))
+            return (
+                rec.host is not None
+                and rec.host.pid == host.pid
+                and (
+                    phase == "recovery"
+                    or any(x.host_id == rec.host.host_id and x.pid > 0 for x in self._leases().values())
+                )
+            )
+
         try:
             _until(working, "the resumed host started a worker", host)
         except Missed:
@@ -253,10 +294,17 @@ class Run:
     def outcome(self) -> dict[str, Any]:
         head = read(self.store, lambda t: m.head_checkpoint(t, self.mid))
         evidence = [e.kind for _, e in read(self.store, lambda t: list(m.evidence_after(t, self.mid)))]
-        return {"files": files(sandbox_of(self.store, self.mid)), "side": _markers(self.side),
-                "results": {u: [o if isinstance(o, dict) or o is None else "v" for o in mk.result["outputs"]]
-                            for u, mk in head.units.items()},
-                "events": unit_events(self.store, self.mid), "evidence": evidence, "questions": self.questions}
+        return {
+            "files": files(sandbox_of(self.store, self.mid)),
+            "side": _markers(self.side),
+            "results": {
+                u: [o if isinstance(o, dict) or o is None else "v" for o in mk.result["outputs"]]
+                for u, mk in head.units.items()
+            },
+            "events": unit_events(self.store, self.mid),
+            "evidence": evidence,
+            "questions": self.questions,
+        }
 
 
 def _kind(seed: int) -> str:
@@ -336,13 +384,15 @@ def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
     for o in ok:
         by_phase[o["phase"]] += o["kills"]
     kinds = collections.Counter(o["kind"] for o in ok)
-    summary = (f"chaos: {len(outcomes)} iterations ({kinds['git']} git, {kinds['plain']} plain), "
-               f"{sum(by_phase.values())} kills "
-               f"({', '.join(f'{p} {by_phase[p]}' for p in PHASES)}), "
-               f"{sum(len(o['side']) for o in ok)} effects checked, "
-               f"{sum(len(o['questions']) for o in ok)} uncertain effects answered; "
-               f"duplicates {problems['duplicated effects']}, stuck {problems['stuck or failed']}, "
-               f"wrong trees {problems['wrong trees']}, missed strikes {problems['missed']}")
+    summary = (
+        f"chaos: {len(outcomes)} iterations ({kinds['git']} git, {kinds['plain']} plain), "
+        f"{sum(by_phase.values())} kills "
+        f"({', '.join(f'{p} {by_phase[p]}' for p in PHASES)}), "
+        f"{sum(len(o['side']) for o in ok)} effects checked, "
+        f"{sum(len(o['questions']) for o in ok)} uncertain effects answered; "
+        f"duplicates {problems['duplicated effects']}, stuck {problems['stuck or failed']}, "
+        f"wrong trees {problems['wrong trees']}, missed strikes {problems['missed']}"
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "chaos-summary.txt").write_text(summary + "\n" + "\n".join(failures) + "\n")
     print(summary)

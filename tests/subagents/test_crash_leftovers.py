@@ -36,13 +36,17 @@ def _command_running(marker: str) -> bool:
 
 def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"sleep 1.5; echo a-1 >> {side}"}}]}}]
+    units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"sleep 1.5; echo a-1 >> {side}"}}]}}]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
-    wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 1))) is not None
-             and e.phase == "intent" and _command_running("sleep 1.5"))
+    wait_for(
+        lambda: (
+            (e := read(store, lambda t: m.journal_get(t, mid, "a", 1))) is not None
+            and e.phase == "intent"
+            and _command_running("sleep 1.5")
+        )
+    )
     kill(host)  # the command's process group lives on: it would append its marker in a moment
     keel("resume", mid, store=store, check_rc=3)
     question = record(store, mid).question
@@ -57,10 +61,19 @@ def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_p
 def test_a_stale_index_lock_in_a_unit_worktree_is_cleared(tmp_path: Path) -> None:
     _git_workspace(tmp_path)
     side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
-        {"tool": "run", "args": {"cmd": f"echo a-1 >> {side}"}}, {"sleep": 1.0},
-        {"tool": "read_file", "args": {"path": "a.txt"}}]}}]
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo a-1 >> {side}"}},
+                    {"sleep": 1.0},
+                    {"tool": "read_file", "args": {"path": "a.txt"}},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -80,9 +93,14 @@ def test_a_stale_index_lock_in_a_unit_worktree_is_cleared(tmp_path: Path) -> Non
 
 def test_a_worktree_left_locked_by_a_killed_worktree_add_is_taken_over(tmp_path: Path) -> None:
     _git_workspace(tmp_path)
-    units = [{"id": "b", "params": {"steps": [{"now": True}, {"sleep": 2}]}},
-             {"id": "a", "after": ["b"], "params": {"steps": [
-                 {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}}]}}]
+    units = [
+        {"id": "b", "params": {"steps": [{"now": True}, {"sleep": 2}]}},
+        {
+            "id": "a",
+            "after": ["b"],
+            "params": {"steps": [{"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}}]},
+        },
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)

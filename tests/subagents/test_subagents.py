@@ -51,10 +51,19 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
 
 
 def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
-    units = [{"id": "slow", "params": {"steps": [
-                {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
-                {"now": True}, {"sleep": 2.5}]}},
-             {"id": "long", "params": {"steps": [{"sleep": 8.0}]}}]
+    units = [
+        {
+            "id": "slow",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
+                    {"now": True},
+                    {"sleep": 2.5},
+                ]
+            },
+        },
+        {"id": "long", "params": {"steps": [{"sleep": 8.0}]}},
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=FAST_LEASES)
     try:
@@ -88,8 +97,12 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
-    wait_for(lambda: all(x.pid > 0 and x.last_checkpoint >= 1 for x in all_leases(store, mid))
-             and len(all_leases(store, mid)) == 2)
+    wait_for(
+        lambda: (
+            all(x.pid > 0 and x.last_checkpoint >= 1 for x in all_leases(store, mid))
+            and len(all_leases(store, mid)) == 2
+        )
+    )
     workers = [x.pid for x in all_leases(store, mid)]
     kill(host)
     took = [wait_gone(pid, timeout=2.0) for pid in workers]
@@ -102,12 +115,22 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
 
 
 @pytest.mark.parametrize("damage", ["deleted", "tampered"])
-def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_rerun(tmp_path: Path,
-                                                                                      damage: str) -> None:
+def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_rerun(
+    tmp_path: Path, damage: str
+) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
-        {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}}, {"sleep": 30}]}}]
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}},
+                    {"sleep": 30},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -139,10 +162,19 @@ def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_re
 
 def test_a_tampered_sandbox_the_person_keeps_resumes_from_the_journal(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [
-        {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}},
-        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}}, {"sleep": 1.5},
-        {"tool": "read_file", "args": {"path": "a.txt"}}]}}]
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}},
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+                    {"sleep": 1.5},
+                    {"tool": "read_file", "args": {"path": "a.txt"}},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -161,8 +193,7 @@ def test_a_tampered_sandbox_the_person_keeps_resumes_from_the_journal(tmp_path: 
 
 
 def test_a_lost_sandbox_without_effects_starts_again_by_itself(tmp_path: Path) -> None:
-    units = [{"id": "a", "params": {"steps": [
-        {"random": True}, {"now": True}, {"sleep": 30}]}}]
+    units = [{"id": "a", "params": {"steps": [{"random": True}, {"now": True}, {"sleep": 30}]}}]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -181,10 +212,18 @@ def test_a_lost_sandbox_without_effects_starts_again_by_itself(tmp_path: Path) -
 
 def test_a_skipped_uncertain_effect_that_changed_files_is_not_mistaken_for_tampering(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
-        {"tool": "run", "args": {"cmd": f"echo made > made.txt && echo ran >> {side} && sleep 2"}},
-        {"tool": "read_file", "args": {"path": "made.txt"}}]}}]
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo made > made.txt && echo ran >> {side} && sleep 2"}},
+                    {"tool": "read_file", "args": {"path": "made.txt"}},
+                ]
+            },
+        }
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -213,9 +252,15 @@ def test_the_persons_checkout_is_unchanged_and_units_merge_in_dependency_order(t
     def writes(uid: str) -> dict[str, Any]:
         return {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid}\n"}}
 
-    units = [{"id": "a", "params": {"steps": [writes("a")]}}, {"id": "b", "params": {"steps": [writes("b")]}},
-             {"id": "c", "after": ["a", "b"], "params": {"steps": [
-                 {"tool": "read_file", "args": {"path": "a.txt"}}, writes("c")]}}]
+    units = [
+        {"id": "a", "params": {"steps": [writes("a")]}},
+        {"id": "b", "params": {"steps": [writes("b")]}},
+        {
+            "id": "c",
+            "after": ["a", "b"],
+            "params": {"steps": [{"tool": "read_file", "args": {"path": "a.txt"}}, writes("c")]},
+        },
+    ]
     before = checkout_fingerprint(ws)
     store = tmp_path / "store"
     keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=0)
@@ -223,16 +268,29 @@ def test_the_persons_checkout_is_unchanged_and_units_merge_in_dependency_order(t
     mid = read(store, m.list_missions)[0].id
     sandbox = Path(record(store, mid).sandbox)
     assert {k: v for k, v in files(sandbox).items()} == {
-        "base.txt": b"base\n", "a.txt": b"a\n", "b.txt": b"b\n", "c.txt": b"c\n"}
+        "base.txt": b"base\n",
+        "a.txt": b"a\n",
+        "b.txt": b"b\n",
+        "c.txt": b"c\n",
+    }
     merges = git(sandbox, "log", "--merges", "--format=%s", f"keel/{mid}").splitlines()
     assert merges[0] == "keel: merge unit c" and sorted(merges[1:]) == ["keel: merge unit a", "keel: merge unit b"]
     assert {x.unit: x.merged for x in all_leases(store, mid)} == {"a": True, "b": True, "c": True}
 
 
 def test_a_merge_conflict_asks_the_person_and_rerun_resolves_it(tmp_path: Path) -> None:
-    units = [{"id": u, "params": {"steps": [
-        {"tool": "write_file", "args": {"path": "same.txt", "content": f"{u}\n"}}, {"sleep": 0.3 if u == "b" else 0}]}}
-        for u in ("a", "b")]
+    units = [
+        {
+            "id": u,
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "same.txt", "content": f"{u}\n"}},
+                    {"sleep": 0.3 if u == "b" else 0},
+                ]
+            },
+        }
+        for u in ("a", "b")
+    ]
     store = tmp_path / "store"
     keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=3)
     mid = read(store, m.list_missions)[0].id

@@ -43,8 +43,11 @@ def _gc(store: Path, *flags: str) -> dict[str, Any]:
 
 def test_gc_removes_finished_unit_sandboxes_and_branches_and_keeps_the_result(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
-    units = [{"id": "a", "params": {"steps": [_writes("a")]}}, {"id": "b", "params": {"steps": [_writes("b")]}},
-             {"id": "c", "after": ["a", "b"], "params": {"steps": [_writes("c")]}}]
+    units = [
+        {"id": "a", "params": {"steps": [_writes("a")]}},
+        {"id": "b", "params": {"steps": [_writes("b")]}},
+        {"id": "c", "after": ["a", "b"], "params": {"steps": [_writes("c")]}},
+    ]
     store = tmp_path / "store"
     keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=0)
     mid = read(store, m.list_missions)[0].id
@@ -73,19 +76,31 @@ def test_gc_removes_finished_unit_sandboxes_and_branches_and_keeps_the_result(tm
     keel("verify", store=store, check_rc=0)
     keel("apply", mid, store=store, check_rc=0)
     assert {p: (ws / p).read_text() for p in ("a.txt", "b.txt", "c.txt")} == {
-        "a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"}
+        "a.txt": "a\n",
+        "b.txt": "b\n",
+        "c.txt": "c\n",
+    }
 
 
 def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
-    units = [{"id": "a", "params": {"steps": [_writes("a")]}},
-             {"id": "b", "params": {"steps": [_writes("b"), {"sleep": 8.0}]}}]
+    units = [
+        {"id": "a", "params": {"steps": [_writes("a")]}},
+        {"id": "b", "params": {"steps": [_writes("b"), {"sleep": 8.0}]}},
+    ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     try:
         mid = mission_id_of(host)
-        wait_for(lambda: (a := lease(store, mid, "a")) is not None and a.merged
-                 and (b := lease(store, mid, "b")) is not None and b.last_checkpoint >= 1, timeout=30)
+        wait_for(
+            lambda: (
+                (a := lease(store, mid, "a")) is not None
+                and a.merged
+                and (b := lease(store, mid, "b")) is not None
+                and b.last_checkpoint >= 1
+            ),
+            timeout=30,
+        )
         running = _gc(store)  # its host is alive: not even the finished unit's sandbox is touched
         assert running["removed"] == [] and running["running"] == [mid], running
         assert Path(lease(store, mid, "a").sandbox).is_dir() and len(_unit_branches(ws)) == 2  # type: ignore[union-attr]
@@ -115,8 +130,9 @@ def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> 
 
 def test_gc_removes_a_finished_units_copy_in_a_plain_folder(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": [_writes("a")]}}])), store=store,
-         check_rc=0)
+    keel(
+        "run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": [_writes("a")]}}])), store=store, check_rc=0
+    )
     mid = read(store, m.list_missions)[0].id
     held = lease(store, mid, "a")
     assert held is not None and (Path(held.sandbox) / ".git").exists() is False and Path(held.sandbox).is_dir()

@@ -48,17 +48,20 @@ async def test_read_file_size_cap(box: ToolContext) -> None:
     assert result.output["content"].startswith("line 0\nline 1\n")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ({"path": "/etc/passwd"}, "'/etc/passwd' is absolute"),
-    ({"path": "../outside.txt"}, "'../outside.txt' escapes the sandbox"),
-    ({"path": "src/../../outside.txt"}, "escapes the sandbox"),
-    ({"path": "missing.py"}, "'missing.py' does not exist"),
-    ({"path": "src"}, "'src' is a folder"),
-    ({"path": "blob.bin"}, "'blob.bin' is binary"),
-    ({}, "missing required argument 'path'"),
-    ({"path": 3}, "argument 'path' must be str"),
-    ({"path": "src/app.py", "start_line": 5, "end_line": 2}, "line range 5..2"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"path": "/etc/passwd"}, "'/etc/passwd' is absolute"),
+        ({"path": "../outside.txt"}, "'../outside.txt' escapes the sandbox"),
+        ({"path": "src/../../outside.txt"}, "escapes the sandbox"),
+        ({"path": "missing.py"}, "'missing.py' does not exist"),
+        ({"path": "src"}, "'src' is a folder"),
+        ({"path": "blob.bin"}, "'blob.bin' is binary"),
+        ({}, "missing required argument 'path'"),
+        ({"path": 3}, "argument 'path' must be str"),
+        ({"path": "src/app.py", "start_line": 5, "end_line": 2}, "line range 5..2"),
+    ],
+)
 async def test_read_file_errors(box: ToolContext, args: dict[str, Any], message: str) -> None:
     result = await TOOLS["read_file"].run(box, args)
     assert not result.ok and message in result.error
@@ -78,8 +81,10 @@ async def test_symlink_out_of_the_sandbox_is_refused(box: ToolContext, tmp_path:
 
 async def test_list_files_globs_and_hidden_folders(box: ToolContext) -> None:
     everything = await call(box, "list_files")
-    assert everything.output == {"files": ["README.md", "blob.bin", "src/app.py", "src/pkg/util.py"],
-                                 "truncated": False}
+    assert everything.output == {
+        "files": ["README.md", "blob.bin", "src/app.py", "src/pkg/util.py"],
+        "truncated": False,
+    }
     py = await call(box, "list_files", glob="*.py")
     assert py.output["files"] == ["src/app.py", "src/pkg/util.py"]
     assert (await call(box, "list_files", glob="src/*.py")).output["files"] == ["src/app.py"]
@@ -92,8 +97,10 @@ async def test_list_files_globs_and_hidden_folders(box: ToolContext) -> None:
 
 async def test_search(box: ToolContext) -> None:
     found = await call(box, "search", pattern=r"def \w+\(")
-    assert found.output["matches"] == [{"path": "src/app.py", "line": 3, "text": "def main():"},
-                                       {"path": "src/pkg/util.py", "line": 1, "text": "def helper():"}]
+    assert found.output["matches"] == [
+        {"path": "src/app.py", "line": 3, "text": "def main():"},
+        {"path": "src/pkg/util.py", "line": 1, "text": "def helper():"},
+    ]
     main = await call(box, "search", pattern="MAIN", ignore_case=True)
     assert [m["path"] for m in main.output["matches"]] == ["README.md", "src/app.py"]  # not .git, .keel or binary
     only = await call(box, "search", pattern="return", glob="util.py")

@@ -3,6 +3,7 @@ group, output tails, the environment it sees, and its reconcile verdicts."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -65,7 +66,7 @@ async def test_timeout_kills_the_whole_process_group(box: ToolContext) -> None:
     assert len(pids) == 2
     deadline = time.monotonic() + 3
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert not any(alive(p) for p in pids), "a child of the timed-out command survived"
 
 
@@ -74,7 +75,7 @@ async def test_background_leftovers_are_killed_after_exit(box: ToolContext) -> N
     pid = int(result.output["stdout"])
     deadline = time.monotonic() + 3
     while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert not alive(pid)
 
 
@@ -91,11 +92,16 @@ async def test_output_tail_is_capped(box: ToolContext) -> None:
     assert out["stdout_dropped_bytes"] == len("".join(f"line-{i}\n" for i in range(4000))) - 16 * 1024
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ({}, "missing required argument 'cmd'"), ({"cmd": "  "}, "'cmd' is empty"),
-    ({"cmd": "ls", "cwd": "../"}, "escapes the sandbox"), ({"cmd": "ls", "cwd": "nope"}, "is not a folder"),
-    ({"cmd": "ls", "timeout_s": "soon"}, "'timeout_s' must be float"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({}, "missing required argument 'cmd'"),
+        ({"cmd": "  "}, "'cmd' is empty"),
+        ({"cmd": "ls", "cwd": "../"}, "escapes the sandbox"),
+        ({"cmd": "ls", "cwd": "nope"}, "is not a folder"),
+        ({"cmd": "ls", "timeout_s": "soon"}, "'timeout_s' must be float"),
+    ],
+)
 async def test_bad_arguments(box: ToolContext, args: dict[str, object], message: str) -> None:
     result = await RUN.run(box, dict(args))
     assert not result.ok and message in result.error

@@ -40,10 +40,17 @@ async def test_write_file_creates_replaces_and_returns_the_diff(box: ToolContext
     assert leftovers(box.sandbox) == []
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("/tmp/x", "is absolute"), ("../x", "escapes the sandbox"), (".git/config", "inside .git/"),
-    (".keel/x", "inside .keel/"), (".", "the sandbox folder itself"), ("sub", "'sub' is a folder"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/tmp/x", "is absolute"),
+        ("../x", "escapes the sandbox"),
+        (".git/config", "inside .git/"),
+        (".keel/x", "inside .keel/"),
+        (".", "the sandbox folder itself"),
+        ("sub", "'sub' is a folder"),
+    ],
+)
 async def test_write_file_refuses_bad_paths(box: ToolContext, path: str, message: str) -> None:
     (box.sandbox / "sub").mkdir()
     result = await TOOLS["write_file"].run(box, {"path": path, "content": "x"})
@@ -106,7 +113,8 @@ async def test_apply_diff_changes_creates_and_deletes(box: ToolContext) -> None:
     result = await TOOLS["apply_diff"].run(box, {"diff": MULTI})
     assert result.ok, result.error
     assert (box.sandbox / "app.py").read_text() == APP.replace(
-        "    return 42\n", "    value = 6 * 7\n    return value\n").replace("print(main())", 'print("answer", main())')
+        "    return 42\n", "    value = 6 * 7\n    return value\n"
+    ).replace("print(main())", 'print("answer", main())')
     assert (box.sandbox / "docs" / "readme.md").read_text() == "# App\nPrints the answer.\n"
     assert not (box.sandbox / "notes.txt").exists()
     assert set(result.output["files"]) == {"app.py", "docs/readme.md", "notes.txt"}
@@ -121,9 +129,11 @@ async def test_apply_diff_finds_moved_context(box: ToolContext) -> None:
 
 
 BAD_DIFFS = [
-    ("--- a/app.py\n+++ b/app.py\n@@ -1,1 +1,1 @@\n-import os\n+import sys\n@@ -5,1 +5,1 @@\n-    return 41\n"
-     "+    return 0\n",
-     "app.py: hunk 2 (@@ -5,1 +5,1 @@) does not apply: line 5 is '    return 42' but the hunk expects '    return 41'"),
+    (
+        "--- a/app.py\n+++ b/app.py\n@@ -1,1 +1,1 @@\n-import os\n+import sys\n@@ -5,1 +5,1 @@\n-    return 41\n"
+        "+    return 0\n",
+        "app.py: hunk 2 (@@ -5,1 +5,1 @@) does not apply: line 5 is '    return 42' but the hunk expects '    return 41'",
+    ),
     ("--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-import os\n+import sys\n", "hunk 1 (@@ -1,2 +1,2 @@) ends early"),
     ("--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n*import os\n+x\n", "starts with neither"),
     ("--- a/app.py\n+++ b/app.py\n@@ bogus @@\n", "hunk 1 header '@@ bogus @@'"),
@@ -149,8 +159,10 @@ async def test_apply_diff_errors_change_nothing(box: ToolContext, diff: str, mes
 async def test_apply_diff_line_endings_and_missing_final_newline(box: ToolContext) -> None:
     (box.sandbox / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
     (box.sandbox / "noeol.txt").write_bytes(b"a\nb")
-    diff = ("--- a/crlf.txt\n+++ b/crlf.txt\n@@ -1,2 +1,3 @@\n one\n+one and a half\n two\n"
-            "--- a/noeol.txt\n+++ b/noeol.txt\n@@ -1,2 +1,3 @@\n a\n b\n+c\n")
+    diff = (
+        "--- a/crlf.txt\n+++ b/crlf.txt\n@@ -1,2 +1,3 @@\n one\n+one and a half\n two\n"
+        "--- a/noeol.txt\n+++ b/noeol.txt\n@@ -1,2 +1,3 @@\n a\n b\n+c\n"
+    )
     assert (await TOOLS["apply_diff"].run(box, {"diff": diff})).ok
     assert (box.sandbox / "crlf.txt").read_bytes() == b"one\r\none and a half\r\ntwo\r\n"
     assert (box.sandbox / "noeol.txt").read_bytes() == b"a\nb\nc\n"

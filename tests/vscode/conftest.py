@@ -43,8 +43,9 @@ USER_SETTINGS = {
 @pytest.fixture(scope="session")
 def tools() -> dict[str, str]:
     """NODE_BIN, CODE_SERVER, CHROMIUM: installed (or found in the cache) by scripts/editor-tools.sh."""
-    done = subprocess.run(["bash", str(ROOT / "scripts" / "editor-tools.sh")], capture_output=True, text=True,
-                          timeout=900, check=False)
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "editor-tools.sh")], capture_output=True, text=True, timeout=900, check=False
+    )
     if done.returncode != 0:
         pytest.fail(f"scripts/editor-tools.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
@@ -54,8 +55,15 @@ def tools() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def vsix(tools: dict[str, str]) -> Path:
     """The packaged extension, built the way a release is: typecheck, esbuild bundle, vsce package."""
-    done = subprocess.run(["npm", "run", "package"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PATH": tools["PATH"]}, check=False)
+    done = subprocess.run(
+        ["npm", "run", "package"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": tools["PATH"]},
+        check=False,
+    )
     if done.returncode != 0:
         pytest.fail(f"npm run package failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return ROOT / "keel.vsix"
@@ -81,26 +89,55 @@ class CodeServer:
         user.mkdir(parents=True)
         (user / "settings.json").write_text(json.dumps(USER_SETTINGS))
         (home / "config.yaml").write_text("auth: none\ncert: false\n")
-        self.env = {**os.environ, "PATH": tools["PATH"], "EXTENSIONS_GALLERY": "{}",
-                    "XDG_CONFIG_HOME": str(home / "xdg-config"), "XDG_DATA_HOME": str(home / "xdg-data"),
-                    "HOME": str(home)}
+        self.env = {
+            **os.environ,
+            "PATH": tools["PATH"],
+            "EXTENSIONS_GALLERY": "{}",
+            "XDG_CONFIG_HOME": str(home / "xdg-config"),
+            "XDG_DATA_HOME": str(home / "xdg-data"),
+            "HOME": str(home),
+        }
 
     def args(self) -> list[str]:
-        return [self.tools["CODE_SERVER"], "--config", str(self.home / "config.yaml"),
-                "--user-data-dir", str(self.home / "user-data"), "--extensions-dir", str(self.extensions)]
+        return [
+            self.tools["CODE_SERVER"],
+            "--config",
+            str(self.home / "config.yaml"),
+            "--user-data-dir",
+            str(self.home / "user-data"),
+            "--extensions-dir",
+            str(self.extensions),
+        ]
 
     def install(self, vsix: Path) -> None:
-        done = subprocess.run([*self.args(), "--install-extension", str(vsix)], env=self.env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [*self.args(), "--install-extension", str(vsix)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, f"--install-extension failed: {done.stdout}\n{done.stderr}"
 
     def start(self, *extra: str) -> None:
         log = (self.home / "code-server.log").open("wb")
         self.proc = subprocess.Popen(
-            [*self.args(), "--bind-addr", f"127.0.0.1:{self.port}", "--disable-telemetry",
-             "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override",
-             *extra],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                *self.args(),
+                "--bind-addr",
+                f"127.0.0.1:{self.port}",
+                "--disable-telemetry",
+                "--disable-update-check",
+                "--disable-workspace-trust",
+                "--disable-getting-started-override",
+                *extra,
+            ],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -147,13 +184,19 @@ def code_server(tools: dict[str, str], tmp_path: Path) -> Iterator[Callable[[], 
 @pytest.fixture
 def drive(tools: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def run(config: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
-        done = subprocess.run(["node", str(Path(__file__).with_name("drive.mjs")),
-                               json.dumps({"chromium": tools["CHROMIUM"], **config})],
-                              cwd=ROOT, env={**os.environ, "PATH": tools["PATH"]}, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            ["node", str(Path(__file__).with_name("drive.mjs")), json.dumps({"chromium": tools["CHROMIUM"], **config})],
+            cwd=ROOT,
+            env={**os.environ, "PATH": tools["PATH"]},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         lines = done.stdout.strip().splitlines()
         assert lines, f"drive.mjs printed nothing (exit {done.returncode}): {done.stderr[-3000:]}"
         return dict(json.loads(lines[-1]))
+
     return run
 
 
@@ -167,20 +210,34 @@ def workspace(root: Path, python: str = sys.executable) -> Path:
 
 def mission_file(folder: Path, name: str, units: list[tuple[str, str, list[str], str]]) -> Path:
     """A mission file for the scripted agent; units are (id, title, after, TOML steps array)."""
-    lines = ["[mission]", f"name = {json.dumps(name)}",
-             f"agent = {json.dumps(sys.executable + ' -m keel.agents.scripted')}", ""]
+    lines = [
+        "[mission]",
+        f"name = {json.dumps(name)}",
+        f"agent = {json.dumps(sys.executable + ' -m keel.agents.scripted')}",
+        "",
+    ]
     for uid, title, after, steps in units:
-        lines += ["[[units]]", f"id = {json.dumps(uid)}", f"title = {json.dumps(title)}",
-                  f"after = {json.dumps(after)}", f"params = {{ steps = {steps} }}", ""]
+        lines += [
+            "[[units]]",
+            f"id = {json.dumps(uid)}",
+            f"title = {json.dumps(title)}",
+            f"after = {json.dumps(after)}",
+            f"params = {{ steps = {steps} }}",
+            "",
+        ]
     path = folder / f"{name}.mission.toml"
     path.write_text("\n".join(lines))
     return path
 
 
 def keel(*args: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "keel.server.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, f"keel {' '.join(args)} failed ({done.returncode}): {done.stderr}"
     return done.stdout.strip()
-
-

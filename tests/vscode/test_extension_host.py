@@ -26,10 +26,25 @@ from tests.hosts import kill_hosts
 
 from .conftest import ARTIFACTS, ROOT, keel, mission_file, workspace
 
-EXPECTED_COMMANDS = {"keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll", "keel.answer",
-                     "keel.restore", "keel.verifyStore", "keel.refresh", "keel.restartServer", "keel.showLog",
-                     "keel.selectMission", "keel.fork", "keel.apply", "keel.export", "keel.import",
-                     "keel.restoreWithFiles", "keel.diffPoint"}
+EXPECTED_COMMANDS = {
+    "keel.startMission",
+    "keel.pause",
+    "keel.resume",
+    "keel.pauseAll",
+    "keel.answer",
+    "keel.restore",
+    "keel.verifyStore",
+    "keel.refresh",
+    "keel.restartServer",
+    "keel.showLog",
+    "keel.selectMission",
+    "keel.fork",
+    "keel.apply",
+    "keel.export",
+    "keel.import",
+    "keel.restoreWithFiles",
+    "keel.diffPoint",
+}
 
 
 def wait_state(store: Path, mission_id: str, state: str, timeout: float = 20) -> None:
@@ -45,13 +60,25 @@ def wait_state(store: Path, mission_id: str, state: str, timeout: float = 20) ->
 
 def start_missions(ws: Path) -> dict[str, str]:
     files = {
-        "alpha": mission_file(ws, "alpha", [("u1", "Survey", [], '[{ sleep = 120 }]'),
-                                            ("u2", "Rewrite", ["u1"], "[]")]),
+        "alpha": mission_file(
+            ws, "alpha", [("u1", "Survey", [], "[{ sleep = 120 }]"), ("u2", "Rewrite", ["u1"], "[]")]
+        ),
         "beta": mission_file(ws, "beta", [("u1", "Ask", [], '[{ ask = "Which logger?" }]')]),
-        "gamma": mission_file(ws, "gamma", [("u1", "Only", [], '[{ now = true }, '
-                                            '{ model = { messages = [{ role = "user", content = "hi" }] } }, '
-                                            '{ tool = "write_file", args = '
-                                            '{ path = "g.txt", content = "gamma\\n" } }]')]),
+        "gamma": mission_file(
+            ws,
+            "gamma",
+            [
+                (
+                    "u1",
+                    "Only",
+                    [],
+                    "[{ now = true }, "
+                    '{ model = { messages = [{ role = "user", content = "hi" }] } }, '
+                    '{ tool = "write_file", args = '
+                    '{ path = "g.txt", content = "gamma\\n" } }]',
+                )
+            ],
+        ),
     }
     ids = {name: keel("run", str(path), "--detach", cwd=ws) for name, path in files.items()}
     store = ws / ".keel" / "store"
@@ -74,17 +101,24 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     a, b = FaultServer().start(), FaultServer().start()
     a.push(error(401, "invalid_api_key", "Incorrect API key provided"))
     (ws / ".keel").mkdir()
-    (ws / ".keel" / "config.toml").write_text("".join(
-        f'[[providers]]\nname = "{name}"\nkind = "openai-compatible"\nmodel = "{name}-model"\n'
-        f'api_key_env = "KEEL_VSCODE_TEST_PASS"\nendpoints = [{{ url = "{server.url}" }}]\n\n'
-        for name, server in (("a", a), ("b", b))))
+    (ws / ".keel" / "config.toml").write_text(
+        "".join(
+            f'[[providers]]\nname = "{name}"\nkind = "openai-compatible"\nmodel = "{name}-model"\n'
+            f'api_key_env = "KEEL_VSCODE_TEST_PASS"\nendpoints = [{{ url = "{server.url}" }}]\n\n'
+            for name, server in (("a", a), ("b", b))
+        )
+    )
     try:
         ids = start_missions(ws)
         server = code_server()
         server.start("--vscode-option", "enable-smoke-test-driver")
         remote = f"vscode-remote://127.0.0.1:{server.port}"
-        payload = json.dumps([["extensionDevelopmentPath", f"{remote}{ROOT}"],
-                              ["extensionTestsPath", f"{remote}{ROOT}/client-vscode/out/test/suite.js"]])
+        payload = json.dumps(
+            [
+                ["extensionDevelopmentPath", f"{remote}{ROOT}"],
+                ["extensionTestsPath", f"{remote}{ROOT}/client-vscode/out/test/suite.js"],
+            ]
+        )
         url = f"{server.url}/?folder={urllib.parse.quote(str(ws))}&payload={urllib.parse.quote(payload)}"
         started = time.monotonic()
         out = drive({"mode": "exthost", "url": url, "resultFile": str(ws / ".vscode-test" / "result.json")})
@@ -140,8 +174,11 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert subagents[0]["description"].startswith("done · ") and "-units" in subagents[0]["description"]
     assert [r["label"] for r in seen["subagents"][ids["alpha"]]] == ["u1"]  # running u1 under its lease
 
-    assert seen["statusBar"] == {"text": "$(question) keel: beta needs input", "command": "keel.answer",
-                                 "arguments": [ids["beta"]]}
+    assert seen["statusBar"] == {
+        "text": "$(question) keel: beta needs input",
+        "command": "keel.answer",
+        "arguments": [ids["beta"]],
+    }
     after = seen["afterPause"]
     assert after["contextValue"] == "mission.paused" and "paused" in after["notifications"]
     assert after["description"].startswith("paused (operator)")
@@ -155,10 +192,11 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert other["missions"] == 0
     assert "--store" not in seen["backToDefaultStore"]["command"] and seen["backToDefaultStore"]["missions"] == 3
     assert set(seen["pointActions"]) == {"keel.restore", "keel.diffPoint", "keel.restoreWithFiles", "keel.fork"}
-    assert seen["diff"] == {"label": "g.txt (p1 ↔ sandbox)",
-                            "left": {"scheme": "keel-point", "path": f"/{ids['gamma']}/p1/g.txt", "text": ""},
-                            "right": {"scheme": "keel-point", "path": f"/{ids['gamma']}/sandbox/g.txt",
-                                      "text": "gamma\n"}}
+    assert seen["diff"] == {
+        "label": "g.txt (p1 ↔ sandbox)",
+        "left": {"scheme": "keel-point", "path": f"/{ids['gamma']}/p1/g.txt", "text": ""},
+        "right": {"scheme": "keel-point", "path": f"/{ids['gamma']}/sandbox/g.txt", "text": "gamma\n"},
+    }
     fork = seen["fork"]
     assert fork["id"] != ids["gamma"] and fork["state"] == "paused" and fork["name"] == "gamma"
     assert fork["selected"] == fork["id"]

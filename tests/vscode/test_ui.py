@@ -60,11 +60,15 @@ def stop_host_left_waiting(store: Path, driver: threading.Thread) -> int:
 def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path, tmp_path: Path) -> None:
     ws = workspace(tmp_path / "ws")
     store = ws / ".keel" / "store"
-    mission_file(ws, "migrate-logging", [
-        ("u1", "Survey call sites", [], "[{ sleep = 6 }]"),
-        ("u2", "Choose the logger", ["u1"], '[{ ask = "Which logging library should the code use?" }]'),
-        ("u3", "Rewrite imports", ["u2"], "[{ now = true }]"),
-    ])
+    mission_file(
+        ws,
+        "migrate-logging",
+        [
+            ("u1", "Survey call sites", [], "[{ sleep = 6 }]"),
+            ("u2", "Choose the logger", ["u1"], '[{ ask = "Which logging library should the code use?" }]'),
+            ("u3", "Rewrite imports", ["u2"], "[{ now = true }]"),
+        ],
+    )
     server = code_server()
     server.install(vsix)
     server.start()
@@ -73,9 +77,15 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
         old.unlink()
     started = time.monotonic()
     result: dict[str, Any] = {}
-    config = {"mode": "ui", "url": f"{server.url}/?folder={ws}", "mission": "migrate-logging",
-              "missionFile": "migrate-logging.mission.toml", "units": 3, "answer": ANSWER,
-              "shots": str(ARTIFACTS)}
+    config = {
+        "mode": "ui",
+        "url": f"{server.url}/?folder={ws}",
+        "mission": "migrate-logging",
+        "missionFile": "migrate-logging.mission.toml",
+        "units": 3,
+        "answer": ANSWER,
+        "shots": str(ARTIFACTS),
+    }
     driver = threading.Thread(target=lambda: result.update(drive(config)))
     driver.start()
     try:
@@ -98,16 +108,22 @@ def test_pause_resume_answer_from_the_status_bar(code_server, drive, vsix: Path,
     assert seen["runningActions"] == ["Pause Mission"]
     assert seen["pausedActions"] == ["Resume Mission"]
     assert seen["questionActions"] == ["Answer Mission Question…"]
-    assert seen["pointActions"] == ["Restore Mission to Point…", "Diff Point with Sandbox…", "Restore with Files",
-                                    "Fork Mission from Point"]
+    assert seen["pointActions"] == [
+        "Restore Mission to Point…",
+        "Diff Point with Sandbox…",
+        "Restore with Files",
+        "Fork Mission from Point",
+    ]
     assert "completed" in seen["completedRow"] and "3/3" in seen["completedRow"]
     assert seen["finalStatus"] == ""
     assert all(Path(p).stat().st_size > 10_000 for p in out["shots"])
 
     with Store.open(store) as opened:
+
         def read(txn):
             [record] = m.list_missions(txn)
             return record, m.events_after(txn, record.id), m.journal_entries(txn, record.id, "u2")
+
         record, events, journal = opened.read(read)
     assert record.state.value == "completed"
     states = [e.state for _, e in events if e.kind == "state"]

@@ -21,5 +21,14 @@ from keel.server.lsp.features import (
     supervision,
 )
 
-FEATURES: list[ModuleType] = [missions, control, rewind, progress, questions, notices, supervision, subagents,
-                              providers]
+FEATURES: list[ModuleType] = [
+    missions,
+    control,
+    rewind,
+    progress,
+    questions,
+    notices,
+    supervision,
+    subagents,
+    providers,
+]

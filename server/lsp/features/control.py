@@ -5,6 +5,7 @@ store by path or start hosts run through enginecall in a child process. Each ret
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,14 @@ ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
 MISSION_ID = "a mission id"
 
 
+def _mission_file(root: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    path = path if path.is_absolute() else root / path
+    if not path.is_file():
+        raise invalid(f"{START}: mission file {path} does not exist")
+    return path
+
+
 def register(server: KeelServer) -> None:
     @server.command(START)
     @handler(server, START)
@@ -29,10 +38,7 @@ def register(server: KeelServer) -> None:
         text = arg_str(START, args, 0, "a mission file path")
         no_more_args(START, args, 1)
         assert text is not None
-        path = Path(text).expanduser()
-        path = path if path.is_absolute() else ls.workspace_root / path
-        if not path.is_file():
-            raise invalid(f"{START}: mission file {path} does not exist")
+        path = await asyncio.to_thread(_mission_file, ls.workspace_root, text)
         ls.require_store()  # create it here, so the watcher sees the mission appear
         mission_id = await ls.blocking(enginecall.call, ls.store_path, "start", str(path))
         return await summary_after(ls, mission_id)

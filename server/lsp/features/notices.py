@@ -23,12 +23,16 @@ def register(server: KeelServer) -> None:
         r = new.record
         if r.state != old.record.state:
             if r.state == MissionState.FAILED:
-                server.show(f"keel: mission {r.spec.name} ({r.id}) failed: {r.error or 'no reason recorded'}",
-                            types.MessageType.Error)
+                server.show(
+                    f"keel: mission {r.spec.name} ({r.id}) failed: {r.error or 'no reason recorded'}",
+                    types.MessageType.Error,
+                )
             elif r.state in (MissionState.PAUSED, MissionState.OFFLINE) and r.pause_reason in WARN_REASONS:
                 reason = r.pause_reason.value.replace("_", " ") if r.pause_reason else ""
-                server.show(f"keel: mission {r.spec.name} ({r.id}) paused: {reason}"
-                            + (f" — {r.error}" if r.error else ""), types.MessageType.Warning)
+                server.show(
+                    f"keel: mission {r.spec.name} ({r.id}) paused: {reason}" + (f" — {r.error}" if r.error else ""),
+                    types.MessageType.Warning,
+                )
         if new.events_seq > old.events_seq:
             server.spawn(_log_events(server, r.id, old.events_seq, new.events_seq), f"logging mission {r.id}")
 
@@ -40,7 +44,8 @@ async def _log_events(server: KeelServer, mission_id: str, after: int, upto: int
     if store is None:
         return
     events: list[tuple[int, Event]] = await server.blocking(
-        store.read, lambda txn: [(s, e) for s, e in m.events_after(txn, mission_id, after) if s <= upto])
+        store.read, lambda txn: [(s, e) for s, e in m.events_after(txn, mission_id, after) if s <= upto]
+    )
     for _, e in events:
         parts = [f"[{mission_id}]", e.kind, e.unit, e.message or e.state]
         server.log_line(" ".join(p for p in parts if p))

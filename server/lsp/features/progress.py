@@ -75,9 +75,15 @@ class MissionProgress:
         assert view is not None
         self._set_state(Phase.ACTIVE)
         self.shown = (convert.progress_message(view), convert.summary(view).percentage)
-        self.server.work_done_progress.begin(self.token, types.WorkDoneProgressBegin(
-            title=f"keel: {view.record.spec.name}", cancellable=False, message=self.shown[0],
-            percentage=self.shown[1]))
+        self.server.work_done_progress.begin(
+            self.token,
+            types.WorkDoneProgressBegin(
+                title=f"keel: {view.record.spec.name}",
+                cancellable=False,
+                message=self.shown[0],
+                percentage=self.shown[1],
+            ),
+        )
         if view.record.state not in ACTIVE_STATES:
             self._end(view)
 
@@ -85,14 +91,14 @@ class MissionProgress:
         shown = (convert.progress_message(view), convert.summary(view).percentage)
         if shown != self.shown:
             self.shown = shown
-            self.server.work_done_progress.report(self.token, types.WorkDoneProgressReport(
-                message=shown[0], percentage=shown[1]))
+            self.server.work_done_progress.report(
+                self.token, types.WorkDoneProgressReport(message=shown[0], percentage=shown[1])
+            )
 
     def _end(self, view: MissionView) -> None:
         self._set_state(Phase.IDLE)
         self.shown = None
-        self.server.work_done_progress.end(self.token, types.WorkDoneProgressEnd(
-            message=convert.state_text(view)))
+        self.server.work_done_progress.end(self.token, types.WorkDoneProgressEnd(message=convert.state_text(view)))
         self.server.work_done_progress.tokens.pop(self.token, None)
 
 

@@ -32,8 +32,7 @@ def register(server: KeelServer) -> None:
         asked.add(key)
         prompt = f"keel · {r.spec.name} asks: {q.text}"
         if not q.choices:
-            server.show(f"{prompt} — answer with the keel.answer command (mission {r.id}) "
-                        f"or `keel answer {r.id} TEXT`")
+            server.show(f"{prompt} — answer with the keel.answer command (mission {r.id}) or `keel answer {r.id} TEXT`")
             return
         server.spawn(_ask(server, new, prompt), f"asking mission {r.id}'s question")
 
@@ -43,8 +42,11 @@ def register(server: KeelServer) -> None:
 async def _ask(server: KeelServer, view: MissionView, prompt: str) -> None:
     r = view.record
     assert r.question is not None
-    params = types.ShowMessageRequestParams(type=types.MessageType.Info, message=prompt,
-                                            actions=[types.MessageActionItem(title=c) for c in r.question.choices])
+    params = types.ShowMessageRequestParams(
+        type=types.MessageType.Info,
+        message=prompt,
+        actions=[types.MessageActionItem(title=c) for c in r.question.choices],
+    )
     chosen = await server.window_show_message_request_async(params)
     if chosen is None:
         log.info("question of mission %s dismissed; it stays open", r.id)

@@ -69,8 +69,15 @@ def register(server: KeelServer) -> None:
         if not isinstance(workspace, str) or not isinstance(unsigned, bool):
             raise invalid(f'{IMPORT} expects "workspace" a string and "allowUnsigned" a boolean in argument 2')
         extra = ["--allow-unsigned"] if unsigned else []
-        out = await ls.blocking(enginecall.cli_json, ls.store_path, "import", str(_absolute(ls, file)),
-                                "--workspace", str(_absolute(ls, workspace)), *extra)
+        out = await ls.blocking(
+            enginecall.cli_json,
+            ls.store_path,
+            "import",
+            str(_absolute(ls, file)),
+            "--workspace",
+            str(_absolute(ls, workspace)),
+            *extra,
+        )
         return await summary_after(ls, out["mission"])
 
     @server.feature(POINT_CHANGES)
@@ -96,8 +103,9 @@ def _absolute(ls: KeelServer, text: str) -> Path:
 def _params(method: str, params: Any, names: tuple[str, str, str]) -> tuple[str, str, str]:
     values = params._asdict() if hasattr(params, "_asdict") else params if isinstance(params, dict) else {}
     first, second, third = (values.get(name) for name in names)
-    if not (isinstance(first, str) and first and isinstance(second, str) and second) \
-            or not isinstance(third, str | None):
+    if not (isinstance(first, str) and first and isinstance(second, str) and second) or not isinstance(
+        third, str | None
+    ):
         raise invalid(f"{method} expects params {{{', '.join(repr(n) for n in names)}}} as strings")
     return first, second, third or ""
 
@@ -107,8 +115,11 @@ def _changes(ls: KeelServer, text: str, point: str, other: str) -> Any:
     mid = resolve(store, text)
     old, _, _ = point_files(store, ls.store_path, mid, point)
     new, _, _ = point_files(store, ls.store_path, mid, other)
-    return [convert.to_json(convert.file_change(p, old.get(p), new.get(p)))
-            for p in sorted(set(old) | set(new)) if old.get(p) != new.get(p)]
+    return [
+        convert.to_json(convert.file_change(p, old.get(p), new.get(p)))
+        for p in sorted(set(old) | set(new))
+        if old.get(p) != new.get(p)
+    ]
 
 
 def _file(ls: KeelServer, text: str, point: str, path: str) -> Any:

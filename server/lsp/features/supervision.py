@@ -101,10 +101,13 @@ class HostWatch:
         elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
             if self.attempts >= MAX_RESTARTS:
                 self._set_state(P.STRANDED)
-                self.server.show(f"keel: mission {self.mission_id} is stranded: it is {view.record.state.value} "
-                                 f"but its host is gone and {self.attempts} restarts failed "
-                                 f"({self.last_error or 'host exited'})"
-                                 f" — run `keel resume {self.mission_id}`", types.MessageType.Error)
+                self.server.show(
+                    f"keel: mission {self.mission_id} is stranded: it is {view.record.state.value} "
+                    f"but its host is gone and {self.attempts} restarts failed "
+                    f"({self.last_error or 'host exited'})"
+                    f" — run `keel resume {self.mission_id}`",
+                    types.MessageType.Error,
+                )
             else:
                 self._restart(view.record.state)
 
@@ -122,8 +125,11 @@ class HostWatch:
             self.attempts = 0
             self._set_state(P.WATCHING)
             return
-        self.server.log_line(f"[{self.mission_id}] host is gone while {state.value}; restarting it "
-                             f"(attempt {self.attempts} of {MAX_RESTARTS})", types.MessageType.Info)
+        self.server.log_line(
+            f"[{self.mission_id}] host is gone while {state.value}; restarting it "
+            f"(attempt {self.attempts} of {MAX_RESTARTS})",
+            types.MessageType.Info,
+        )
         try:
             await self.server.blocking(enginecall.call, self.server.store_path, "resume", self.mission_id)
         except KeelError as exc:
@@ -139,8 +145,11 @@ class HostWatch:
         now = await self.server.blocking(store.write, lambda txn: _honour_pause(txn, self.mission_id))
         if now == MissionState.OFFLINE:
             return False
-        self.server.log_line(f"[{self.mission_id}] host is gone while offline, but the mission is {now.value} "
-                             f"(a person paused it): not restarting it", types.MessageType.Info)
+        self.server.log_line(
+            f"[{self.mission_id}] host is gone while offline, but the mission is {now.value} "
+            f"(a person paused it): not restarting it",
+            types.MessageType.Info,
+        )
         return True
 
 
@@ -180,8 +189,10 @@ def register(server: KeelServer) -> None:
             if first and server.hub.views:
                 first = False
                 live = [v.record.id for v in server.hub.views.values() if v.host_alive]
-                server.log_line(f"keel: watching {len(server.hub.views)} missions; re-attached to "
-                                f"{len(live)} with a live host", types.MessageType.Info)
+                server.log_line(
+                    f"keel: watching {len(server.hub.views)} missions; re-attached to {len(live)} with a live host",
+                    types.MessageType.Info,
+                )
             for mid, view in list(server.hub.views.items()):
                 watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
                 if watch.phase is not P.RESTARTING:
