@@ -38,14 +38,15 @@
   :type '(repeat symbol))
 
 (defcustom keel-prompt-questions t
-  "Non-nil: a question a mission asks is offered as a prompt (answered with `keel.answer')."
+  "Non-nil: offer a mission's question as a prompt, answered with `keel.answer'."
   :type 'boolean)
 
 (defclass keel-eglot-server (eglot-lsp-server) ()
   :documentation "An eglot connection to `keel serve'.")
 
 (defvar keel-missions (make-hash-table :test #'equal)
-  "Mission id -> MissionSummary plist, from `keel/missions' and `keel/missionChanged'.")
+  "Mission id -> MissionSummary plist.
+Filled from `keel/missions' and `keel/missionChanged'.")
 
 (defconst keel--active-states '("running" "pausing" "waiting_input" "paused" "offline")
   "States of a mission that is not finished.")
@@ -70,13 +71,16 @@
   summary)
 
 (defun keel-request (method &optional params)
-  "Send METHOD (a string such as \"keel/missions\") with PARAMS to keel and return the result."
-  (jsonrpc-request (keel-server) (intern (concat ":" method)) params))
+  "Send METHOD (\"keel/missions\"…) with PARAMS to keel; return the result.
+A server error is raised as a `user-error' with the server's message."
+  (condition-case err
+      (jsonrpc-request (keel-server) (intern (concat ":" method)) params)
+    (jsonrpc-error
+     (user-error "keel: %s" (or (alist-get 'jsonrpc-error-message (cdr err)) (cadr err))))))
 
 (defun keel-command (command &rest arguments)
   "Run the keel COMMAND (\"keel.pause\"…) with ARGUMENTS and return its result."
-  (jsonrpc-request (keel-server) :workspace/executeCommand
-                   (list :command command :arguments (vconcat arguments))))
+  (keel-request "workspace/executeCommand" (list :command command :arguments (vconcat arguments))))
 
 (defun keel-list-missions ()
   "Every mission, oldest first; refreshes `keel-missions'."
@@ -92,13 +96,14 @@
 (cl-defmethod eglot-handle-request
   ((_server keel-eglot-server) (_method (eql window/showMessageRequest)) &key message actions
    &allow-other-keys)
-  "Answer a question through `keel.answer' once picked; the request is dismissed at once.
-A prompt in a process filter would block Emacs and the server while the user thinks."
+  "Dismiss a question at once, and answer it through `keel.answer' once picked.
+A prompt in a process filter would block Emacs and the server meanwhile."
   (let ((choices (mapcar (lambda (a) (plist-get a :title)) (append actions nil))))
     (if (and keel-prompt-questions (not noninteractive))
         (run-at-time 0 nil #'keel--ask message choices)
       (message "%s — M-x keel-answer" message)))
-  :null)
+  ;; nil is JSON null here: jsonrpc encodes with :null-object nil (eglot 1.9's own :null fails to encode)
+  nil)
 
 (defun keel--ask (message choices)
   "Offer CHOICES for the question in MESSAGE (\"keel · NAME asks: TEXT\")."
@@ -128,7 +133,7 @@ A prompt in a process filter would block Emacs and the server while the user thi
               (format " — %s" error-text)))))
 
 (defun keel-read-mission (prompt &optional states)
-  "Read a mission id with PROMPT, offering those in STATES first (all when none is)."
+  "Read a mission id with PROMPT, offering those in STATES (or all)."
   (let* ((missions (keel-list-missions))
          (wanted (cl-remove-if-not (lambda (s) (member (plist-get s :state) states)) missions))
          (offered (or wanted missions))
@@ -142,8 +147,9 @@ A prompt in a process filter would block Emacs and the server while the user thi
 
 (defun keel--report (summary)
   "Say what SUMMARY (a command's answer) is and return it.
-Older servers answer the state the mission was in, newer ones the acknowledged transition
-\(`pausing'); either is shown as it is, and `keel/missionChanged' brings the rest."
+Older servers answer the state the mission was in, newer ones the
+acknowledged transition (`pausing'); either is shown as it is, and
+`keel/missionChanged' brings the rest."
   (message "keel: %s" (keel-describe (keel--remember summary)))
   summary)
 
@@ -159,8 +165,10 @@ Older servers answer the state the mission was in, newer ones the acknowledged t
     missions))
 
 (defun keel-start (file)
-  "Start the mission in FILE (default: this buffer's file)."
-  (interactive (list (read-file-name "Start mission file: " nil buffer-file-name t)))
+  "Start the mission in FILE (this buffer's, without a prefix argument)."
+  (interactive (list (if (and buffer-file-name (not current-prefix-arg) (keel-mission-buffer-p))
+                         buffer-file-name
+                       (read-file-name "Start mission file: " nil buffer-file-name t))))
   (keel--report (keel-command "keel.startMission" (expand-file-name file))))
 
 (defun keel-pause (id)
@@ -174,7 +182,7 @@ Older servers answer the state the mission was in, newer ones the acknowledged t
   (keel--report (keel-command "keel.resume" id)))
 
 (defun keel-answer (id text)
-  "Answer the question of mission ID with TEXT (one of its choices, when it has any)."
+  "Answer mission ID's question with TEXT (one of its choices, if any)."
   (interactive
    (let* ((id (keel-read-mission "Answer mission: " '("waiting_input")))
           (question (plist-get (gethash id keel-missions) :question))
@@ -212,7 +220,7 @@ Older servers answer the state the mission was in, newer ones the acknowledged t
 ;;; Setup
 
 (defun keel-mission-buffer-p ()
-  "Non-nil when this buffer is a mission file: a `[mission]' table, or a workspace with .keel."
+  "Non-nil in a mission file: a `[mission]' table, or a workspace with .keel."
   (or (save-excursion
         (goto-char (point-min))
         (re-search-forward "^[ \t]*\\[mission\\]" nil t))
@@ -224,7 +232,7 @@ Older servers answer the state the mission was in, newer ones the acknowledged t
     (eglot-ensure)))
 
 (defun keel-setup ()
-  "Run `keel serve' through eglot for mission files, and show missions in the mode line."
+  "Run `keel serve' through eglot in mission files; show missions in the mode line."
   (interactive)
   (add-to-list 'eglot-server-programs
                (cons keel-major-modes (cons 'keel-eglot-server keel-server-command)))

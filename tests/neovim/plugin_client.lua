@@ -1,8 +1,8 @@
 -- Drives editors/nvim as a user would, after the README's init.lua: open a mission file, :Keel start,
 -- complete a mission id, :Keel pause, :Keel resume, see the question, complete and :Keel answer it,
--- :Keel points, :Keel missions. Reads KEEL_NVIM_MISSION and KEEL_NVIM_OUT; writes what it saw as JSON to
--- KEEL_NVIM_OUT and exits 0 when every step passed.
-local out = os.getenv("KEEL_NVIM_OUT")
+-- :Keel points, :Keel missions. Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to
+-- KEEL_EDITOR_OUT and exits 0 when every step passed.
+local out = os.getenv("KEEL_EDITOR_OUT")
 local seen = { notes = {}, prompts = {}, statusline = {}, errors = {}, version = tostring(vim.version()) }
 
 local function finish(ok)
@@ -29,7 +29,7 @@ end
 
 local ok, err = xpcall(function()
   local keel = require("keel")
-  vim.cmd("edit " .. vim.fn.fnameescape(os.getenv("KEEL_NVIM_MISSION")))
+  vim.cmd("edit " .. vim.fn.fnameescape(os.getenv("KEEL_EDITOR_MISSION")))
   if not vim.wait(20000, function()
     local c = keel.client()
     return c ~= nil and c.initialized

@@ -6,19 +6,14 @@ the README's init.lua verbatim, then :Keel start, pause, resume, answer, points 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from keel.storage import Store
 from keel.storage import missions as m
+from tests.editors import editor_session
 from tests.hosts import kill_hosts
-from tests.lsp.conftest import mission_toml
-from tests.readme import snippet
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim"
@@ -41,26 +36,10 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, whi
     nvim = NVIMS[which]
     if nvim is None or not nvim.exists():
         pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
-    steps = [{"sleep": 0.2}] * 15 + [{"ask": "Ship it?", "choices": ["yes", "no"]}]
-    mission = tmp_path / "ship.toml"
-    mission.write_text(mission_toml("ship", [{"id": "work", "title": "Do the work", "steps": steps}]))
-    init = tmp_path / "init.lua"
-    init.write_text(snippet("Neovim"))
-    store, out = tmp_path / ".keel" / "store", tmp_path / "seen.json"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KEEL_NVIM_MISSION": str(mission),
-        "KEEL_NVIM_OUT": str(out),
-        "HOME": str(tmp_path),
-        **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "STATE", "DATA", "CACHE")},
-    }
-    args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(init)]
+    session = editor_session(tmp_path, "Neovim", "init.lua")
+    args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(session.init)]
     try:
-        proc = subprocess.run(
-            [*args, "-c", f"luafile {DRIVER}"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150
-        )
-        seen = json.loads(out.read_text()) if out.exists() else {}
+        proc, seen = session.run([*args, "-c", f"luafile {DRIVER}"])
         assert proc.returncode == 0 and seen.get("ok"), (proc.returncode, seen, proc.stderr[-3000:])
         assert "deprecated" not in proc.stderr, proc.stderr[-3000:]
         mission_id = seen["mission"]
@@ -76,7 +55,7 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, whi
         assert f"({mission_id}) completed" in seen["missions_note"], seen["missions_note"]
         assert "unit succeeded: work" in seen["points_note"], seen["points_note"]
         assert seen["error_note"].startswith("keel: no mission"), seen["error_note"]
-        with Store.open(store) as s:
+        with Store.open(session.store) as s:
             assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "completed"
     finally:
-        kill_hosts(store)
+        kill_hosts(session.store)
