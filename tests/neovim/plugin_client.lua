@@ -27,6 +27,24 @@ vim.ui.select = function(items, opts, on_choice)
   on_choice(nil)
 end
 
+-- What Neovim's own progress support saw of keel's $/progress: vim.lsp.status() on 0.10+ (LspProgress),
+-- the progress messages of 0.7-0.9 (User LspProgressUpdate).
+seen.lsp_progress = {}
+local function record_progress()
+  local text = vim.lsp.status and vim.lsp.status()
+    or table.concat(vim.tbl_map(function(p)
+      return (p.title or "") .. ": " .. (p.message or "")
+    end, vim.lsp.util.get_progress_messages()), ", ")
+  if text ~= "" then
+    seen.lsp_progress[#seen.lsp_progress + 1] = text
+  end
+end
+if vim.fn.exists("##LspProgress") == 1 then
+  vim.api.nvim_create_autocmd("LspProgress", { callback = record_progress })
+else
+  vim.api.nvim_create_autocmd("User", { pattern = "LspProgressUpdate", callback = record_progress })
+end
+
 local ok, err = xpcall(function()
   local keel = require("keel")
   vim.cmd("edit " .. vim.fn.fnameescape(os.getenv("KEEL_EDITOR_MISSION")))
@@ -78,6 +96,10 @@ local ok, err = xpcall(function()
 
   vim.cmd("Keel points " .. seen.mission)
   seen.points_note = seen.notes[#seen.notes]
+  seen.complete_point = vim.fn.getcompletion("Keel restore " .. seen.mission .. " ", "cmdline")
+  vim.cmd("Keel restore " .. seen.mission .. " p2")
+  seen.restore_note = seen.notes[#seen.notes]
+  wait_state("paused")
   vim.cmd("Keel missions")
   seen.missions_note = seen.notes[#seen.notes]
   vim.cmd("Keel pause m-no-such-mission")

@@ -52,10 +52,14 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, whi
         assert seen["complete_choice"] == ["yes", "no"], seen["complete_choice"]
         assert seen["statusline"]["running"].startswith("keel ship"), seen["statusline"]
         assert seen["statusline"]["waiting_input"] == "keel ship waiting_input 0% ?", seen["statusline"]
-        assert f"({mission_id}) completed" in seen["missions_note"], seen["missions_note"]
+        assert f"({mission_id}) paused (operator)" in seen["missions_note"], seen["missions_note"]
         assert "unit succeeded: work" in seen["points_note"], seen["points_note"]
+        assert seen["complete_point"][:2] == ["p1", "p2"], seen["complete_point"]
+        assert f"({mission_id}) paused (operator)" in seen["restore_note"], seen["restore_note"]
+        assert any(p.startswith("keel: ship") or "keel: ship" in p for p in seen["lsp_progress"]), seen
         assert seen["error_note"].startswith("keel: no mission"), seen["error_note"]
         with Store.open(session.store) as s:
-            assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "completed"
+            assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "paused"
+            assert s.read(lambda t: m.restore_points(t, mission_id))[-1].reason == "restored to p2"
     finally:
         kill_hosts(session.store)
