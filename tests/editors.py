@@ -1,5 +1,5 @@
 """What the editor plugin tests share: README.md's snippet for an editor (read at test time, so that a
-README edit that breaks it fails its test), a mission that can be paused and then asks a question, and the
+README edit that breaks it fails its test), a mission that can be paused and then asks two questions, and the
 editor subprocess that drives a plugin against it.
 
 The drivers (tests/neovim/plugin_client.lua, tests/emacs/driver.el) read KEEL_EDITOR_MISSION and write
@@ -20,7 +20,7 @@ from typing import Any
 from tests.lsp.conftest import mission_toml
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-ASK_STEPS = [{"sleep": 0.2}] * 15 + [{"ask": "Ship it?", "choices": ["yes", "no"]}]
+ASK_STEPS = [{"sleep": 0.2}] * 15 + [{"ask": q, "choices": ["yes", "no"]} for q in ("Ship it?", "Really?")]
 
 
 def snippet(editor: str) -> str:
@@ -51,7 +51,7 @@ class EditorSession:
     def store(self) -> Path:
         return self.root / ".keel" / "store"
 
-    def run(self, args: list[str], timeout: float = 150) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    def run(self, args: list[str], timeout: float = 300) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
         """Runs the editor (`keel` on PATH, HOME in root) and returns it with what the driver saw."""
         out = self.root / "seen.json"
         env = {

@@ -37,8 +37,9 @@
   "Major modes of mission files: `.toml' opens in `conf-toml-mode' on Emacs 28."
   :type '(repeat symbol))
 
-(defcustom keel-prompt-questions t
-  "Non-nil: offer a mission's question as a prompt, answered with `keel.answer'."
+(defcustom keel-prompt-questions (not noninteractive)
+  "Non-nil: offer a mission's question as a prompt, answered with `keel.answer'.
+Off in batch Emacs, whose minibuffer reads standard input."
   :type 'boolean)
 
 (defclass keel-eglot-server (eglot-lsp-server) ()
@@ -99,7 +100,7 @@ A server error is raised as a `user-error' with the server's message."
   "Dismiss a question at once, and answer it through `keel.answer' once picked.
 A prompt in a process filter would block Emacs and the server meanwhile."
   (let ((choices (mapcar (lambda (a) (plist-get a :title)) (append actions nil))))
-    (if (and keel-prompt-questions (not noninteractive))
+    (if keel-prompt-questions
         (run-at-time 0 nil #'keel--ask message choices)
       (message "%s — M-x keel-answer" message)))
   ;; nil is JSON null here: jsonrpc encodes with :null-object nil (eglot 1.9's own :null fails to encode)
@@ -115,7 +116,8 @@ A prompt in a process filter would block Emacs and the server meanwhile."
     (if (/= (length waiting) 1)
         (message "%s — M-x keel-answer" message)
       (let ((choice (completing-read (concat message " ") choices nil t)))
-        (keel-answer (plist-get (car waiting) :id) choice)))))
+        (unless (string-empty-p choice)
+          (keel-answer (plist-get (car waiting) :id) choice))))))
 
 ;;; Mission ids with completion
 

@@ -1,6 +1,6 @@
 -- Drives editors/nvim as a user would, after the README's init.lua: open a mission file, :Keel start,
--- complete a mission id, :Keel pause, :Keel resume, see the question, complete and :Keel answer it,
--- :Keel points, :Keel missions. Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to
+-- complete a mission id, :Keel pause, :Keel resume, pick the answer to the first question when it is
+-- offered, complete and :Keel answer the second, :Keel points, :Keel restore, :Keel missions. Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to
 -- KEEL_EDITOR_OUT and exits 0 when every step passed.
 local out = os.getenv("KEEL_EDITOR_OUT")
 local seen = { notes = {}, prompts = {}, statusline = {}, errors = {}, version = tostring(vim.version()) }
@@ -18,13 +18,14 @@ local function fail(what)
   finish(false)
 end
 
--- The editor's own UI hooks, as a user's picker plugin would replace them: record, dismiss questions.
+-- The editor's own UI hooks, as a user's picker plugin would replace them: record; answer the first
+-- question "yes" when offered, dismiss the second (it is answered with :Keel answer).
 vim.notify = function(text)
   seen.notes[#seen.notes + 1] = text
 end
 vim.ui.select = function(items, opts, on_choice)
   seen.prompts[#seen.prompts + 1] = { prompt = opts.prompt, items = items }
-  on_choice(nil)
+  on_choice(opts.prompt == "keel · ship asks: Ship it?" and "yes" or nil)
 end
 
 -- What Neovim's own progress support saw of keel's $/progress: vim.lsp.status() on 0.10+ (LspProgress),
@@ -55,10 +56,10 @@ local ok, err = xpcall(function()
     fail("opening the mission file started no keel client")
   end
 
-  local function wait_state(state)
-    if not vim.wait(40000, function()
+  local function wait_state(state, question)
+    if not vim.wait(60000, function()
       for _, s in pairs(keel.missions) do
-        if s.id == seen.mission and s.state == state then
+        if s.id == seen.mission and s.state == state and (not question or (s.question and s.question.text == question)) then
           seen.statusline[state] = keel.statusline()
           return true
         end
@@ -82,11 +83,11 @@ local ok, err = xpcall(function()
 
   vim.cmd("Keel resume " .. seen.mission:sub(1, 12))
   seen.resume_note = seen.notes[#seen.notes]
-  wait_state("waiting_input")
+  wait_state("waiting_input", "Really?")
   if not vim.wait(20000, function()
-    return #seen.prompts > 0
+    return #seen.prompts > 1
   end, 20) then
-    fail("the question was never offered")
+    fail("the questions were not both offered: " .. vim.inspect(seen.prompts))
   end
 
   seen.complete_choice = vim.fn.getcompletion("Keel answer " .. seen.mission .. " ", "cmdline")

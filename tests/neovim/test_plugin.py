@@ -37,7 +37,10 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, whi
         # an older server answers the state it saw, a newer one the acknowledged transition
         assert any(f"({mission_id}) {s}" in seen["pause_note"] for s in ("pausing", "paused", "running"))
         assert mission_id in seen["resume_note"], seen["resume_note"]
-        assert seen["prompts"][0] == {"prompt": "keel · ship asks: Ship it?", "items": ["yes", "no"]}
+        assert seen["prompts"] == [
+            {"prompt": "keel · ship asks: Ship it?", "items": ["yes", "no"]},
+            {"prompt": "keel · ship asks: Really?", "items": ["yes", "no"]},
+        ], seen["prompts"]
         assert seen["complete_choice"] == ["yes", "no"], seen["complete_choice"]
         assert seen["statusline"]["running"].startswith("keel ship"), seen["statusline"]
         assert seen["statusline"]["waiting_input"] == "keel ship waiting_input 0% ?", seen["statusline"]
