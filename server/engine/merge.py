@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
-from keel.server.engine.checkpoint import _file_digest
 from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
+from keel.server.engine.trees import file_digest
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "keel",
@@ -280,5 +280,5 @@ def file_digests(root: Path) -> dict[str, str]:
         for name in filenames:
             if not name.endswith((".keel-tmp", ".keel-merge")):
                 path = os.path.join(dirpath, name)
-                out[os.path.relpath(path, root)] = _file_digest(path)
+                out[os.path.relpath(path, root)] = file_digest(path)
     return out

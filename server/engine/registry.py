@@ -25,8 +25,8 @@ from keel.protocol.records import Event, Evidence, Question, SubagentLease
 from keel.protocol.states import UnitState
 from keel.server.engine import merge, places
 from keel.server.engine.agentproc import kill_session
-from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
+from keel.server.engine.trees import TreeDigest
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m

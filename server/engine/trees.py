@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import os
 import shutil
 import stat
@@ -256,3 +257,44 @@ def unified_diff(
             + "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
         )
     return "".join(chunks)
+
+
+class TreeDigest:
+    """Digest of a sandbox's files (not .git), re-hashing only files whose size or mtime changed."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[int, int, int, str]] = {}
+
+    def __call__(self, root: Path) -> str:
+        total = hashlib.blake2b(digest_size=16, person=b"keel-tree")
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in (".git", ".keel"))
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                cached = self._cache.get(path)
+                # the inode too: a file replaced by a rename within one clock tick keeps size and mtime
+                if cached and cached[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                    digest = cached[3]
+                else:
+                    digest = file_digest(path)
+                    self._cache[path] = (st.st_ino, st.st_size, st.st_mtime_ns, digest)
+                total.update(os.path.relpath(path, root).encode() + b"\x00" + digest.encode() + b"\n")
+        return total.hexdigest()
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    try:
+        if os.path.islink(path):
+            h.update(os.readlink(path).encode())
+        else:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 16), b""):
+                    h.update(chunk)
+    except OSError:
+        pass
+    return h.hexdigest()

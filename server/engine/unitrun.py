@@ -28,9 +28,9 @@ from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
-from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import NondeterminismError, fingerprint, lane
 from keel.server.engine.toolcalls import ToolCalls
+from keel.server.engine.trees import TreeDigest
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
