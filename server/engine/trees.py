@@ -126,26 +126,26 @@ class Snapshotter:
     re-encoding only folders whose entries changed."""
 
     def __init__(self) -> None:
-        self._files: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+        self._files: dict[str, tuple[tuple[int, int, int, int, str, str], TreeEntry]] = {}
         self._folders: dict[str, tuple[tuple[object, ...], bytes, str]] = {}
 
     def scan(self, root: Path, *, keep_bytes: bool = True) -> Scan:
         entries: list[TreeEntry] = []
         fresh: dict[str, bytes] = {}
         for rel, mode, full, st in walk(root):
-            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, rel)
             cached = self._files.get(full)
             if cached is not None and cached[0] == key:
-                digest = cached[1]
-            else:
-                data = read_content(full, mode)
-                if data is None:
-                    continue  # removed while we looked: it is not part of this snapshot
-                digest = content_digest(data)
-                if keep_bytes:
-                    fresh[digest] = data
-                self._files[full] = (key, digest)
-            entries.append(TreeEntry(path=rel, mode=mode, blob=digest))  # type: ignore[arg-type]
+                entries.append(cached[1])  # the same object: _fold compares unchanged folders by identity
+                continue
+            data = read_content(full, mode)
+            if data is None:
+                continue  # removed while we looked: it is not part of this snapshot
+            entry = TreeEntry(path=rel, mode=mode, blob=content_digest(data))  # type: ignore[arg-type]
+            if keep_bytes:
+                fresh[entry.blob] = data
+            self._files[full] = (key, entry)
+            entries.append(entry)
         return Scan(entries=entries, fresh=fresh)
 
     def digest(self, root: Path) -> str:
