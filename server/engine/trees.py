@@ -219,20 +219,19 @@ def tree_digest(root: Path) -> str:
     return Snapshotter().digest(root)
 
 
-def digest_as_recorded(root: Path, recorded: str, snap: Snapshotter | None = None) -> str:
+def digest_as_recorded(root: Path, recorded: str) -> str:
     """The sandbox's tree digest in the form `recorded` has, to compare the two. A 32-hex digest was
     recorded by a keel before folder trees (a lease written before an upgrade): it is computed that
-    keel's way, so an intact sandbox still matches; any other is `Snapshotter.digest`."""
-    if len(recorded) == 32:
-        return _digest_before_folder_trees(root)
-    return (snap or Snapshotter()).digest(root)
+    keel's way, so an intact sandbox still matches; any other is `tree_digest`."""
+    return _digest_before_folder_trees(root) if len(recorded) == 32 else tree_digest(root)
 
 
 def _digest_before_folder_trees(root: Path) -> str:
     """What keel recorded as a tree digest before folder trees: BLAKE2b-128 over "path NUL digest LF" of
     each file, in os.walk's order (a folder's files by name, then its subfolders by name), a file's digest
     being an unkeyed BLAKE2b-128 of its bytes (a link's target); modes did not count, `.git` and `.keel`
-    were skipped only as folders (a worktree's `.git` file counted) and a link to a folder did not count."""
+    were skipped only as folders (a worktree's `.git` file counted; one in a folder holding no other file
+    is not found here) and a link to a folder did not count."""
     listed: dict[str, tuple[str, str]] = {}
     for rel, mode, full, _ in walk(root):
         if not (mode == "l" and os.path.isdir(full)):
