@@ -132,7 +132,8 @@ BAD_DIFFS = [
     (
         "--- a/app.py\n+++ b/app.py\n@@ -1,1 +1,1 @@\n-import os\n+import sys\n@@ -5,1 +5,1 @@\n-    return 41\n"
         "+    return 0\n",
-        "app.py: hunk 2 (@@ -5,1 +5,1 @@) does not apply: line 5 is '    return 42' but the hunk expects '    return 41'",
+        "app.py: hunk 2 (@@ -5,1 +5,1 @@) does not apply: line 5 is '    return 42' "
+        "but the hunk expects '    return 41'",
     ),
     ("--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-import os\n+import sys\n", "hunk 1 (@@ -1,2 +1,2 @@) ends early"),
     ("--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n*import os\n+x\n", "starts with neither"),
