@@ -13,8 +13,8 @@ after a crash the host replays the conversation and no token is spent twice. The
 with `state/save` after every step; it is resumed from that state only when the host says it is not
 replaying (a fresh journal), since during replay the journal itself carries the agent forward.
 
-The tool schemas below are declared here because agents must not import keel.server; they must stay equal
-to server/tools' `parameters` (tests/agents/test_coder.py checks). Depends on keel.protocol and the SDK.
+The tool schemas it offers are keel.protocol.tools' TOOL_SPECS, the same declaration server/tools runs
+under (agents never import keel.server). Depends on keel.protocol and the SDK.
 """
 
 from __future__ import annotations
@@ -24,113 +24,11 @@ from typing import Any
 
 from keel.agents.sdk import Agent, Context, HostError
 from keel.protocol import agent as ap
+from keel.protocol.tools import SPECS, TOOL_SPECS
 
 DEFAULT_MAX_STEPS = 30
 TOOL_RESULT_CHARS = 24_000  # how much of one tool result goes back to the model
-_PATH = {"type": "string", "description": "file path relative to the workspace root"}
-
-TOOL_SPECS: tuple[ap.ToolCallSpec, ...] = (
-    ap.ToolCallSpec(
-        name="read_file",
-        description="Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
-        "inclusive). Large files are cut at max_bytes.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": _PATH,
-                "start_line": {"type": "integer", "minimum": 1},
-                "end_line": {"type": "integer", "minimum": 1},
-                "max_bytes": {"type": "integer", "minimum": 1, "maximum": 256 * 1024},
-            },
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-    ),
-    ap.ToolCallSpec(
-        name="list_files",
-        description="List files in the workspace (recursively) whose relative path matches a glob such as "
-        "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "folder to list, relative to the workspace root",
-                    "default": ".",
-                },
-                "glob": {"type": "string", "default": "*"},
-                "max_results": {"type": "integer", "minimum": 1, "maximum": 1000},
-            },
-            "additionalProperties": False,
-        },
-    ),
-    ap.ToolCallSpec(
-        name="search",
-        description="Search text files in the workspace for a regular expression (Python syntax); returns "
-        "matching lines with their path and line number.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "regular expression"},
-                "path": {"type": "string", "description": "file or folder to search", "default": "."},
-                "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
-                "ignore_case": {"type": "boolean", "default": False},
-                "max_results": {"type": "integer", "minimum": 1, "maximum": 100},
-            },
-            "required": ["pattern"],
-            "additionalProperties": False,
-        },
-    ),
-    ap.ToolCallSpec(
-        name="write_file",
-        description="Create or replace a whole file in the workspace with the given content (parent folders "
-        "are created). Returns the unified diff of the change.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": _PATH,
-                "content": {"type": "string", "description": "the complete new content of the file"},
-            },
-            "required": ["path", "content"],
-            "additionalProperties": False,
-        },
-    ),
-    ap.ToolCallSpec(
-        name="apply_diff",
-        description="Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
-        "Context lines must match the files; use /dev/null as the old name to create a file and as "
-        "the new name to delete one. Either every file changes or none does.",
-        parameters={
-            "type": "object",
-            "properties": {"diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
-            "required": ["diff"],
-            "additionalProperties": False,
-        },
-    ),
-    ap.ToolCallSpec(
-        name="run",
-        description="Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
-        "its output. Set verify=true when the command checks the work (tests, build, lint): the "
-        "call then counts as passed only with exit code 0.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "cmd": {"type": "string", "description": "the shell command"},
-                "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
-                "timeout_s": {"type": "number", "exclusiveMinimum": 0},
-                "verify": {"type": "boolean", "default": False},
-                "idempotent": {
-                    "type": "boolean",
-                    "default": False,
-                    "description": "running the command twice has the same effect as once",
-                },
-            },
-            "required": ["cmd"],
-            "additionalProperties": False,
-        },
-    ),
-)
-_SPECS = {spec.name: spec for spec in TOOL_SPECS}
+_SPECS = SPECS
 _KNOWN = set(_SPECS)
 
 SYSTEM_PROMPT = """You are a careful software engineer working in a workspace through tools.

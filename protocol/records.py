@@ -151,10 +151,29 @@ class TreeEntry(msgspec.Struct, frozen=True, array_like=True):
 
 
 class SandboxTree(msgspec.Struct, frozen=True, tag="keel-tree"):
-    """A content-addressed snapshot of a sandbox's files (`.git` and `.keel` left out), sorted by path;
-    stored as a blob named by its digest and referenced by CheckpointManifest.sandbox_tree."""
+    """A snapshot of a sandbox's files (`.git` and `.keel` left out) as one flat list sorted by path.
+    Keels before folder trees stored snapshots in this form, as one blob; today it is what a SandboxFolder
+    tree reads as (storage/snapshots.load_tree), and a stored one still restores."""
 
     entries: tuple[TreeEntry, ...] = ()
+
+
+class FolderEntry(msgspec.Struct, frozen=True, array_like=True):
+    """One name in a snapshot folder: mode "f", "x" (executable), "l" (symlink; its blob is the target)
+    or "d" (a subfolder; its blob is another SandboxFolder), and the raw 32-byte digest of that blob."""
+
+    name: str
+    mode: Literal["f", "x", "l", "d"]
+    blob: bytes
+
+
+class SandboxFolder(msgspec.Struct, frozen=True, tag="keel-folder"):
+    """One folder of a sandbox snapshot, entries sorted by name; a snapshot is its root folder's blob,
+    referenced by CheckpointManifest.sandbox_tree. Content-addressed like git's trees: a folder whose
+    files did not change is the same blob in every snapshot, so a snapshot writes only the folders on the
+    path to what changed. Folders holding no file are left out."""
+
+    entries: tuple[FolderEntry, ...] = ()
 
 
 class RestorePoint(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -39,11 +39,11 @@ from keel.protocol.records import (
     JournalEntry,
     MissionRecord,
     RestorePoint,
-    SandboxTree,
 )
 from keel.storage.errors import CorruptRecordError, render_key
 from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix
 from keel.storage.record import Codec, content_digest, open_record, seal
+from keel.storage.snapshots import is_tree_ref, tree_refs
 from keel.storage.txn import Txn, decode_value
 
 MAGIC = b"KEELBUNDLE"
@@ -175,7 +175,7 @@ def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)
         seen.update(ref for ref in manifest_refs(manifest) if get_blob(ref) is not None)
         if is_tree_ref(manifest.sandbox_tree) and manifest.sandbox_tree not in seen:
-            seen.update(tree_refs(get_blob, manifest.sandbox_tree))
+            seen.update(tree_refs(get_blob, manifest.sandbox_tree, skip=seen))
         stack.append(manifest.parent)
     return seen
 
@@ -191,29 +191,6 @@ def manifest_refs(manifest: CheckpointManifest) -> list[str]:
         )
         if ref
     ]
-
-
-def is_tree_ref(value: str) -> bool:
-    """A sandbox_tree naming a SandboxTree blob (checkpoints of older keels hold a 32-hex digest of the
-    files instead, which names no blob: those points restore state but not files)."""
-    return len(value) == 64
-
-
-def load_tree(get_blob: Callable[[str], bytes | None], digest: str) -> SandboxTree | None:
-    data = get_blob(digest)
-    if data is None:
-        return None
-    try:
-        return msgspec.msgpack.decode(data, type=SandboxTree)
-    except msgspec.DecodeError as exc:
-        raise CorruptRecordError(DB.BLOBS.value, digest.encode(), f"is not a sandbox tree: {exc}") from None
-
-
-def tree_refs(get_blob: Callable[[str], bytes | None], digest: str) -> list[str]:
-    """The tree blob and every file blob it names (files are not read here: a missing one is found by
-    whoever copies or checks them). An absent tree gives nothing."""
-    tree = load_tree(get_blob, digest)
-    return [] if tree is None else [digest, *(entry.blob for entry in tree.entries)]
 
 
 def write_bundle(

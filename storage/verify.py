@@ -28,12 +28,12 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
 )
-from keel.storage.bundle import is_tree_ref, tree_refs
 from keel.storage.errors import CorruptRecordError, StoreError, render_key
 from keel.storage.keys import DB
 from keel.storage.lmdbwalk import walk
 from keel.storage.migrations import SchemaInfo
 from keel.storage.record import Codec, content_digest, open_record
+from keel.storage.snapshots import is_tree_ref, tree_refs
 from keel.storage.store import Store
 from keel.storage.txn import Txn, decode_value
 
@@ -153,8 +153,9 @@ def _check_chain(
         tree = manifest.sandbox_tree
         if is_tree_ref(tree) and tree not in seen:
             seen.add(tree)
-            files = check(DB.BLOBS, tree.encode(), partial(tree_refs, txn.get_blob, tree))
+            files = check(DB.BLOBS, tree.encode(), partial(tree_refs, txn.get_blob, tree, seen))
             refs += files if isinstance(files, list) and files else [tree]
+            seen.update(refs)
         for ref in refs:
             if ref and not txn.exists(DB.BLOBS, ref.encode()):
                 missing(DB.BLOBS, digest.encode(), f"checkpoint {manifest.number} refers to missing blob {ref[:16]}")

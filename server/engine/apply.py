@@ -27,8 +27,8 @@ from keel.server.engine.control import host_alive
 from keel.server.engine.sandbox import git_toplevel
 from keel.storage import Store, Txn
 from keel.storage import missions as m
-from keel.storage.bundle import is_tree_ref, load_tree
 from keel.storage.record import content_digest
+from keel.storage.snapshots import is_tree_ref, load_tree
 
 _GIT_MODES = {"f": "100644", "x": "100755", "l": "120000"}
 

@@ -29,11 +29,11 @@ from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelErro
 from keel.protocol.records import CheckpointManifest, Event, Evidence, HostInfo, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.engine import checkpoint, merge, offline, places
-from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
 from keel.server.engine.journal import JournalWriter
 from keel.server.engine.models import ModelCalls
+from keel.server.engine.policy import Policy
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry

@@ -8,7 +8,7 @@ the digests it started from. A conflict merges nothing and is reported to the ca
 person. Everything happens inside keel's own worktrees: the person's checkout, index, branches and
 .git/config are never written (git identity comes from the environment, never from `git config`).
 A git command that fails for want of space is a DiskFullError (the mission pauses), never a conflict.
-Depends on the engine's sandbox and checkpoint helpers only.
+Depends on the engine's sandbox and trees modules only.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
-from keel.server.engine.checkpoint import _file_digest
+from keel.server.engine import trees
 from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
 
 GIT_IDENTITY = {
@@ -274,11 +274,12 @@ def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:
 
 
 def file_digests(root: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in (".git", ".keel", "__pycache__")]
-        for name in filenames:
-            if not name.endswith((".keel-tmp", ".keel-merge")):
-                path = os.path.join(dirpath, name)
-                out[os.path.relpath(path, root)] = _file_digest(path)
-    return out
+    """Each file of a copy sandbox with its short digest (trees.walk's rules; caches and keel's temporary
+    files left out): what a copy's base file records and its merge compares."""
+    return {
+        rel: trees.file_digest(data)
+        for rel, mode, full, _ in trees.walk(root)
+        if "__pycache__" not in rel.split("/")
+        and not rel.endswith((".keel-tmp", ".keel-merge"))
+        and (data := trees.read_content(full, mode)) is not None
+    }

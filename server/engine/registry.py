@@ -23,9 +23,8 @@ import msgspec
 
 from keel.protocol.records import Event, Evidence, Question, SubagentLease
 from keel.protocol.states import UnitState
-from keel.server.engine import merge, places
+from keel.server.engine import merge, places, trees
 from keel.server.engine.agentproc import kill_session
-from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import lane
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
@@ -72,11 +71,11 @@ class Registry:
         branch = merge.unit_branch(self.mission_id, unit_lane)
         if lease and lease.lane == unit_lane and lease.state != "done" and path.exists() and lease.base:
             # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
-            tree = lease.tree or await asyncio.to_thread(TreeDigest(), path)
+            tree = lease.tree or await asyncio.to_thread(trees.tree_digest, path)
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
-        tree = await asyncio.to_thread(TreeDigest(), path)
+        tree = await asyncio.to_thread(trees.tree_digest, path)
         return Placement(str(path), branch, base, tree)
 
     async def grant(self, uid: str, where: Placement) -> SubagentLease:
@@ -191,7 +190,10 @@ class Registry:
             return f"its sandbox {held.sandbox or '(none)'} is missing"
         entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, held.lane))
         if held.tree and not any(e.phase == "intent" for e in entries):
-            found = TreeDigest()(path)
+            try:
+                found = trees.digest_as_recorded(path, held.tree)
+            except trees.SandboxUnreadableError as exc:
+                return exc.message
             if found != held.tree:
                 return (
                     f"its sandbox {path} no longer matches the tree digest recorded with its last journal "

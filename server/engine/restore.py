@@ -27,7 +27,7 @@ import msgspec
 from keel.protocol.errors import InvalidTransitionError
 from keel.protocol.records import CheckpointManifest, Event, MissionRecord, RestorePoint, SandboxTree, UnitMark
 from keel.protocol.states import MissionState, PauseReason, UnitState
-from keel.server.engine import checkpoint, places, trees
+from keel.server.engine import checkpoint, faultpoints, places, trees
 from keel.server.engine.journal import lane
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import DB, Store, Txn
@@ -128,7 +128,7 @@ def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     ensure_sandbox(Path(record.workspace), sandbox, mission_id)
     trees.materialize(sandbox, tree, blob_reader(store))
-    checkpoint.fault_point("RESTORE_VERIFY")
+    faultpoints.pause_here("RESTORE_VERIFY")
     trees.verify(sandbox, tree, f"restore point {point.id}")
     return store.write(lambda t: restore_txn(t, mission_id, point_id, files=True))
 

@@ -36,8 +36,8 @@ from keel.protocol.agent import AGENT_ERROR, ERR_DISK_FULL
 from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
-from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.merge import clear_stale_locks, commit_unit
+from keel.server.engine.trees import tree_digest
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -179,7 +179,7 @@ class Worker:
         try:
             self.store.read(lambda t: leases.check(t, self.mission, self.unit, self.epoch))
             commit = commit_unit(self.sandbox, self.unit)
-            tree = TreeDigest()(self.sandbox)
+            tree = tree_digest(self.sandbox)
             payload = result.get("result") if isinstance(result, dict) else None
             self.store.write(
                 lambda t: leases.complete(

@@ -28,9 +28,9 @@ from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
-from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.journal import NondeterminismError, fingerprint, lane
 from keel.server.engine.toolcalls import ToolCalls
+from keel.server.engine.trees import Snapshotter
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
@@ -61,7 +61,7 @@ class UnitSession:
         self.expired = False
         self.epoch = 0  # the lease epoch of the current worker: fences this session's journal writes
         self.sandbox = host.sandbox
-        self._tree = TreeDigest()
+        self._tree = Snapshotter()
         self.fatal: Exception | None = None
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
@@ -321,7 +321,7 @@ class UnitSession:
         epoch = self.epoch
         changes: dict[str, Any] = {"last_checkpoint": seq}
         if phase == "done" and tool_class in ("effectful", "idempotent"):  # files may have changed
-            changes["tree"] = await asyncio.to_thread(self._tree, self.sandbox)
+            changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
 
         def write(txn: Txn) -> None:
             leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here

@@ -5,8 +5,8 @@
 TOOLS maps each tool name to its implementation. Classes: read_file, list_files and search are
 `read_only`; write_file, apply_diff and run are `effectful` (the engine records `preview()` before
 running them and calls `reconcile()` after a crash; see base.py for the error contract and writers.py
-for why the file tools are not classed `idempotent`). The same JSON schemas are declared, separately,
-by agents that offer these tools to a model (agents/coder.py), because agents never import keel.server.
+for why the file tools are not classed `idempotent`). Their descriptions and JSON schemas are declared once,
+in keel.protocol.tools, which agents that offer these tools to a model (agents/coder.py) use as well.
 Depends on keel.protocol and the stdlib only; never on storage, the engine or LSP code.
 """
 

@@ -12,12 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from keel.protocol.tools import LIST_MAX_RESULTS, READ_MAX_BYTES, SEARCH_MAX_RESULTS, SPECS
 from keel.server.tools.base import ReadOnlyTool, ToolContext, ToolError, arg
 from keel.server.tools.paths import HIDDEN_DIRS, relative, resolve
 
-READ_MAX_BYTES = 256 * 1024
-LIST_MAX_RESULTS = 1000
-SEARCH_MAX_RESULTS = 100
 SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
 SEARCH_LINE_CHARS = 400
 
@@ -76,21 +74,8 @@ def _existing(ctx: ToolContext, rel: str) -> Path:
 
 class ReadFile(ReadOnlyTool):
     name = "read_file"
-    description = (
-        "Read a text file from the workspace, optionally only lines start_line..end_line (1-based, "
-        "inclusive). Large files are cut at max_bytes."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "file path relative to the workspace root"},
-            "start_line": {"type": "integer", "minimum": 1},
-            "end_line": {"type": "integer", "minimum": 1},
-            "max_bytes": {"type": "integer", "minimum": 1, "maximum": READ_MAX_BYTES},
-        },
-        "required": ["path"],
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         rel = arg(args, "path", str)
@@ -124,19 +109,8 @@ class ReadFile(ReadOnlyTool):
 
 class ListFiles(ReadOnlyTool):
     name = "list_files"
-    description = (
-        "List files in the workspace (recursively) whose relative path matches a glob such as "
-        "'**/*.py' or 'src/*.ts'; a glob without '/' matches file names in any folder."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "folder to list, relative to the workspace root", "default": "."},
-            "glob": {"type": "string", "default": "*"},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": LIST_MAX_RESULTS},
-        },
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         start = _existing(ctx, arg(args, "path", str, "."))
@@ -156,22 +130,8 @@ class ListFiles(ReadOnlyTool):
 
 class Search(ReadOnlyTool):
     name = "search"
-    description = (
-        "Search text files in the workspace for a regular expression (Python syntax); returns "
-        "matching lines with their path and line number."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "description": "regular expression"},
-            "path": {"type": "string", "description": "file or folder to search", "default": "."},
-            "glob": {"type": "string", "description": "only files matching this glob", "default": "*"},
-            "ignore_case": {"type": "boolean", "default": False},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": SEARCH_MAX_RESULTS},
-        },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         source = arg(args, "pattern", str)

@@ -28,6 +28,7 @@ from typing import Any
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.diskspace import disk_full, nearly_full
+from keel.protocol.tools import SPECS
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
 from keel.server.tools.paths import relative, resolve
 
@@ -118,27 +119,8 @@ def _kill_group(pgid: int) -> None:
 class Run:
     name = "run"
     klass: ToolClass = "effectful"
-    description = (
-        "Run a shell command (/bin/sh -c) in the workspace and return its exit code and the tail of "
-        "its output. Set verify=true when the command checks the work (tests, build, lint): the "
-        "call then counts as passed only with exit code 0."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "cmd": {"type": "string", "description": "the shell command"},
-            "cwd": {"type": "string", "description": "folder relative to the workspace root", "default": "."},
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
-            "verify": {"type": "boolean", "default": False},
-            "idempotent": {
-                "type": "boolean",
-                "default": False,
-                "description": "running the command twice has the same effect as once",
-            },
-        },
-        "required": ["cmd"],
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         cmd = arg(args, "cmd", str)

@@ -22,6 +22,7 @@ from typing import Any
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.diskspace import disk_full, is_disk_full
+from keel.protocol.tools import SPECS
 from keel.server.tools import udiff
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, digest_bytes, failure
 from keel.server.tools.paths import normalize, resolve
@@ -133,19 +134,8 @@ def reconcile_files(ctx: ToolContext, files: dict[str, dict[str, str | None]]) -
 class WriteFile:
     name = "write_file"
     klass: ToolClass = "effectful"
-    description = (
-        "Create or replace a whole file in the workspace with the given content (parent folders "
-        "are created). Returns the unified diff of the change."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "file path relative to the workspace root"},
-            "content": {"type": "string", "description": "the complete new content of the file"},
-        },
-        "required": ["path", "content"],
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         rel = normalize(arg(args, "path", str))
@@ -187,17 +177,8 @@ class WriteFile:
 class ApplyDiff:
     name = "apply_diff"
     klass: ToolClass = "effectful"
-    description = (
-        "Apply a unified diff (as made by `diff -u` or `git diff`) to one or more workspace files. "
-        "Context lines must match the files; use /dev/null as the old name to create a file and as "
-        "the new name to delete one. Either every file changes or none does."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {"diff": {"type": "string", "description": "the unified diff, with ---/+++ headers"}},
-        "required": ["diff"],
-        "additionalProperties": False,
-    }
+    description = SPECS[name].description
+    parameters: dict[str, Any] = SPECS[name].parameters
 
     def _plan(self, ctx: ToolContext, diff: str) -> tuple[Changes, dict[str, dict[str, str | None]]]:
         originals: dict[str, bytes | None] = {}

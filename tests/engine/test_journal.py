@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from keel.protocol.spec import CheckpointPolicy
-from keel.server.engine.checkpoint import Policy
 from keel.server.engine.journal import JournalWriter, fingerprint, lane
+from keel.server.engine.policy import Policy
 from keel.storage import DB, Store, Txn
 
 

@@ -11,12 +11,13 @@ import pytest
 from keel.protocol.records import SandboxTree
 from keel.server.engine import trees
 from keel.storage import DB, Store
+from keel.storage.snapshots import load_tree
 
 
 def _tree(store: Store, snap: trees.Snapshotter, root: Path) -> tuple[str, SandboxTree]:
     scan = snap.scan(root)
     digest = store.write(lambda t: snap.store_txn(t, root, scan))
-    tree = store.read(lambda t: t.get_object(digest, SandboxTree))
+    tree = store.read(lambda t: load_tree(t.get_blob, digest))
     assert tree is not None
     return digest, tree
 

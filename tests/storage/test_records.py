@@ -113,6 +113,8 @@ SAMPLES: dict[type[Any], Any] = {
     ),
     records.TreeEntry: records.TreeEntry(path="sub/é.py", mode="x", blob="e" * 64),
     records.SandboxTree: records.SandboxTree(entries=(records.TreeEntry(path="a", mode="l", blob="f" * 64),)),
+    records.FolderEntry: records.FolderEntry(name="é.py", mode="d", blob=bytes(range(32))),
+    records.SandboxFolder: records.SandboxFolder(entries=(records.FolderEntry(name="a", mode="x", blob=b"\xff" * 32),)),
     records.SubagentLease: records.SubagentLease(
         unit="u1",
         lane="l2",
