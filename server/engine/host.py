@@ -25,10 +25,10 @@ import msgspec
 
 from keel.protocol.diskspace import disk_full
 from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
-from keel.protocol.records import CheckpointManifest, Control, Event, Evidence, HostInfo, MissionRecord, Question
+from keel.protocol.records import Control, Event, HostInfo, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
-from keel.server.engine import checkpoint, merge, offline, places
+from keel.server.engine import checkpoint, offline, places
 from keel.server.engine.agentproc import agent_env
 from keel.server.engine.checkpoint import Policy
 from keel.server.engine.graph import Graph
@@ -39,7 +39,6 @@ from keel.server.engine.models import ModelCalls
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry
-from keel.server.engine.restore import check_restored_files
 from keel.server.engine.sandbox import ensure_sandbox
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
@@ -162,7 +161,7 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
-        await self._settle_sandbox(manifest)
+        await self.registry.settle_mission_sandbox(manifest)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
@@ -172,26 +171,6 @@ class MissionHost:
                 held.unit, Outcome(K.SUCCEEDED, result=held.result), note=f"recovered from subagent epoch {held.epoch}"
             )
         return None
-
-    async def _settle_sandbox(self, manifest: CheckpointManifest | None) -> None:
-        """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
-        an interrupted merge; files a restore put there are checked and committed on the mission branch;
-        anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
-        await asyncio.to_thread(merge.settle, self.sandbox, keep_changes=True)
-        if manifest is not None and manifest.files_restored:
-            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
-            if merge.is_git(self.sandbox):
-                await asyncio.to_thread(merge.commit_pending, self.sandbox)
-        reset = await asyncio.to_thread(merge.settle, self.sandbox)
-        if reset:
-            item = Evidence(
-                kind="repaired",
-                at=time.time(),
-                summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
-                f"mission branch: {', '.join(reset[:10])}",
-                data={"paths": reset[:200]},
-            )
-            await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
 
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> MissionState:
@@ -270,11 +249,9 @@ class MissionHost:
                 if not tasks:
                     break
                 done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task is stop_wait:
-                        continue
-                    uid = tasks.pop(task)  # type: ignore[arg-type]
-                    await self._unit_finished(uid, task.result())  # type: ignore[arg-type]
+                for task in [t for t in tasks if t in done]:
+                    uid = tasks.pop(task)
+                    await self._unit_finished(uid, task.result())
             if self._stop.is_set():
                 return await self._stop_all(tasks)
             return await self._conclude()
@@ -308,7 +285,7 @@ class MissionHost:
                 await self.stop_for_disk_full(exc.message)
                 return
             if conflict is not None:
-                await self._merge_conflict(uid, conflict)
+                await self.registry.ask_about_conflict(uid, conflict)
                 return
             self.graph.succeed(uid, outcome.result)
             merged = self.registry.merged(uid)
@@ -334,27 +311,6 @@ class MissionHost:
             error=outcome.error,
         )
         self._draw()
-
-    async def _merge_conflict(self, uid: str, conflict: Exception) -> None:
-        """A finished unit whose changes collide with the mission branch: the person decides."""
-        self.graph.suspend(uid)
-        effects = await asyncio.to_thread(self.registry.effects_of, self.registry.lane_of(uid))
-        again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
-        text = (
-            f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
-            f"keep its result without its file changes (skip)?"
-        )
-        item = Evidence(
-            kind="merge-conflict",
-            at=time.time(),
-            unit=uid,
-            summary=str(conflict),
-            data={"paths": getattr(conflict, "paths", [])},
-        )
-        await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
-        await self.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
-        )
 
     async def _conclude(self) -> MissionState:
         if self.graph.all_succeeded():

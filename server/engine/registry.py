@@ -6,9 +6,11 @@ into `resumable` and the unit is started again under a new epoch; the old worker
 When a host starts, `recover` looks at every unfinished unit's lease: a stale worker still alive on this
 machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
 sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
-re-executed from scratch on a new journal lane, with evidence saying why. Depends on storage and the
-engine's merge, places, journal and interface modules; sees the host only through interface.Host and
-never imports the host or unitrun modules.
+re-executed from scratch on a new journal lane, with evidence saying why. Before that, the mission
+sandbox is settled (what a kill left of a merge; files a restore put there). A finished unit that does not
+merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, places, journal,
+restore and interface modules; sees the host only through interface.Host and never imports the host or
+unitrun modules.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import Event, Evidence, Question, SubagentLease
+from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
 from keel.protocol.states import LeaseState, UnitState
 from keel.server.engine import merge, places
 from keel.server.engine.agentproc import AgentProcess, kill_session
 from keel.server.engine.checkpoint import TreeDigest
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import lane
+from keel.server.engine.merge import MergeConflict
+from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -268,6 +272,27 @@ class Registry:
             f"re-execute {uid}", tree=False, extra=lambda txn: m.add_evidence(txn, self.mission_id, item)
         )
 
+    async def settle_mission_sandbox(self, manifest: CheckpointManifest | None) -> None:
+        """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
+        an interrupted merge; files a restore put there are checked and committed on the mission branch;
+        anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
+        sandbox = self.host.sandbox
+        await asyncio.to_thread(merge.settle, sandbox, keep_changes=True)
+        if manifest is not None and manifest.files_restored:
+            await asyncio.to_thread(check_restored_files, self.host.store, manifest, sandbox)
+            if merge.is_git(sandbox):
+                await asyncio.to_thread(merge.commit_pending, sandbox)
+        reset = await asyncio.to_thread(merge.settle, sandbox)
+        if reset:
+            item = Evidence(
+                kind="repaired",
+                at=time.time(),
+                summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
+                f"mission branch: {', '.join(reset[:10])}",
+                data={"paths": reset[:200]},
+            )
+            await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
+
     # -- merging ----------------------------------------------------------------------------------------
     async def merge(self, uid: str) -> merge.MergeConflict | None:
         held = await asyncio.to_thread(self._lease, uid)
@@ -279,6 +304,27 @@ class Registry:
             except merge.MergeConflict as conflict:
                 return conflict
         return None
+
+    async def ask_about_conflict(self, uid: str, conflict: MergeConflict) -> None:
+        """A finished unit whose changes collide with the mission branch: the person decides."""
+        self.host.graph.suspend(uid)
+        effects = await asyncio.to_thread(self.effects_of, self.lane_of(uid))
+        again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
+        text = (
+            f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
+            f"keep its result without its file changes (skip)?"
+        )
+        item = Evidence(
+            kind="merge-conflict",
+            at=time.time(),
+            unit=uid,
+            summary=str(conflict),
+            data={"paths": getattr(conflict, "paths", [])},
+        )
+        await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
+        await self.host.wait_for_input(
+            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
+        )
 
     def merged(self, uid: str) -> TxnFn:
         """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
