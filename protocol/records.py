@@ -11,7 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from keel.protocol.spec import MissionSpec
-from keel.protocol.states import MissionState, PauseReason, UnitState
+from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 
 JournalKind = Literal[
     "model/complete", "tool/run", "human/ask", "now", "random", "state/save", "plan/add", "evidence/add"
@@ -61,15 +61,17 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     """A running unit's lease in the subagent registry (storage/leases.py): who runs it, and the fencing
     token (`epoch`) every journal write and the completion of that unit must match.
 
-    `state`: "running" (heartbeating), "orphaned" (the worker saw its parent die and stopped),
-    "expired" (taken over: the heartbeat went stale), "done" (completion recorded: `result`, `commit`).
+    `state`: its lifecycle (protocol/states.LeaseState, moves checked by storage/leases.update):
+    running (heartbeating), orphaned (the worker saw its parent die and stopped), expired (taken over: the
+    heartbeat went stale), done (completion recorded: `result`, `commit`). Stored as the same strings as
+    before it was an enum.
     """
 
     unit: str
     lane: str
     epoch: int
     host_id: str
-    state: str = "running"
+    state: LeaseState = LeaseState.RUNNING
     pid: int = 0
     hostname: str = ""
     heartbeat: float = 0.0
@@ -95,7 +97,9 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     """One recorded agent request of a unit, keyed by (mission, unit, seq).
 
     `phase` is "intent" for an effectful call that started but whose result is not yet recorded, and
-    "done" once the result (or error) is; replay only ever returns "done" entries.
+    "done" once the result (or error) is; replay only ever returns "done" entries. `rerun_approved`: a
+    person answered "rerun" to this intent's uncertain effect (keel before this field wrote the summary
+    "rerun-approved" instead; engine/toolcalls.rerun_approved reads both).
     """
 
     seq: int
@@ -109,6 +113,7 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     at: float = 0.0
     cost: StepCost = StepCost()
     summary: str = ""
+    rerun_approved: bool = False
 
 
 class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):

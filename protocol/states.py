@@ -1,7 +1,11 @@
-"""Mission and unit lifecycles as explicit state machines: an enum and a transition table each.
+"""Lifecycles as explicit state machines (an enum and a transition table each), and the engine's other
+closed sets of outcomes as enums.
 
-`check_mission_transition` and `check_unit_transition` are the only places that decide whether a move is
-legal; every component that changes a state goes through them.
+Lifecycles: a mission, a unit in its task graph, a subagent's lease. `check_mission_transition`,
+`check_unit_transition` and `check_lease_transition` are the only places that decide whether a move is
+legal; every component that changes a state goes through them (storage/missions.set_mission_state,
+engine/graph.py, storage/leases.update). `OutcomeKind` (how a unit's run ended) and `StartDecision` (what a
+starting host does) are results, not lifecycles: they have no moves. Depends on protocol/errors only.
 """
 
 from __future__ import annotations
@@ -30,6 +34,34 @@ class UnitState(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     RESUMABLE = "resumable"
+
+
+class LeaseState(enum.StrEnum):
+    """A subagent lease (records.SubagentLease). A new worker gets a new lease (a new epoch), `running`."""
+
+    RUNNING = "running"  # its worker heartbeats
+    ORPHANED = "orphaned"  # the worker saw its parent die and stopped
+    EXPIRED = "expired"  # the heartbeat went stale: the host took the unit over
+    DONE = "done"  # the unit's completion is recorded
+
+
+class OutcomeKind(enum.StrEnum):
+    """How one run of a unit ended (engine/unitrun.Outcome)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # the mission stops (pause, question, full disk): the unit resumes later
+    EXPIRED = "expired"  # its lease was taken over: the unit starts again under a new epoch
+
+
+class StartDecision(enum.StrEnum):
+    """What a starting host does after taking the mission over (engine/recovery.apply_controls)."""
+
+    RUN = "run"
+    PAUSED = "paused"  # a pause was requested: checkpoint and stop
+    WAITING = "waiting"  # a question is still unanswered
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
 
 
 class PauseReason(enum.StrEnum):
@@ -63,6 +95,16 @@ UNIT_TRANSITIONS: dict[UnitState, frozenset[UnitState]] = {
     U.FAILED: frozenset({U.READY, U.PENDING}),  # retry on resume, or a restore
 }
 
+L = LeaseState
+LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
+    # a fenced worker whose lease expired may still record its completion or its orphaning until a new
+    # epoch is granted; nothing leaves `done`, and nothing returns to `running` (that is a new lease)
+    L.RUNNING: frozenset({L.ORPHANED, L.EXPIRED, L.DONE}),
+    L.ORPHANED: frozenset({L.EXPIRED, L.DONE}),
+    L.EXPIRED: frozenset({L.ORPHANED, L.DONE}),
+    L.DONE: frozenset(),
+}
+
 TERMINAL_MISSION_STATES = frozenset({M.COMPLETED, M.FAILED, M.CANCELLED})
 PAUSED_MISSION_STATES = frozenset({M.PAUSED, M.WAITING_INPUT, M.OFFLINE})
 
@@ -75,3 +117,8 @@ def check_mission_transition(old: MissionState, new: MissionState) -> None:
 def check_unit_transition(old: UnitState, new: UnitState) -> None:
     if old != new and new not in UNIT_TRANSITIONS[old]:
         raise InvalidTransitionError(f"unit cannot go from {old.value} to {new.value}")
+
+
+def check_lease_transition(old: LeaseState, new: LeaseState) -> None:
+    if old != new and new not in LEASE_TRANSITIONS[old]:
+        raise InvalidTransitionError(f"lease cannot go from {old.value} to {new.value}")

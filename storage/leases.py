@@ -13,6 +13,7 @@ import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.protocol.records import SubagentLease
+from keel.protocol.states import LeaseState, check_lease_transition
 from keel.storage.keys import DB, mission_prefix, unit_prefix
 from keel.storage.txn import Txn
 
@@ -68,14 +69,20 @@ def check(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> SubagentLease:
             f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
             f"(current epoch {now}); this worker's write is rejected"
         )
-    if lease.state == "done":
+    if lease.state == LeaseState.DONE:
         raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: epoch {epoch} already completed")
     return lease
 
 
 def update(txn: Txn, mission_id: str, unit_id: str, epoch: int, **changes: object) -> SubagentLease:
-    """A fenced change of the holder's own lease (heartbeat, pid, tree digest, state)."""
-    lease = msgspec.structs.replace(check(txn, mission_id, unit_id, epoch), **changes)
+    """A fenced change of the holder's own lease (heartbeat, pid, tree digest, state); the one place a
+    lease's state moves (protocol/states.LEASE_TRANSITIONS; an illegal move raises)."""
+    current = check(txn, mission_id, unit_id, epoch)
+    state = changes.get("state")
+    if state is not None:
+        changes["state"] = new = LeaseState(str(state))
+        check_lease_transition(current.state, new)
+    lease = msgspec.structs.replace(current, **changes)
     put(txn, mission_id, lease)
     return lease
 
@@ -85,7 +92,15 @@ def complete(
 ) -> SubagentLease:
     """The unit's completion, exactly once: only the current epoch may record it, only once."""
     return update(
-        txn, mission_id, unit_id, epoch, state="done", result=result, commit=commit, tree=tree, heartbeat=time.time()
+        txn,
+        mission_id,
+        unit_id,
+        epoch,
+        state=LeaseState.DONE,
+        result=result,
+        commit=commit,
+        tree=tree,
+        heartbeat=time.time(),
     )
 
 
@@ -95,4 +110,4 @@ STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting
 def expired(lease: SubagentLease, now: float | None = None) -> bool:
     """A running lease whose heartbeat is older than its ttl (or than the start-up allowance)."""
     allowed = lease.ttl_s if lease.pid else max(lease.ttl_s, STARTUP_S)
-    return lease.state == "running" and ((now or time.time()) - lease.heartbeat) > allowed
+    return lease.state == LeaseState.RUNNING and ((now or time.time()) - lease.heartbeat) > allowed

@@ -64,3 +64,104 @@ def test_checker_catches_a_wrong_arrow(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from keel.server import cli\nimport pygls\n")
     assert [n for _, n in _imports(bad)] == ["keel.server", "pygls"]
+
+
+ENGINE = "keel.server.engine"
+
+
+def _engine_imports(path: Path, names: set[str]) -> list[tuple[int, str, bool]]:
+    """(line, engine module, inside a function) for every import of an engine module (one of `names`) in
+    `path`, at module level (TYPE_CHECKING blocks included) and inside functions alike."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            local = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            targets: list[str] = []
+            if isinstance(child, ast.Import):
+                targets = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                targets = [child.module]
+                if child.module == ENGINE:  # from keel.server.engine import host, merge
+                    targets = [f"{ENGINE}.{alias.name}" for alias in child.names if alias.name in names]
+            for name in targets:
+                if name.startswith(ENGINE + "."):
+                    found.append((child.lineno, ".".join(name.split(".")[:4]), in_function))
+            visit(child, local)
+
+    visit(tree, False)
+    return found
+
+
+def _engine_graph(folder: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """The engine's import graph (module -> engine modules it imports) and its function-local imports."""
+    graph: dict[str, set[str]] = {}
+    local: list[str] = []
+    paths = sorted(folder.glob("*.py"))
+    for path in paths:
+        module = f"{ENGINE}.{path.stem}"
+        graph[module] = set()
+        for line, name, in_function in _engine_imports(path, {p.stem for p in paths}):
+            if name != module:
+                graph[module].add(name)
+            if in_function:
+                local.append(f"{path.name}:{line} imports {name} inside a function")
+    return graph, local
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_engine_imports_form_no_circle() -> None:
+    graph, _ = _engine_graph(ROOT / "server" / "engine")
+    circles = _cycles(graph)
+    assert not circles, "engine modules import each other in a circle:\n" + "\n".join(
+        " <-> ".join(c.removeprefix(ENGINE + ".") for c in circle) for circle in circles
+    )
+
+
+def test_engine_has_no_function_local_engine_import() -> None:
+    _, local = _engine_graph(ROOT / "server" / "engine")
+    assert not local, "engine modules imported inside functions (import them at the top):\n" + "\n".join(local)
+
+
+def test_circle_checker_catches_a_circle_and_a_local_import(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("from keel.server.engine import b\n")
+    (tmp_path / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import keel.server.engine.c\n"
+    )
+    (tmp_path / "c.py").write_text("def f():\n    from keel.server.engine.a import x\n")
+    (tmp_path / "d.py").write_text("from keel.server.engine.c import y\n")
+    graph, local = _engine_graph(tmp_path)
+    assert _cycles(graph) == [[f"{ENGINE}.a", f"{ENGINE}.b", f"{ENGINE}.c"]]
+    assert local == [f"c.py:2 imports {ENGINE}.a inside a function"]

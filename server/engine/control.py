@@ -50,16 +50,19 @@ def create_mission(store: Store, mission_file: Path) -> MissionRecord:
     return record
 
 
+def _detached_only(detach: bool) -> None:
+    """This module never imports the host (it stays light for the language server): a host in the calling
+    process is `host.run_host_blocking`, which `keel run` calls itself."""
+    if not detach:
+        raise ValueError("control starts mission hosts detached; run one here with host.run_host_blocking")
+
+
 def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
-    """Create a mission and run it: in a detached host (returns at once) or here (returns when it stops)."""
+    """Create a mission and run it in a detached host (returns at once; `detach` must be True)."""
+    _detached_only(detach)
     prepare_keel_dir(store_path)
     with Store.open(store_path) as store:
         record = create_mission(store, mission_file)
-        if not detach:
-            from keel.server.engine.host import run_host_blocking
-
-            run_host_blocking(store_path, record.id, store=store)
-            return record.id
     spawn_host(store_path, record.id)
     return record.id
 
@@ -122,15 +125,11 @@ def pause_all(store: Store, source: str) -> list[str]:
     return ids
 
 
-def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int | None:
-    """Continue a paused, failed or crashed mission. Detached: returns the host's pid."""
+def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
+    """Continue a paused, failed or crashed mission in a detached host; returns its pid."""
+    _detached_only(detach)
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
-        if not detach:
-            from keel.server.engine.host import run_host_blocking
-
-            run_host_blocking(store_path, record.id, store=store)
-            return None
     if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
     if record.state == MissionState.CANCELLED:

@@ -18,19 +18,21 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from keel.protocol import agent as ap
 from keel.protocol.diskspace import disk_full
 from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
-from keel.protocol.records import CheckpointManifest, Event, Evidence, HostInfo, MissionRecord, Question
-from keel.protocol.states import MissionState, PauseReason
-from keel.server.engine import checkpoint, merge, offline, places
+from keel.protocol.records import Control, Event, HostInfo, MissionRecord, Question
+from keel.protocol.spec import UnitSpec
+from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
+from keel.server.engine import checkpoint, offline, places
+from keel.server.engine.agentproc import agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock
+from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.policy import Policy
@@ -44,6 +46,7 @@ from keel.storage import Store, Txn
 from keel.storage import missions as m
 
 S = MissionState
+K = OutcomeKind
 POLL_S = 0.02
 
 
@@ -70,7 +73,6 @@ class MissionHost:
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
         self.sessions: dict[str, UnitSession] = {}
         self.registry = Registry(self)
-        self.tool_env: dict[str, str] | None = None  # commands' environment: no secrets (built once)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._files = Snapshotter()
@@ -78,6 +80,7 @@ class MissionHost:
         self._step = ""
         self.wait_online = wait_online
         self.models = ModelCalls(self)
+        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)  # commands': no provider key
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
 
     # -- state --------------------------------------------------------------------------------------
@@ -102,19 +105,19 @@ class MissionHost:
         if current.host is None or current.host.host_id != self.host_id:
             raise StaleHostError(f"mission {self.mission_id} is now run by another host; this one stops")
 
-    async def checkpoint(self, reason: str, *, tree: bool = True, extra: Any = None) -> None:
+    async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
         async with self.files_lock:  # marks and files from the same moment: no tool call in between
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() else None
             write = self._checkpoint_write(reason, extra, scan)
         await self.writer.commit(write)
         self.policy.snapshotted()
 
-    def checkpoint_soon(self, reason: str, extra: Any = None) -> None:
+    def checkpoint_soon(self, reason: str, extra: TxnFn | None = None) -> None:
         """A checkpoint queued now, without a file snapshot (none can be taken synchronously): it commits no
         later than the step being recorded; `restore --files` says that this point has no files."""
         self.writer.submit(self._checkpoint_write(reason, extra, None))
 
-    def _checkpoint_write(self, reason: str, extra: Any, scan: Scan | None) -> Any:
+    def _checkpoint_write(self, reason: str, extra: TxnFn | None, scan: Scan | None) -> TxnFn:
         units, marks, state = self.graph.unit_list(), self.graph.marks(), self.record.state
         config = checkpoint.config_of(self.spec, self.models.active_model)
 
@@ -149,47 +152,25 @@ class MissionHost:
         if manifest is not None:
             self.store.read(lambda t: self.models.carry_on(t, manifest.config))
         self.graph.reopen_after_crash()
-        if decision == "paused":
+        if decision == StartDecision.PAUSED:
             await self.checkpoint("paused")
             return S.PAUSED
-        if decision in ("waiting", "completed", "cancelled"):
+        if decision != StartDecision.RUN:
             return self.record.state
         if self.record.state == S.FAILED:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
-        await self._settle_sandbox(manifest)
+        await self.registry.settle_mission_sandbox(manifest)
         await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         for held in await self.registry.recover():  # finished by a subagent after the last checkpoint
             self.graph.start(held.unit)
             await self._unit_finished(
-                held.unit, Outcome("succeeded", result=held.result), note=f"recovered from subagent epoch {held.epoch}"
+                held.unit, Outcome(K.SUCCEEDED, result=held.result), note=f"recovered from subagent epoch {held.epoch}"
             )
         return None
-
-    async def _settle_sandbox(self, manifest: CheckpointManifest | None) -> None:
-        """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
-        an interrupted merge; files a restore put there are checked and committed on the mission branch;
-        anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
-        await asyncio.to_thread(merge.settle, self.sandbox, keep_changes=True)
-        if manifest is not None and manifest.files_restored:
-            from keel.server.engine.restore import check_restored_files
-
-            await asyncio.to_thread(check_restored_files, self.store, manifest, self.sandbox)
-            if merge.is_git(self.sandbox):
-                await asyncio.to_thread(merge.commit_pending, self.sandbox)
-        reset = await asyncio.to_thread(merge.settle, self.sandbox)
-        if reset:
-            item = Evidence(
-                kind="repaired",
-                at=time.time(),
-                summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
-                f"mission branch: {', '.join(reset[:10])}",
-                data={"paths": reset[:200]},
-            )
-            await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
 
     # -- the loop -----------------------------------------------------------------------------------
     async def run(self) -> MissionState:
@@ -268,11 +249,9 @@ class MissionHost:
                 if not tasks:
                     break
                 done, _ = await asyncio.wait([*tasks, stop_wait], return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task is stop_wait:
-                        continue
-                    uid = tasks.pop(task)  # type: ignore[arg-type]
-                    await self._unit_finished(uid, task.result())  # type: ignore[arg-type]
+                for task in [t for t in tasks if t in done]:
+                    uid = tasks.pop(task)
+                    await self._unit_finished(uid, task.result())
             if self._stop.is_set():
                 return await self._stop_all(tasks)
             return await self._conclude()
@@ -281,7 +260,7 @@ class MissionHost:
 
     def _launch(self, uid: str) -> asyncio.Task[Outcome]:
         self.graph.start(uid)
-        session = UnitSession(self, self.graph.units[uid])
+        session = UnitSession(self, self.registry, self.models, self.graph.units[uid])
         self.sessions[uid] = session
         self.writer.parallel = len(self.sessions)
         self.stats["units_run"] += 1
@@ -294,11 +273,11 @@ class MissionHost:
     async def _unit_finished(self, uid: str, outcome: Outcome, note: str = "") -> None:
         session = self.sessions.pop(uid, None)
         self.writer.parallel = len(self.sessions)
-        if outcome.kind in ("stopped", "expired"):
+        if outcome.kind in (K.STOPPED, K.EXPIRED):
             self.graph.suspend(uid)
             return
-        merged: Any = None
-        if outcome.kind == "succeeded":
+        merged: TxnFn | None = None
+        if outcome.kind == K.SUCCEEDED:
             try:
                 conflict = await self.registry.merge(uid)
             except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
@@ -306,7 +285,7 @@ class MissionHost:
                 await self.stop_for_disk_full(exc.message)
                 return
             if conflict is not None:
-                await self._merge_conflict(uid, conflict)
+                await self.registry.ask_about_conflict(uid, conflict)
                 return
             self.graph.succeed(uid, outcome.result)
             merged = self.registry.merged(uid)
@@ -333,27 +312,6 @@ class MissionHost:
         )
         self._draw()
 
-    async def _merge_conflict(self, uid: str, conflict: Exception) -> None:
-        """A finished unit whose changes collide with the mission branch: the person decides."""
-        self.graph.suspend(uid)
-        effects = await asyncio.to_thread(self.registry.effects_of, self.registry.lane_of(uid))
-        again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
-        text = (
-            f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
-            f"keep its result without its file changes (skip)?"
-        )
-        item = Evidence(
-            kind="merge-conflict",
-            at=time.time(),
-            unit=uid,
-            summary=str(conflict),
-            data={"paths": getattr(conflict, "paths", [])},
-        )
-        await self.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
-        await self.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
-        )
-
     async def _conclude(self) -> MissionState:
         if self.graph.all_succeeded():
             try:
@@ -363,7 +321,7 @@ class MissionHost:
                 await self.stop_for_disk_full(exc.message)
                 return await self._stop_all({})
             return S.COMPLETED
-        failed = [uid for uid, mk in self.graph.marks().items() if mk.state.value == "failed"]
+        failed = [uid for uid, mk in self.graph.marks().items() if mk.state == UnitState.FAILED]
         errors = "; ".join(f"{uid}: {self.graph.mark(uid).error}" for uid in failed)
         await self._set_state(S.FAILED, error=errors[:2000])
         await self.checkpoint("failed")
@@ -374,7 +332,7 @@ class MissionHost:
         await asyncio.gather(*(s.stop() for s in list(self.sessions.values())), return_exceptions=True)
         for task, uid in list(tasks.items()):
             outcome = await task
-            if outcome.kind == "stopped" or uid not in self.sessions:
+            if outcome.kind == K.STOPPED or uid not in self.sessions:
                 self.sessions.pop(uid, None)
                 self.graph.suspend(uid)
             else:
@@ -395,7 +353,7 @@ class MissionHost:
             self.progress.line(f"the pause checkpoint could not be recorded: {exc.message}")
         return final
 
-    def _pause_reason(self) -> dict[str, Any]:
+    def _pause_reason(self) -> dict[str, object]:
         if self.disk_full:
             return {"pause_reason": PauseReason.DISK_FULL, "error": self.disk_full[:2000]}
         return {"pause_reason": PauseReason.OPERATOR}
@@ -410,12 +368,12 @@ class MissionHost:
                     await self._on_controls(controls)
             await asyncio.sleep(POLL_S)
 
-    def _unseen_controls(self, txn: Txn) -> tuple[int, list[tuple[int, Any]]]:
+    def _unseen_controls(self, txn: Txn) -> tuple[int, list[tuple[int, Control]]]:
         # remember the snapshot actually read: LMDB publishes a commit's id a moment before new read
         # transactions see it, and a control committed in that moment must not be skipped
         return txn.snapshot_id(), m.controls_after(txn, self.mission_id, self.record.control_seen)
 
-    async def _on_controls(self, controls: list[tuple[int, Any]]) -> None:
+    async def _on_controls(self, controls: list[tuple[int, Control]]) -> None:
         last = controls[-1][0]
         if self.record.state == S.OFFLINE and any(c.action == "pause" for _, c in controls):
             return  # left unseen for offline.honour_pause: a paused mission is never resumed by the prober
@@ -481,37 +439,17 @@ class MissionHost:
         with contextlib.suppress(InvalidTransitionError, DiskFullError):
             await self._set_state(S.PAUSED, pause_reason=PauseReason.DISK_FULL, error=self.disk_full[:2000])
 
-    # -- steps that change the mission ----------------------------------------------------------------
-    async def plan_add(self, session: UnitSession, seq: int, fp: str, params: ap.PlanAddParams, begin: float) -> Any:
+    # -- what a unit's steps ask of the mission ----------------------------------------------------------
+    async def plan_add(self, unit: str, units: Sequence[UnitSpec]) -> tuple[list[str], TxnFn]:
+        """Add units to the graph; returns their ids and the checkpoint that makes the change durable in
+        the transaction of the step's journal entry."""
         async with self.files_lock:
-            added = self.graph.add(list(params.units), session.unit.id)
-            units, marks = self.graph.unit_list(), self.graph.marks()
-            config = checkpoint.config_of(self.spec, self.models.active_model)
+            added = self.graph.add(list(units), unit)
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
-        state = self.record.state
+            return added, self._checkpoint_write(f"plan: {unit} added {len(added)}", None, scan)
 
-        def extra(txn: Txn) -> None:  # the graph change is durable with its journal entry
-            tree = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
-            checkpoint.commit(
-                txn,
-                self.mission_id,
-                reason=f"plan: {session.unit.id} added {len(added)}",
-                units=units,
-                marks=marks,
-                config=config,
-                state=state,
-                sandbox_tree=tree,
-            )
-
-        return await session.record(
-            seq, "plan/add", fp, {"added": added}, begin, extra=extra, summary=f"added {', '.join(added)}"
-        )
-
-    async def model_complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
-        return await self.models.complete(session, seq, fp, params, begin)
-
-    def step_recorded(self, session: UnitSession, method: str, summary: str, wall_ms: float) -> None:
-        self._step = f"{session.unit.id}: {summary or method}"
+    def step_recorded(self, unit: str, method: str, summary: str, wall_ms: float) -> None:
+        self._step = f"{unit}: {summary or method}"
         self._draw()
         if self.policy.record(wall_ms) and not self._stop.is_set():
             task = asyncio.create_task(self.checkpoint("snapshot"))

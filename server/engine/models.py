@@ -1,6 +1,7 @@
 """Model calls of a running mission: the agent's `model/complete`, served by the provider router, journaled.
 
-The host hands every `model/complete` that its unit's journal has not recorded to `ModelCalls.complete`.
+A unit hands every `model/complete` that its journal has not recorded to `ModelCalls.complete`, and records
+the StepResult it returns.
 It serves the call with one ProviderRouter per host (configuration: the mission workspace's
 `.keel/config.toml` plus the user's file; policy: the mission spec's `models`; endpoint health goes to the
 host's store, where `keel providers` and the editor read it) and turns the outcome into what the mission
@@ -17,7 +18,8 @@ does (docs/providers.md, "What the engine does"):
 Each failover the router reports becomes evidence plus a restore point ("failover: A -> B"), queued on
 the journal writer before the call's own entry. The active model (provider/model) is the only part of a
 checkpoint's configuration that failover changes. Depends on the providers package, storage and the
-engine's own modules; never on the language server.
+engine's own modules; never on the language server, nor on the host or unitrun modules (it sees the host
+through interface.Host).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import contextvars
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -34,6 +36,7 @@ from keel.protocol import rpc
 from keel.protocol.records import Evidence
 from keel.protocol.states import MissionState
 from keel.server.engine.agentproc import HandlerError
+from keel.server.engine.interface import Host, StepResult
 from keel.server.providers import (
     OfflineError,
     PolicyPauseError,
@@ -47,17 +50,13 @@ from keel.server.providers import (
 from keel.storage import Txn
 from keel.storage import missions as m
 
-if TYPE_CHECKING:
-    from keel.server.engine.host import MissionHost
-    from keel.server.engine.unitrun import UnitSession
-
 _calling_unit: contextvars.ContextVar[str] = contextvars.ContextVar("keel_calling_unit", default="")
 
 
 class ModelCalls:
     """The host's model provider: one router, the active model, failovers recorded as they happen."""
 
-    def __init__(self, host: MissionHost) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.active_model = ""  # "provider/model" that served (or was failed over to) last
         self.failovers = 0
@@ -97,12 +96,13 @@ class ModelCalls:
             await self._router.aclose()
 
     # -- one call -------------------------------------------------------------------------------------
-    async def complete(self, session: UnitSession, seq: int, fp: str, params: Any, begin: float) -> Any:
+    async def complete(self, unit: str, params: Any) -> StepResult:
+        """Serve one call for `unit`: the result to record, or the mission stops (see the module doc)."""
         try:
             call = msgspec.convert(params or {}, ap.ModelCompleteParams)
         except msgspec.ValidationError as exc:
             raise HandlerError(rpc.INVALID_PARAMS, f"model/complete: {exc}") from None
-        _calling_unit.set(session.unit.id)
+        _calling_unit.set(unit)
         try:
             result = await self.router().complete(call)
         except OfflineError as exc:
@@ -113,12 +113,8 @@ class ModelCalls:
             raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
         self.active_model = f"{result.provider}/{result.model}"
         tokens = result.usage.prompt_tokens + result.usage.completion_tokens
-        return await session.record(
-            seq,
-            "model/complete",
-            fp,
+        return StepResult(
             msgspec.to_builtins(result),
-            begin,
             tokens=tokens,
             served_model=result.model,
             summary=f"{result.provider}/{result.model}: {tokens} tokens",

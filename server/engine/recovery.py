@@ -13,16 +13,15 @@ import msgspec
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.records import HostInfo, JournalEntry, MissionRecord, Question
-from keel.protocol.states import MissionState, PauseReason
-from keel.server.engine.toolcalls import RERUN_APPROVED
+from keel.protocol.states import MissionState, PauseReason, StartDecision
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
 S = MissionState
 
 
-def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, MissionRecord]:
-    """Returns ("paused"|"waiting"|"completed"|"cancelled"|"run", the updated record)."""
+def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[StartDecision, MissionRecord]:
+    """Returns what the host does next and the updated record."""
     record = m.get_mission(txn, mission_id)
     pause = record.state == S.PAUSING
     question = record.question
@@ -36,17 +35,21 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[str, Miss
             question = None
     record = msgspec.structs.replace(record, control_seen=last, question=question)
     m.put_mission(txn, record)
-    if record.state in (S.COMPLETED, S.CANCELLED):
-        return record.state.value, record
+    if record.state == S.COMPLETED:
+        return StartDecision.COMPLETED, record
+    if record.state == S.CANCELLED:
+        return StartDecision.CANCELLED, record
     if pause:
-        return "paused", m.set_mission_state(txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR, host=host)
+        return StartDecision.PAUSED, m.set_mission_state(
+            txn, mission_id, S.PAUSED, pause_reason=PauseReason.OPERATOR, host=host
+        )
     if record.state == S.WAITING_INPUT:
         if question is not None:
-            return "waiting", record
+            return StartDecision.WAITING, record
         # answered: running from this very transaction, so a crash before the host's next write never
         # leaves a mission that waits for input with no question to answer
-        return "run", m.set_mission_state(txn, mission_id, S.RUNNING, host=host, pause_reason=None)
-    return "run", m.set_mission_state(txn, mission_id, record.state, host=host)
+        return StartDecision.RUN, m.set_mission_state(txn, mission_id, S.RUNNING, host=host, pause_reason=None)
+    return StartDecision.RUN, m.set_mission_state(txn, mission_id, record.state, host=host)
 
 
 def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> None:
@@ -76,7 +79,7 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
             )
             _forget_tree(txn, mission_id, question.unit, lane)
         else:
-            m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, summary=RERUN_APPROVED))
+            m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, rerun_approved=True))
         return
     m.journal_put(
         txn,

@@ -6,8 +6,11 @@ into `resumable` and the unit is started again under a new epoch; the old worker
 When a host starts, `recover` looks at every unfinished unit's lease: a stale worker still alive on this
 machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
 sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
-re-executed from scratch on a new journal lane, with evidence saying why. Depends on storage and the
-engine's merge, places and journal modules; the host calls it.
+re-executed from scratch on a new journal lane, with evidence saying why. Before that, the mission
+sandbox is settled (what a kill left of a merge; files a restore put there). A finished unit that does not
+merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, places, journal,
+restore and interface modules; sees the host only through interface.Host and never imports the host or
+unitrun modules.
 """
 
 from __future__ import annotations
@@ -17,23 +20,20 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from keel.protocol.records import Event, Evidence, Question, SubagentLease
-from keel.protocol.states import UnitState
+from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
+from keel.protocol.states import LeaseState, UnitState
 from keel.server.engine import merge, places, trees
-from keel.server.engine.agentproc import kill_session
+from keel.server.engine.agentproc import AgentProcess, kill_session
+from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import lane
+from keel.server.engine.merge import MergeConflict
+from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
-
-if TYPE_CHECKING:
-    from keel.server.engine.agentproc import AgentProcess
-    from keel.server.engine.host import MissionHost
-    from keel.server.engine.unitrun import UnitSession
 
 DEFAULT_TTL_S = 10.0
 
@@ -46,7 +46,7 @@ class Placement(msgspec.Struct, frozen=True):
 
 
 class Registry:
-    def __init__(self, host: MissionHost) -> None:
+    def __init__(self, host: Host) -> None:
         self.host = host
         self.ttl = float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
         self.zombies: list[AgentProcess] = []
@@ -69,7 +69,7 @@ class Registry:
         lease = await asyncio.to_thread(self._lease, uid)
         path = places.unit_sandbox_path(self.host.store_path, self.mission_id, unit_lane)
         branch = merge.unit_branch(self.mission_id, unit_lane)
-        if lease and lease.lane == unit_lane and lease.state != "done" and path.exists() and lease.base:
+        if lease and lease.lane == unit_lane and lease.state != LeaseState.DONE and path.exists() and lease.base:
             # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
             tree = lease.tree or await asyncio.to_thread(trees.tree_digest, path)
             return Placement(str(path), branch, lease.base, tree)
@@ -102,7 +102,8 @@ class Registry:
                 last_checkpoint=mark,
             )
 
-        return await self.host.writer.commit(write)  # type: ignore[no-any-return]
+        lease: SubagentLease = await self.host.writer.commit(write)
+        return lease
 
     # -- while the host runs --------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -119,7 +120,7 @@ class Registry:
                 if held and held.epoch == session.epoch and session.proc is not None and leases.expired(held, now):
                     await self._take_over(session, held)
 
-    async def _take_over(self, session: UnitSession, held: SubagentLease) -> None:
+    async def _take_over(self, session: LeasedWorker, held: SubagentLease) -> None:
         proc = session.expire()
         if proc is not None:
             self.zombies.append(proc)
@@ -134,7 +135,7 @@ class Registry:
 
         def write(txn: Txn) -> None:
             with contextlib.suppress(leases.StaleLeaseError):
-                leases.update(txn, self.mission_id, held.unit, held.epoch, state="expired")
+                leases.update(txn, self.mission_id, held.unit, held.epoch, state=LeaseState.EXPIRED)
             m.add_event(txn, self.mission_id, event)
 
         await self.host.writer.commit(write)
@@ -166,9 +167,11 @@ class Registry:
             await asyncio.to_thread(terminate, held, self.mission_id)
             await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
             if held.resolution == "rerun":
-                why = "a person chose to run it again" + (" after a merge conflict" if held.state == "done" else "")
+                why = "a person chose to run it again" + (
+                    " after a merge conflict" if held.state == LeaseState.DONE else ""
+                )
                 await self.reexecute(uid, held, why)
-            elif held.state == "done" and (
+            elif held.state == LeaseState.DONE and (
                 held.commit or held.merged or await asyncio.to_thread(Path(held.sandbox).exists)
             ):
                 finished.append(held)
@@ -233,7 +236,7 @@ class Registry:
             if e.tool_class == "effectful"
         ]
 
-    def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> Any:
+    def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> TxnFn:
         """A transaction function that clears the lease's applied resolution. `tree=""` for "continue": the
         sandbox as it is becomes the lane's reference when the unit resumes."""
 
@@ -271,6 +274,27 @@ class Registry:
             f"re-execute {uid}", tree=False, extra=lambda txn: m.add_evidence(txn, self.mission_id, item)
         )
 
+    async def settle_mission_sandbox(self, manifest: CheckpointManifest | None) -> None:
+        """Repair what a killed process left in the mission sandbox before any git operation: stale locks,
+        an interrupted merge; files a restore put there are checked and committed on the mission branch;
+        anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
+        sandbox = self.host.sandbox
+        await asyncio.to_thread(merge.settle, sandbox, keep_changes=True)
+        if manifest is not None and manifest.files_restored:
+            await asyncio.to_thread(check_restored_files, self.host.store, manifest, sandbox)
+            if merge.is_git(sandbox):
+                await asyncio.to_thread(merge.commit_pending, sandbox)
+        reset = await asyncio.to_thread(merge.settle, sandbox)
+        if reset:
+            item = Evidence(
+                kind="repaired",
+                at=time.time(),
+                summary=f"the mission sandbox held changes of an interrupted merge; reset to the "
+                f"mission branch: {', '.join(reset[:10])}",
+                data={"paths": reset[:200]},
+            )
+            await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
+
     # -- merging ----------------------------------------------------------------------------------------
     async def merge(self, uid: str) -> merge.MergeConflict | None:
         held = await asyncio.to_thread(self._lease, uid)
@@ -283,7 +307,28 @@ class Registry:
                 return conflict
         return None
 
-    def merged(self, uid: str) -> Any:
+    async def ask_about_conflict(self, uid: str, conflict: MergeConflict) -> None:
+        """A finished unit whose changes collide with the mission branch: the person decides."""
+        self.host.graph.suspend(uid)
+        effects = await asyncio.to_thread(self.effects_of, self.lane_of(uid))
+        again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
+        text = (
+            f"{conflict}. Run unit {uid} again on top of the mission branch as it is now (rerun){again}, or "
+            f"keep its result without its file changes (skip)?"
+        )
+        item = Evidence(
+            kind="merge-conflict",
+            at=time.time(),
+            unit=uid,
+            summary=str(conflict),
+            data={"paths": getattr(conflict, "paths", [])},
+        )
+        await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
+        await self.host.wait_for_input(
+            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
+        )
+
+    def merged(self, uid: str) -> TxnFn:
         """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
 
         def write(txn: Txn) -> None:

@@ -36,6 +36,7 @@ from keel.protocol.agent import AGENT_ERROR, ERR_DISK_FULL
 from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
+from keel.protocol.states import LeaseState
 from keel.server.engine.merge import clear_stale_locks, commit_unit
 from keel.server.engine.trees import tree_digest
 from keel.storage import Store, Txn, leases
@@ -205,7 +206,7 @@ class Worker:
         self._log(f"stopping: {why}")
 
         def write(txn: Txn) -> None:
-            leases.update(txn, self.mission, self.unit, self.epoch, state="orphaned", heartbeat=time.time())
+            leases.update(txn, self.mission, self.unit, self.epoch, state=LeaseState.ORPHANED, heartbeat=time.time())
 
         try:
             self.store.write(write)

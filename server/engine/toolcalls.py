@@ -3,183 +3,145 @@
 Read-only and idempotent tools run and are recorded. An effectful tool first records an intent (its
 `preview`), runs, then records the result. An intent found without a result (the host died in between)
 is reconciled against the sandbox: the effect is there (record its result), visibly absent (run it), or
-undecidable (ask the person "rerun" or "skip"). Depends on keel.server.tools and the journal.
+undecidable (ask the person "rerun" or "skip"). Every entry is recorded through the unit's session
+(`UnitSteps.record`). Depends on keel.server.tools, the journal and the engine's interface module; never on
+the host or unitrun modules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol.records import Evidence, JournalEntry, Question
+from keel.protocol.rpc import INVALID_PARAMS
 from keel.server.engine.agentproc import HandlerError
-from keel.server.engine.agentproc import agent_env as scrubbed_env
+from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
+from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
 from keel.server.tools.shell import OWNER_VAR, command_owner
 from keel.storage import missions as m
 
-if TYPE_CHECKING:
-    from keel.server.engine.unitrun import UnitSession
+RERUNNING = "rerunning"  # the summary of an intent recorded again to run an approved rerun
+LEGACY_RERUN_APPROVED = "rerun-approved"  # how keel before JournalEntry.rerun_approved stored the approval
 
-RERUN_APPROVED = "rerun-approved"
-RERUNNING = "rerunning"
+
+def rerun_approved(intent: JournalEntry) -> bool:
+    """A person answered "rerun" to this intent's uncertain effect: the typed flag, or (a store written by
+    an earlier keel, whose answer was recorded as the intent's summary) the summary "rerun-approved"."""
+    return intent.rerun_approved or intent.summary == LEGACY_RERUN_APPROVED
 
 
 class ToolCalls:
-    def __init__(self, session: UnitSession) -> None:
+    def __init__(self, session: UnitSteps) -> None:
         self.session = session
         self._changing: set[asyncio.Task[Any]] = set()  # changes still being made or recorded
 
-    def _context(self) -> Any:
-        from keel.server.tools import ToolContext
-
-        host = self.session.host
-        if host.tool_env is None:  # the agents' environment: no provider key (api_key_env) reaches a command
-            host.tool_env = scrubbed_env(host.spec.env, host.models.hidden_env)
-        owner = {OWNER_VAR: command_owner(host.mission_id, self.session.lane)}
+    def _context(self) -> ToolContext:
+        s = self.session
+        owner = {OWNER_VAR: command_owner(s.host.mission_id, s.lane)}
         return ToolContext(
-            sandbox=self.session.sandbox,
-            timeout_s=host.spec.permissions.command_timeout_s,
-            env={**host.tool_env, **owner},
+            sandbox=s.sandbox,
+            timeout_s=s.host.spec.permissions.command_timeout_s,
+            env={**s.host.tool_env, **owner},  # no provider key (api_key_env) reaches a command
         )
 
-    async def run(self, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float) -> Any:
-        from keel.server.tools import TOOLS
-
+    async def run(self, call: ap.ToolRunParams, step: Step) -> Any:
         s = self.session
-        if call.tool not in s.host.spec.permissions.tools:
-            return await s.record(
-                seq,
-                "tool/run",
-                fp,
-                {"code": ap.ERR_TOOL_DENIED},
-                begin,
-                error=f"tool {call.tool!r} is not allowed by this mission's permissions "
-                f"(allowed: {', '.join(s.host.spec.permissions.tools)})",
-                summary=f"{call.tool} denied",
-            )
+        allowed = s.host.spec.permissions.tools
+        if call.tool not in allowed:
+            why = f"tool {call.tool!r} is not allowed by this mission's permissions (allowed: {', '.join(allowed)})"
+            denied = StepResult({"code": ap.ERR_TOOL_DENIED}, error=why, summary=f"{call.tool} denied")
+            return await s.record(step, denied)
         tool = TOOLS.get(call.tool)
         if tool is None:
-            return await s.record(
-                seq,
-                "tool/run",
-                fp,
-                {"code": rpc_invalid()},
-                begin,
-                error=f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})",
-            )
+            why = f"unknown tool {call.tool!r} (known: {', '.join(sorted(TOOLS))})"
+            return await s.record(step, StepResult({"code": INVALID_PARAMS}, error=why))
         if tool.klass == "read_only":
-            return await self._finish(tool, self._context(), call, seq, fp, begin)
-        if intent is not None and self._changing:
-            settled = await self._settled(seq)
+            return await self._finish(tool, self._context(), call, step)
+        if step.intent is not None and self._changing:
+            settled = await self._settled(step.seq)
             if settled is not None:
-                return settled.result
+                return answer(settled)
         # an agent that dies mid-call cancels its request, but never the recording of a change already made
-        task = asyncio.ensure_future(self._locked(tool, call, seq, fp, intent, begin))
+        task = asyncio.ensure_future(self._locked(tool, call, step))
         self._changing.add(task)
         task.add_done_callback(self._changing.discard)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved here if nobody awaits it
         return await asyncio.shield(task)
 
-    async def _locked(
-        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float
-    ) -> Any:
+    async def _locked(self, tool: Tool, call: ap.ToolRunParams, step: Step) -> Any:
         async with self.session.host.files_lock:  # a file snapshot is never taken in the middle of a change
-            return await self._change(tool, call, seq, fp, intent, begin)
+            return await self._change(tool, call, step)
 
     async def _settled(self, seq: int) -> JournalEntry | None:
         """An agent restarted while its previous run's change was still being recorded: wait for that, and
         answer from the entry it recorded (a replay), instead of taking the intent for an uncertain effect."""
-        from keel.server.engine.unitrun import _answer
-
         await asyncio.gather(*list(self._changing), return_exceptions=True)
         s = self.session
         mission, lane = s.host.mission_id, s.lane
         entry = await asyncio.to_thread(s.host.store.read, lambda t: m.journal_get(t, mission, lane, seq))
         if entry is None or entry.phase != "done":
             return None
-        s.entries[seq] = entry
-        s.replayed += 1
-        s.host.stats["replayed"] += 1
-        return msgspec.structs.replace(entry, result=_answer(entry))
+        s.note_replay(entry)
+        return entry
 
-    async def _change(
-        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry | None, begin: float
-    ) -> Any:
-        from keel.server.tools import ToolError
-
-        s = self.session
+    async def _change(self, tool: Tool, call: ap.ToolRunParams, step: Step) -> Any:
         ctx = self._context()
-        if intent is not None:
-            return await self._recover(tool, ctx, call, seq, fp, intent, begin)
+        if step.intent is not None:
+            return await self._recover(tool, ctx, call, step, step.intent)
         if tool.klass != "effectful":
-            return await self._finish(tool, ctx, call, seq, fp, begin)
+            return await self._finish(tool, ctx, call, step)
         try:
             preview = tool.preview(ctx, call.args)
         except ToolError as exc:
-            result = ap.ToolRunResult(ok=False, error=exc.message)
-            return await self._done(tool, call, seq, fp, result, begin)
-        await s.record(
-            seq, "tool/run", fp, preview, begin, phase="intent", tool_class=tool.klass, summary=_describe(call)
-        )
-        return await self._finish(tool, ctx, call, seq, fp, begin)
+            return await self._done(tool, call, step, ap.ToolRunResult(ok=False, error=exc.message))
+        intent = StepResult(preview, phase="intent", tool_class=tool.klass, summary=_describe(call))
+        await self.session.record(step, intent)
+        return await self._finish(tool, ctx, call, step)
 
-    async def _finish(self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str, begin: float) -> Any:
+    async def _finish(self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step) -> Any:
         result = await tool.run(ctx, call.args)
-        return await self._done(tool, call, seq, fp, result, begin)
+        return await self._done(tool, call, step, result)
 
-    async def _done(
-        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, result: ap.ToolRunResult, begin: float
-    ) -> Any:
+    async def _done(self, tool: Tool, call: ap.ToolRunParams, step: Step, result: ap.ToolRunResult) -> Any:
         s = self.session
-        return await s.record(
-            seq,
-            "tool/run",
-            fp,
-            msgspec.to_builtins(result),
-            begin,
-            tool_class=tool.klass,
-            summary=_describe(call),
-            evidence=evidence_for(s.unit.id, call, result),
+        evidence = tuple(evidence_for(s.unit_id, call, result))
+        recorded = StepResult(
+            msgspec.to_builtins(result), tool_class=tool.klass, summary=_describe(call), evidence=evidence
         )
+        return await s.record(step, recorded)
 
     async def _recover(
-        self, tool: Any, ctx: Any, call: ap.ToolRunParams, seq: int, fp: str, intent: JournalEntry, begin: float
+        self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, intent: JournalEntry
     ) -> Any:
         s = self.session
-        if intent.summary == RERUN_APPROVED:
-            await s.record(
-                seq, "tool/run", fp, intent.result, begin, phase="intent", tool_class=tool.klass, summary=RERUNNING
-            )
-            return await self._finish(tool, ctx, call, seq, fp, begin)
+        if rerun_approved(intent):
+            again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
+            await s.record(step, again)
+            return await self._finish(tool, ctx, call, step)
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
         if verdict.done is True and verdict.result is not None:
-            return await self._done(tool, call, seq, fp, verdict.result, begin)
+            return await self._done(tool, call, step, verdict.result)
         if verdict.done is False:
-            return await self._finish(tool, ctx, call, seq, fp, begin)
+            return await self._finish(tool, ctx, call, step)
         question = Question(
-            unit=s.unit.id,
-            seq=seq,
+            unit=s.unit_id,
+            seq=step.seq,
             kind="uncertain-effect",
-            fingerprint=fp,
+            fingerprint=step.fingerprint,
             lane=s.lane,
             choices=("rerun", "skip"),
-            text=f"unit {s.unit.id}: the call {_describe(call)} may or may not have happened before keel stopped "
+            text=f"unit {s.unit_id}: the call {_describe(call)} may or may not have happened before keel stopped "
             f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
             f"running it again because it did happen (skip)?",
         )
         await s.host.wait_for_input(question)
         raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
-
-
-def rpc_invalid() -> int:
-    from keel.protocol.rpc import INVALID_PARAMS
-
-    return INVALID_PARAMS
 
 
 def _describe(call: ap.ToolRunParams) -> str:

@@ -6,7 +6,9 @@ entry at its number is a NondeterminismError. An effectful tool call records an 
 an intent found without a result is reconciled against the sandbox or turned into a question. A full disk
 anywhere in a unit (a tool's write, a journal commit, the subagent's completion, its sandbox) stops the
 mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result.
-Depends on storage, protocol and the engine's own modules.
+Each agent method has one handler (`HANDLERS`); every handler hands a StepResult to `record`, the one
+place a step is journaled. Depends on storage, protocol and the engine's own modules; sees the host only
+through interface.Host, never imports the host module.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import asyncio
 import random
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -26,29 +29,33 @@ from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
+from keel.protocol.states import OutcomeKind
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
+from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, fingerprint, lane
+from keel.server.engine.models import ModelCalls
+from keel.server.engine.registry import Registry
 from keel.server.engine.toolcalls import ToolCalls
 from keel.server.engine.trees import Snapshotter
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
-if TYPE_CHECKING:
-    from keel.server.engine.host import MissionHost
-
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
+K = OutcomeKind
 
 
 class Outcome(msgspec.Struct, frozen=True):
-    kind: str  # "succeeded" | "failed" | "stopped" | "expired" (its lease was taken over)
+    kind: OutcomeKind
     result: Any = None
     error: str = ""
 
 
 class UnitSession:
-    def __init__(self, host: MissionHost, unit: UnitSpec) -> None:
+    def __init__(self, host: Host, registry: Registry, models: ModelCalls, unit: UnitSpec) -> None:
         self.host = host
+        self.registry = registry
+        self.models = models
         self.unit = unit
         mark = host.graph.mark(unit.id)
         self.lane = lane(unit.id, mark.epoch)
@@ -72,43 +79,43 @@ class UnitSession:
     async def run(self) -> Outcome:
         error = ""
         try:
-            self.sandbox = Path((placement := await self.host.registry.prepare(self.unit.id)).sandbox)
+            self.sandbox = Path((placement := await self.registry.prepare(self.unit.id)).sandbox)
         except DiskFullError as exc:
             return await self._disk_full(exc.message)
         except KeelError as exc:
-            return Outcome("failed", error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
+            return Outcome(K.FAILED, error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
-                self.epoch = (await self.host.registry.grant(self.unit.id, placement)).epoch
+                self.epoch = (await self.registry.grant(self.unit.id, placement)).epoch
                 return await self._run_once(start)
             except DiskFullError as exc:
                 return await self._disk_full(exc.message)
             except AgentError as exc:
                 if self.expired:
-                    return Outcome("expired")
+                    return Outcome(K.EXPIRED)
                 if self.stopping:
-                    return Outcome("stopped")
+                    return Outcome(K.STOPPED)
                 if self.fatal is not None:
-                    return Outcome("failed", error=str(self.fatal))
+                    return Outcome(K.FAILED, error=str(self.fatal))
                 if full := self._full_disk():  # a worker that died or could not start for want of space
                     return await self._disk_full(full)
                 if not exc.died:
-                    return Outcome("failed", error=exc.message)
+                    return Outcome(K.FAILED, error=exc.message)
                 error = exc.message
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
                 if self.expired:
-                    return Outcome("expired")
+                    return Outcome(K.EXPIRED)
                 if exc.rpc_code == ap.ERR_DISK_FULL:  # the subagent could not record the unit's completion
                     return await self._disk_full(exc.message)
                 if self.stopping:
-                    return Outcome("stopped")
-                return Outcome("failed", error=str(self.fatal or f"agent failed the unit: {exc.message}"))
+                    return Outcome(K.STOPPED)
+                return Outcome(K.FAILED, error=str(self.fatal or f"agent failed the unit: {exc.message}"))
             except (TimeoutError, msgspec.ValidationError) as exc:
-                return Outcome("failed", error=f"agent {self.unit.id} did not answer properly: {exc!r}")
+                return Outcome(K.FAILED, error=f"agent {self.unit.id} did not answer properly: {exc!r}")
             finally:
                 await self._close()
-        return Outcome("failed", error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
+        return Outcome(K.FAILED, error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
 
     async def _run_once(self, start: int) -> Outcome:
         entries = await asyncio.to_thread(
@@ -132,7 +139,7 @@ class UnitSession:
             "--sandbox",
             str(self.sandbox),
             "--ttl",
-            str(host.registry.ttl),
+            str(self.registry.ttl),
             "--",
             *resolve_command(host.spec.agent),
         )
@@ -142,11 +149,11 @@ class UnitSession:
             env=host.spec.env,
             handler=self.handle,
             name=self.unit.id,
-            hide_env=host.models.hidden_env,
+            hide_env=self.models.hidden_env,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
         )
         if self.stopping:
-            return Outcome("stopped")
+            return Outcome(K.STOPPED)
         init = ap.InitializeParams(
             protocol_version=ap.PROTOCOL_VERSION,
             mission_id=host.mission_id,
@@ -162,15 +169,15 @@ class UnitSession:
         except TimeoutError:
             limit = self.unit.timeout_s
             self.fatal = TimeoutError(f"unit {self.unit.id} took longer than its timeout_s of {limit} s")
-            return Outcome("failed", error=str(self.fatal))
+            return Outcome(K.FAILED, error=str(self.fatal))
         if self.fatal is not None:
-            return Outcome("failed", error=str(self.fatal))
+            return Outcome(K.FAILED, error=str(self.fatal))
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)
-        return Outcome("succeeded", result=decoded.result)
+        return Outcome(K.SUCCEEDED, result=decoded.result)
 
     async def _disk_full(self, message: str) -> Outcome:
         await self.host.stop_for_disk_full(message)
-        return Outcome("stopped")
+        return Outcome(K.STOPPED)
 
     def _full_disk(self) -> str:
         """Why the store's or this unit's sandbox's filesystem counts as full now, or ""."""
@@ -209,7 +216,8 @@ class UnitSession:
 
     # -- requests from the agent ----------------------------------------------------------------------
     async def handle(self, method: str, params: Any) -> Any:
-        if method not in ap.AGENT_METHODS:
+        handler = HANDLERS.get(method)
+        if handler is None:
             raise HandlerError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
         if self.stopping or self.expired or self.fatal is not None:
             await asyncio.Event().wait()  # never answered: the agent is about to be stopped
@@ -221,15 +229,15 @@ class UnitSession:
             if entry.fingerprint != fp:
                 self._nondeterminism(seq, entry, method)
             if entry.phase == "done":
-                self.replayed += 1
-                self.host.stats["replayed"] += 1
-                return _answer(entry)
-        if method == "human/ask":
-            return await self._ask(params, seq, fp)
+                self.note_replay(entry)
+                return answer(entry)
+        step = Step(seq, method, fp, time.monotonic(), intent=entry)
+        if method in WAITS_FOR_A_PERSON:  # not in flight: a stop does not wait for it
+            return await handler(self, step, params)
         self.inflight += 1
         self._idle.clear()
         try:
-            return await self._execute(method, params, seq, fp, entry)
+            return await handler(self, step, params)
         except DiskFullError as exc:  # never the step's result: its intent (if any) stays for the resume
             await self.host.stop_for_disk_full(exc.message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {exc.message}") from None
@@ -237,16 +245,6 @@ class UnitSession:
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
-
-    async def _ask(self, params: Any, seq: int, fp: str) -> Any:
-        """A question without a recorded answer: the mission waits for a person; the answer arrives by
-        replay when it resumes (recovery.apply_answer writes it into this unit's journal)."""
-        ask = msgspec.convert(params, ap.HumanAskParams)
-        question = Question(
-            unit=self.unit.id, seq=seq, text=ask.question, choices=ask.choices, fingerprint=fp, lane=self.lane
-        )
-        await self.host.wait_for_input(question)
-        await asyncio.Event().wait()  # never answered here: the host stops this agent
 
     def _nondeterminism(self, seq: int, entry: JournalEntry, method: str) -> None:
         error = NondeterminismError(
@@ -257,96 +255,125 @@ class UnitSession:
         self.fatal = error
         raise HandlerError(ap.ERR_NONDETERMINISM, error.message)
 
-    async def _execute(self, method: str, params: Any, seq: int, fp: str, intent: JournalEntry | None) -> Any:
-        begin = time.monotonic()
-        match method:
-            case "now":
-                return await self.record(seq, method, fp, {"time": time.time()}, begin)
-            case "random":
-                return await self.record(seq, method, fp, {"value": random.random()}, begin)
-            case "evidence/add":
-                ev = msgspec.convert(params or {}, ap.EvidenceAddParams)
-                item = Evidence(kind=ev.kind, at=time.time(), unit=self.unit.id, summary=ev.summary, data=ev.data)
-                return await self.record(seq, method, fp, {}, begin, evidence=[item])
-            case "state/save":
-                state = msgspec.convert(params or {}, ap.StateSaveParams).state
-                digest: list[str] = []  # the agent state as a shared blob, named in the next checkpoint
-                result = await self.record(
-                    seq, method, fp, {"state": state}, begin, extra=lambda txn: digest.append(txn.put_object(state))
-                )
-                self.host.graph.update(self.unit.id, agent_state=digest[-1])
-                return result
-            case "plan/add":
-                return await self.host.plan_add(self, seq, fp, msgspec.convert(params, ap.PlanAddParams), begin)
-            case "model/complete":
-                return await self.host.model_complete(self, seq, fp, params, begin)
-            case "tool/run":
-                return await self.tools.run(msgspec.convert(params, ap.ToolRunParams), seq, fp, intent, begin)
-        raise HandlerError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
+    @property
+    def unit_id(self) -> str:
+        return self.unit.id
 
-    async def record(
-        self,
-        seq: int,
-        method: str,
-        fp: str,
-        result: Any,
-        begin: float,
-        *,
-        error: str = "",
-        tool_class: str | None = None,
-        tokens: int = 0,
-        served_model: str = "",
-        summary: str = "",
-        evidence: list[Evidence] | None = None,
-        phase: str = "done",
-        extra: Any = None,
-    ) -> Any:
-        """Make the entry durable (group-committed when cheap), then return the result to the agent."""
-        wall_ms = (time.monotonic() - begin) * 1000
+    def note_replay(self, entry: JournalEntry) -> None:
+        """A step answered from its recorded entry."""
+        self.entries[entry.seq] = entry
+        self.replayed += 1
+        self.host.stats["replayed"] += 1
+
+    async def record(self, step: Step, result: StepResult) -> Any:
+        """Make the step's entry durable (group-committed when cheap), then return its answer."""
+        wall_ms = step.wall_ms()
         entry = JournalEntry(
-            seq=seq,
-            kind=method,
-            fingerprint=fp,
-            phase=phase,  # type: ignore[arg-type]
-            result=result,
-            error=error,
-            tool_class=tool_class,  # type: ignore[arg-type]
-            served_model=served_model,
+            seq=step.seq,
+            kind=step.method,
+            fingerprint=step.fingerprint,
+            phase=result.phase,
+            result=result.value,
+            error=result.error,
+            tool_class=result.tool_class,
+            served_model=result.served_model,
             at=time.time(),
-            cost=StepCost(wall_ms=round(wall_ms, 3), tokens=tokens),
-            summary=summary,
+            cost=StepCost(wall_ms=round(wall_ms, 3), tokens=result.tokens),
+            summary=result.summary,
         )
         host = self.host
         mission_id = host.mission_id
         epoch = self.epoch
-        changes: dict[str, Any] = {"last_checkpoint": seq}
-        if phase == "done" and tool_class in ("effectful", "idempotent"):  # files may have changed
+        changes: dict[str, Any] = {"last_checkpoint": step.seq}
+        done = result.phase == "done"
+        if done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
 
         def write(txn: Txn) -> None:
             leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here
             m.journal_put(txn, mission_id, self.lane, entry)
-            for item in evidence or ():
+            for item in result.evidence:
                 m.add_evidence(txn, mission_id, item)
-            if extra is not None:
-                extra(txn)
+            if result.extra is not None:
+                result.extra(txn)
 
-        urgent = phase == "intent" or host.policy.urgent(method, tool_class, wall_ms, tokens)
+        urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
-        self.entries[seq] = entry
-        if phase == "done":
+        self.entries[step.seq] = entry
+        if done:
             self.executed += 1
             host.stats["executed"] += 1
-            host.graph.update(self.unit.id, journal_hwm=seq)
-            host.step_recorded(self, method, summary, wall_ms)
-        if error:
-            code = result.get("code", -32000) if isinstance(result, dict) else -32000
-            raise HandlerError(code, error)
-        return result
+            host.graph.update(self.unit.id, journal_hwm=step.seq)
+            host.step_recorded(self.unit.id, step.method, result.summary, wall_ms)
+        return answer(entry)
 
 
-def _answer(entry: JournalEntry) -> Any:
-    if entry.error:
-        code = entry.result.get("code", -32000) if isinstance(entry.result, dict) else -32000
-        raise HandlerError(code, entry.error)
-    return entry.result
+# -- one handler per agent method --------------------------------------------------------------------
+Handler = Callable[[UnitSession, Step, Any], Awaitable[Any]]
+
+
+async def _human_ask(session: UnitSession, step: Step, params: Any) -> Any:
+    """A question without a recorded answer: the mission waits for a person; the answer arrives by
+    replay when it resumes (recovery.apply_answer writes it into this unit's journal)."""
+    ask = msgspec.convert(params, ap.HumanAskParams)
+    question = Question(
+        unit=session.unit.id,
+        seq=step.seq,
+        text=ask.question,
+        choices=ask.choices,
+        fingerprint=step.fingerprint,
+        lane=session.lane,
+    )
+    await session.host.wait_for_input(question)
+    await asyncio.Event().wait()  # never answered here: the host stops this agent
+
+
+async def _now(session: UnitSession, step: Step, params: Any) -> Any:
+    return await session.record(step, StepResult({"time": time.time()}))
+
+
+async def _random(session: UnitSession, step: Step, params: Any) -> Any:
+    return await session.record(step, StepResult({"value": random.random()}))
+
+
+async def _evidence_add(session: UnitSession, step: Step, params: Any) -> Any:
+    ev = msgspec.convert(params or {}, ap.EvidenceAddParams)
+    item = Evidence(kind=ev.kind, at=time.time(), unit=session.unit.id, summary=ev.summary, data=ev.data)
+    return await session.record(step, StepResult({}, evidence=(item,)))
+
+
+async def _state_save(session: UnitSession, step: Step, params: Any) -> Any:
+    state = msgspec.convert(params or {}, ap.StateSaveParams).state
+    digest: list[str] = []  # the agent state as a shared blob, named in the next checkpoint
+    result = await session.record(
+        step, StepResult({"state": state}, extra=lambda txn: digest.append(txn.put_object(state)))
+    )
+    session.host.graph.update(session.unit.id, agent_state=digest[-1])
+    return result
+
+
+async def _plan_add(session: UnitSession, step: Step, params: Any) -> Any:
+    units = msgspec.convert(params, ap.PlanAddParams).units
+    added, commit = await session.host.plan_add(session.unit.id, units)  # durable with the entry
+    return await session.record(step, StepResult({"added": added}, extra=commit, summary=f"added {', '.join(added)}"))
+
+
+async def _model_complete(session: UnitSession, step: Step, params: Any) -> Any:
+    return await session.record(step, await session.models.complete(session.unit.id, params))
+
+
+async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
+    return await session.tools.run(msgspec.convert(params, ap.ToolRunParams), step)
+
+
+HANDLERS: dict[str, Handler] = {
+    "human/ask": _human_ask,
+    "now": _now,
+    "random": _random,
+    "evidence/add": _evidence_add,
+    "state/save": _state_save,
+    "plan/add": _plan_add,
+    "model/complete": _model_complete,
+    "tool/run": _tool_run,
+}
+WAITS_FOR_A_PERSON = frozenset({"human/ask"})

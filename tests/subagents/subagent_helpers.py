@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine_helpers import read
+from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 
 from keel.protocol.records import SubagentLease
 from keel.storage import Store, leases
@@ -93,3 +93,19 @@ def wait_gone(pid: int, timeout: float) -> float:
 
 def open_store(store: Path) -> Store:
     return Store.open(store, create=False)
+
+
+def uncertain_effect(tmp_path: Path, units: list[dict[str, Any]], side: Path) -> tuple[Path, str]:
+    """Run the mission until its `run` command has written its first line to `side`, kill the host there
+    (the effect happened, no result is recorded), let the command end, and resume into the question the
+    uncertain effect asks. Returns the store and the mission id."""
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: side.exists() and side.read_text() == "ran\n")  # the effect happened, no result yet
+    kill(host)
+    time.sleep(2.5)  # the command's own sleep ends: nothing of the killed host is left running
+    keel("resume", mid, store=store, check_rc=3)
+    question = record(store, mid).question
+    assert question is not None and question.kind == "uncertain-effect", question
+    return store, mid

@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from keel.protocol.errors import InvalidTransitionError
+from keel.protocol.states import LeaseState
 from keel.storage import Store, leases
 
 
@@ -38,3 +41,14 @@ def test_expiry_and_the_registry_listing(tmp_path: Path) -> None:
         assert leases.expired(store.read(lambda t: leases.get(t, "m1", "b")), time.time() + 1)
         store.write(lambda t: leases.update(t, "m1", "a", 1, state="orphaned"))
         assert not leases.expired(store.read(lambda t: leases.get(t, "m1", "a")), time.time() + 1)
+
+
+def test_a_lease_state_moves_only_along_its_table(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "store") as store:
+        store.write(lambda t: leases.grant(t, "m1", "a", lane="a", host_id="h", ttl_s=5))
+        orphaned = store.write(lambda t: leases.update(t, "m1", "a", 1, state="orphaned"))
+        assert orphaned.state == LeaseState.ORPHANED and isinstance(orphaned.state, LeaseState)
+        with pytest.raises(InvalidTransitionError, match="lease cannot go from orphaned to running"):
+            store.write(lambda t: leases.update(t, "m1", "a", 1, state="running"))
+        stored = store.read(lambda t: leases.get(t, "m1", "a"))
+        assert stored.state == "orphaned" and msgspec.json.encode(stored.state) == b'"orphaned"'

@@ -23,7 +23,16 @@ from engine_helpers import (
     wait_for,
     write_mission,
 )
-from subagent_helpers import alive, all_leases, checkout_fingerprint, git, lease, store_writable, wait_gone
+from subagent_helpers import (
+    alive,
+    all_leases,
+    checkout_fingerprint,
+    git,
+    lease,
+    store_writable,
+    uncertain_effect,
+    wait_gone,
+)
 
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
@@ -224,14 +233,7 @@ def test_a_skipped_uncertain_effect_that_changed_files_is_not_mistaken_for_tampe
             },
         }
     ]
-    store = tmp_path / "store"
-    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
-    mid = mission_id_of(host)
-    wait_for(lambda: side.exists() and side.read_text() == "ran\n")  # the effect happened, no result yet
-    kill(host)
-    time.sleep(2.5)  # the command's own sleep ends: nothing of the killed host is left running
-    keel("resume", mid, store=store, check_rc=3)
-    assert record(store, mid).question.kind == "uncertain-effect"  # type: ignore[union-attr]
+    store, mid = uncertain_effect(tmp_path, units, side)
     keel("answer", mid, "skip", "--no-resume", store=store, check_rc=0)
     keel("resume", mid, store=store, check_rc=0)
     assert side.read_text() == "ran\n"  # never run again: neither the effect nor the unit from scratch
