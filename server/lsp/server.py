@@ -29,6 +29,7 @@ from pygls.uris import to_fs_path
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
 from keel.server.lsp import errors, wire
+from keel.server.lsp.outgoing import KeelProtocol
 from keel.server.lsp.watch import MissionHub, StoreWatcher
 from keel.storage import Store
 from keel.storage.location import prepare_keel_dir
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 class KeelServer(LanguageServer):
     def __init__(self, store_arg: str | None = None) -> None:
-        super().__init__("keel", __version__)
+        super().__init__("keel", __version__, protocol_cls=KeelProtocol)
         self.store_arg = store_arg
         self.store_path = Path(store_arg) if store_arg else Path.cwd() / ".keel" / "store"
         self.workspace_root = Path.cwd()
