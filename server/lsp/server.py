@@ -29,7 +29,7 @@ from pygls.uris import to_fs_path
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
 from keel.server.lsp import errors, wire
-from keel.server.lsp.outgoing import KeelProtocol
+from keel.server.lsp.rpc import KeelProtocol
 from keel.server.lsp.watch import MissionHub, StoreWatcher
 from keel.storage import Store
 from keel.storage.location import prepare_keel_dir

@@ -1,4 +1,7 @@
-"""Requests the server sends to the editor (`window/showMessageRequest`, `window/workDoneProgress/create`):
+"""pygls' JSON-RPC protocol as keel serve needs it: integer ids for the requests it sends, an unknown
+command named as such, and client errors logged as what they are.
+
+Requests the server sends to the editor (`window/showMessageRequest`, `window/workDoneProgress/create`) are
 numbered 1, 2, 3…, and their futures kept apart from the requests the editor sends.
 
 pygls numbers them with UUID strings, which JSON-RPC allows but Vim 9's LSP channel does not: it cannot
@@ -6,20 +9,26 @@ answer a string id (`E475: Invalid value for argument id`, vim/vim#14091), so a 
 progress and no questions. Editors number their own requests 1, 2, 3… too, and pygls keeps the futures of
 the requests it serves and of those it sends in one dict keyed by id; so the ones keel sends are kept in a
 dict of their own, where an editor's request 3 and keel's request 3 cannot overwrite each other.
-Depends on pygls only.
+
+A request answered with an error the client caused (bad params, an unknown mission: errors.py) is logged
+at INFO, one line, no traceback; pygls would log each at ERROR with its traceback. Unexpected errors are
+logged with their traceback where they happen (server.handler). Depends on pygls and lsprotocol only.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from typing import Any
 
-from pygls.exceptions import JsonRpcException
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCRequestMessage, JsonRPCResponseMessage
+from pygls.protocol.language_server import lsp_method
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +81,23 @@ class KeelProtocol(LanguageServerProtocol):
             future.set_exception(JsonRpcException.from_error(error))
         else:
             future.set_result(result)
+
+    @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
+    def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Generator[Any, Any, Any]:
+        if params.command not in self.fm.commands:
+            known = ", ".join(sorted(self.fm.commands))
+            raise JsonRpcInvalidParams(message=f"unknown command {json.dumps(params.command)}; keel serve has {known}")
+        return (yield from super().lsp_workspace__execute_command(params))
+
+    def _send_handler_result(self, future: Future[Any], *, msg_id: Any) -> None:
+        error = None if future.cancelled() else future.exception()
+        if not isinstance(error, JsonRpcException):
+            super()._send_handler_result(future, msg_id=msg_id)
+            return
+        self._request_futures.pop(msg_id, None)
+        level = logging.WARNING if isinstance(error, JsonRpcInternalError) else logging.INFO
+        log.log(level, "request %s answered with error %d: %s", msg_id, error.code, error.message)
+        self._send_response(msg_id, error=error.to_response_error())
 
 
 def _ours(msg_id: Any) -> int | None:
