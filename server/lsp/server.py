@@ -148,7 +148,9 @@ class KeelServer(LanguageServer):
         self.show(f"keel: {what} failed: {_short(exc)}", types.MessageType.Error)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        log.error("pygls reported an error (%s): %s", getattr(source, "__name__", source), error)
+        client_error = isinstance(error, JsonRpcException) and not isinstance(error, JsonRpcInternalError)
+        level = logging.INFO if client_error else logging.ERROR  # e.g. an unknown method: the client's
+        log.log(level, "pygls reported an error (%s): %s", getattr(source, "__name__", source), error)
 
 
 def handler(server: KeelServer, what: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:

@@ -154,3 +154,21 @@ def test_params_of_the_wrong_shape_are_answered(server: Server) -> None:
     server.send(_msg({"jsonrpc": "2.0", "id": 4, "method": "textDocument/hover", "params": 5}))
     got = server.until({4})
     assert len(got[4]) == 1 and "error" in got[4][0], got
+
+
+def test_params_that_cannot_be_read_are_named_in_json_terms(server: Server) -> None:
+    server.send(
+        _msg(
+            {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "workspace/executeCommand",
+                "params": {"command": "keel.pause", "arguments": 5},
+            }
+        )
+    )
+    got = server.until({9})
+    error = got[9][0]["error"]
+    assert error["code"] == -32602, got
+    assert error["message"].startswith('cannot read the params of "workspace/executeCommand": '), error
+    assert error["message"].endswith("@ params.arguments") and "Json" not in error["message"], error

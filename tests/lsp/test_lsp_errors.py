@@ -133,16 +133,17 @@ def test_client_errors_are_logged_at_info_without_a_traceback(tmp_path: Path) ->
         ("workspace/executeCommand", {"command": "keel.nope", "arguments": []}),
         ("keel/mission", {"path": "x"}),
         ("keel/mission", {"id": "m-nope"}),
+        ("keel/noSuchMethod", {}),
     ]
     try:
         server.send(_msg(INIT))
         server.send(_msg({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         for msg_id, (method, params) in enumerate(requests, start=2):
             server.send(_msg({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}))
-        got = server.until({1, 2, 3, 4, 5})
+        got = server.until(set(range(1, len(requests) + 2)))
     finally:
         log = server.close()
-    errors = [got[msg_id][0]["error"]["message"] for msg_id in range(2, 6)]
+    errors = [got[msg_id][0]["error"]["message"] for msg_id in range(2, len(requests) + 2)]
     lines = log.splitlines()
     assert "Traceback" not in log and not [line for line in lines if " ERROR " in line], log
     for message in errors:
