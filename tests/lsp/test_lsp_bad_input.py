@@ -49,6 +49,14 @@ class Server:
     def responses(self, timeout: float = 15.0) -> dict[Any, list[dict[str, Any]]]:
         """Every response (by id) that arrives within `timeout` s; notifications and requests dropped."""
         out: dict[Any, list[dict[str, Any]]] = {}
+        for message in self.messages(timeout):
+            if "method" not in message:
+                out.setdefault(message.get("id"), []).append(message)
+        return out
+
+    def messages(self, timeout: float) -> list[dict[str, Any]]:
+        """Every message that arrives within `timeout` s, in order."""
+        out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -66,10 +74,8 @@ class Server:
                 )
                 if len(rest) < length:
                     break
-                message = json.loads(rest[:length])
+                out.append(json.loads(rest[:length]))
                 self.buffer = rest[length:]
-                if "method" not in message:
-                    out.setdefault(message.get("id"), []).append(message)
         return out
 
     def until(self, ids: set[Any], timeout: float = 20.0) -> dict[Any, list[dict[str, Any]]]:
