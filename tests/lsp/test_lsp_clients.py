@@ -96,7 +96,10 @@ def _refusal_was_meant(client: LanguageClient) -> None:
 
 async def test_progress_as_log_messages_without_work_done_progress(bare_env: Env) -> None:
     env = bare_env
-    two = [{"id": "a", "title": "first", "steps": [{"sleep": 0.3}]}, {"id": "b", "after": ["a"], "steps": []}]
+    two = [
+        {"id": "a", "title": "first", "steps": [{"sleep": 0.3}]},
+        {"id": "b", "after": ["a"], "steps": [{"sleep": 0.2}] * 5},  # a second at 50%: seen by any poll
+    ]
     mid = (await env.command("keel.startMission", env.write_mission("two", two)))["id"]
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     prefix = f"keel: two ({mid}) "
@@ -105,7 +108,7 @@ async def test_progress_as_log_messages_without_work_done_progress(bare_env: Env
         return [m.message for m in env.client.log_messages if m.message.startswith(prefix)]
 
     await until(lambda: bool(progress()) and progress()[-1] == prefix + "completed (100%)", within=10)
-    assert any(line.endswith("(0%)") for line in progress()), progress()
+    assert any(line.endswith(" · 1/2 (50%)") for line in progress()), progress()
     assert all(m.type == types.MessageType.Info for m in env.client.log_messages if m.message.startswith(prefix))
     assert env.client.progress_reports == {}
 
