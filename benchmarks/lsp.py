@@ -1,5 +1,6 @@
-"""keel serve latency: `keel/missions` while 16 missions run, and keel/missionChanged delay after a store
-change made by another process.
+"""keel serve latency: `keel/missions` while 16 missions run (against the floor: a request the server
+answers at once, an unknown method), and keel/missionChanged delay after a store change made by another
+process.
 
     python benchmarks/lsp.py [--missions 16] [--requests 400] [--changes 200]
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcMethodNotFound
 from pygls.lsp.client import BaseLanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -90,12 +92,16 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.05)
         running = sum(states.get(i) == "running" for i in ids)
 
-        latencies = []
+        latencies, floor = [], []
         for _ in range(args.requests):
             begin = time.perf_counter()
             result = await client.protocol.send_request_async("keel/missions", None)
             latencies.append((time.perf_counter() - begin) * 1000)
             assert len(result) == args.missions
+            begin = time.perf_counter()
+            with contextlib.suppress(JsonRpcMethodNotFound):
+                await client.protocol.send_request_async("keel/noSuchMethod", None)
+            floor.append((time.perf_counter() - begin) * 1000)
         still = sum(states.get(i) == "running" for i in ids)
 
         writer = await asyncio.create_subprocess_exec(
@@ -113,6 +119,11 @@ async def main(args: argparse.Namespace) -> None:
             f"{'keel/missions round trip':<42} {len(latencies):>5} {statistics.median(latencies):>8.1f} "
             f"{pct(latencies, 0.99):>8.1f} {max(latencies):>8.1f}"
         )
+        print(
+            f"{'floor: an unknown method, answered at once':<42} {len(floor):>5} {statistics.median(floor):>8.1f} "
+            f"{pct(floor, 0.99):>8.1f} {max(floor):>8.1f}"
+        )
+        print(f"keel/missions p50 / floor p50: {statistics.median(latencies) / statistics.median(floor):.1f}x")
         print(
             f"{'missionChanged after another process wrote':<42} {len(delays):>5} "
             f"{statistics.median(delays):>8.1f} {pct(delays, 0.99):>8.1f} {max(delays):>8.1f}"

@@ -1,11 +1,14 @@
 """The one mapping from keel's typed errors to JSON-RPC errors, and argument checks that name the problem.
 
 keel errors become `-32100 - code` with `data = {"keelCode", "keelError"}`; bad arguments become
-InvalidParams (-32602) with a message like "keel.pause expects a mission id string as argument 1".
+InvalidParams (-32602) with a message like "keel.pause expects a mission id string as argument 1, got
+true": messages name values as JSON does (`true`, `null`, `"p3"`, `an object`, `an array`), never as Python
+would, since the person reading them wrote JSON (or their editor did).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +39,7 @@ def arg_str(name: str, args: Sequence[Any], index: int, what: str, *, required: 
         return None
     value = args[index]
     if not isinstance(value, str) or not value.strip():
-        raise invalid(f"{name} expects {what} string as argument {index + 1}, got {_show(value)}")
+        raise invalid(f"{name} expects {what} string as argument {index + 1}, got {describe(value)}")
     return value
 
 
@@ -45,7 +48,7 @@ def arg_dict(name: str, args: Sequence[Any], index: int, what: str) -> dict[str,
         return {}
     value = args[index]
     if not isinstance(value, dict):
-        raise invalid(f"{name} expects {what} object as argument {index + 1}, got {_show(value)}")
+        raise invalid(f"{name} expects {what} object as argument {index + 1}, got {describe(value)}")
     return value
 
 
@@ -64,16 +67,25 @@ def param_id(method: str, params: Any) -> str:
     else:
         value = getattr(params, "id", None)
     if not isinstance(value, str) or not value.strip():
-        raise invalid(f'{method} expects params {{"id": <mission id string>}}, got {_show(_plain(params))}')
+        raise invalid(f'{method} expects params {{"id": <mission id string>}}, got {_show_params(params)}')
     return value
 
 
-def _plain(value: Any) -> Any:
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    return value
+def _show_params(params: Any) -> str:
+    fields = params._asdict() if hasattr(params, "_asdict") else params
+    if not isinstance(fields, dict):
+        return describe(fields)
+    return f'"id": {describe(fields["id"])}' if "id" in fields else 'an object without "id"'
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def describe(value: Any) -> str:
+    """A JSON value as a client would name it: `true`, `null`, `42`, `"p3"`, `an object`, `an array`."""
+    if isinstance(value, dict) or hasattr(value, "_asdict"):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:56] + '…"'

@@ -29,6 +29,7 @@ from pygls.uris import to_fs_path
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
 from keel.server.lsp import errors, wire
+from keel.server.lsp.rpc import KeelProtocol
 from keel.server.lsp.watch import MissionHub, StoreWatcher
 from keel.storage import Store
 from keel.storage.location import prepare_keel_dir
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 class KeelServer(LanguageServer):
     def __init__(self, store_arg: str | None = None) -> None:
-        super().__init__("keel", __version__)
+        super().__init__("keel", __version__, protocol_cls=KeelProtocol)
         self.store_arg = store_arg
         self.store_path = Path(store_arg) if store_arg else Path.cwd() / ".keel" / "store"
         self.workspace_root = Path.cwd()
@@ -147,7 +148,9 @@ class KeelServer(LanguageServer):
         self.show(f"keel: {what} failed: {_short(exc)}", types.MessageType.Error)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        log.error("pygls reported an error (%s): %s", getattr(source, "__name__", source), error)
+        client_error = isinstance(error, JsonRpcException) and not isinstance(error, JsonRpcInternalError)
+        level = logging.INFO if client_error else logging.ERROR  # e.g. an unknown method: the client's
+        log.log(level, "pygls reported an error (%s): %s", getattr(source, "__name__", source), error)
 
 
 def handler(server: KeelServer, what: str) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:

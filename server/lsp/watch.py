@@ -4,7 +4,9 @@ The watcher never holds a read transaction between polls: `Store.txn_id()` reads
 and a changed id (or the once-a-second liveness sweep, since a host can die without writing) triggers
 one short `read_views`. The hub lives on the event loop: it keeps the current view of every mission,
 diffs, and calls each subscriber with `(old, new)` for the missions that changed. Features subscribe;
-none of them polls. Depends on storage and snapshot only.
+none of them polls. The hub's views are also what requests answer from (`keel/missions`): current within
+one poll, and a command waits for the watcher to catch up with its own write (`StoreWatcher.current`).
+Depends on storage and snapshot only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from keel.storage import Store
 log = logging.getLogger(__name__)
 
 Listener = Callable[[MissionView | None, MissionView], None]
+Condition = Callable[[MissionView], bool]
 SWEEP_S = 1.0
 
 
@@ -33,7 +36,9 @@ class MissionHub:
     def __init__(self) -> None:
         self.views: dict[str, MissionView] = {}
         self.stranded: set[str] = set()
+        self.loaded = False  # the first picture of the store (or of its absence) is in
         self._listeners: list[Listener] = []
+        self._waiting: list[tuple[str, Condition, asyncio.Future[None]]] = []
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -41,6 +46,22 @@ class MissionHub:
     def apply(self, views: dict[str, MissionView]) -> None:
         for mid, view in views.items():
             self._publish(msgspec.structs.replace(view, stranded=mid in self.stranded))
+        self.loaded = True
+
+    async def until(self, mission_id: str, condition: Condition, within: float) -> bool:
+        """Wait (at most `within` seconds) until the mission's view meets `condition`; whether it did."""
+        view = self.views.get(mission_id)
+        if view is not None and condition(view):
+            return True
+        entry = (mission_id, condition, asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            await asyncio.wait_for(entry[2], within)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiting.remove(entry)
 
     def set_stranded(self, mission_id: str, stranded: bool) -> None:
         if (mission_id in self.stranded) == stranded:
@@ -62,6 +83,9 @@ class MissionHub:
                 log.exception(
                     "mission listener %s failed on %s", getattr(listener, "__qualname__", listener), view.record.id
                 )
+        for mission_id, condition, done in self._waiting:
+            if mission_id == view.record.id and not done.done() and condition(view):
+                done.set_result(None)
 
 
 class StoreWatcher:
@@ -84,6 +108,8 @@ class StoreWatcher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="keel-store-watcher", daemon=True)
+        self._applied_txn = -1  # the transaction the hub's views are as new as (event loop only)
+        self._catching_up: list[asyncio.Future[None]] = []
 
     def start(self) -> None:
         self._thread.start()
@@ -97,6 +123,30 @@ class StoreWatcher:
         """Look now (after a command changed the store) instead of at the next poll."""
         self._wake.set()
 
+    async def current(self, within: float = 5.0) -> None:
+        """Wait (at most `within` seconds) until the hub's views include the store's newest transaction."""
+        store = self._open()
+        if store is None:
+            return
+        target = store.txn_id()
+        deadline = self._loop.time() + within
+        while self._applied_txn < target and self._loop.time() < deadline:
+            waiter = self._loop.create_future()
+            self._catching_up.append(waiter)
+            self.poke()
+            try:
+                await asyncio.wait_for(waiter, deadline - self._loop.time())
+            except TimeoutError:
+                return
+
+    def _deliver(self, txn: int, views: dict[str, MissionView]) -> None:
+        self._hub.apply(views)
+        self._applied_txn = max(self._applied_txn, txn)
+        waiters, self._catching_up = self._catching_up, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _run(self) -> None:
         last_txn = -1
         last_sweep = 0.0
@@ -104,13 +154,16 @@ class StoreWatcher:
         while not self._stop.is_set():
             try:
                 store = self._open()
-                if store is not None:
+                if store is None and last_txn == -1:
+                    last_txn = -2  # no store yet: that is the first picture, an empty one
+                    self._loop.call_soon_threadsafe(self._deliver, -1, {})
+                elif store is not None:
                     txn = store.txn_id()
                     now = time.monotonic()
                     if txn != last_txn or now - last_sweep >= SWEEP_S:
                         views = read_views(store)
                         last_txn, last_sweep = txn, now
-                        self._loop.call_soon_threadsafe(self._hub.apply, views)
+                        self._loop.call_soon_threadsafe(self._deliver, txn, views)
                 failures = 0
             except RuntimeError:  # the loop closed: the server is shutting down
                 return

@@ -23,6 +23,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
+
 from keel.protocol.framing import DEFAULT_MAX_SIZE
 
 log = logging.getLogger(__name__)
@@ -167,7 +170,8 @@ def dispatch(protocol: Any, body: bytes) -> None:
         message = protocol.structure_message(data)
     except Exception as exc:
         if "method" in data and msg_id is not None:
-            _error(protocol, msg_id, INVALID_PARAMS, f"cannot read the params of {data.get('method')!r}: {exc!r}")
+            method = json.dumps(data.get("method"))
+            _error(protocol, msg_id, INVALID_PARAMS, f"cannot read the params of {method}: {_params_problem(exc)}")
         log.warning("keel serve: unreadable message %s: %r", str(data)[:200], exc)
         return
     try:
@@ -176,6 +180,15 @@ def dispatch(protocol: Any, body: bytes) -> None:
         log.exception("keel serve: could not handle a message")
         if "method" in data and msg_id is not None:
             _error(protocol, msg_id, -32603, f"internal error: {exc!r}")
+
+
+def _params_problem(exc: Exception) -> str:
+    """What pygls' converter could not read, with JSON's field names: `invalid value … @ params.processId`."""
+    cause = exc.__cause__ or exc
+    if isinstance(cause, ClassValidationError):
+        lines = transform_error(cause, path="")
+        return "; ".join(re.sub(r"_([a-z])", lambda m: m.group(1).upper(), line).replace("@ .", "@ ") for line in lines)
+    return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
 
 
 def _error(protocol: Any, msg_id: int | str | None, code: int, message: str) -> None:

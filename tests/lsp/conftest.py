@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -94,6 +95,28 @@ class Env:
         kill_hosts(self.store)
 
 
+async def until(pred: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.02)
+
+
+EDIT = (
+    "import sys, time, msgspec\n"
+    "from keel.storage import Store, missions as m\n"
+    "with Store.open(sys.argv[1]) as s:\n"
+    "    s.write(lambda t: m.put_mission(t, msgspec.structs.replace(m.get_mission(t, sys.argv[2]),"
+    " error=sys.argv[3], updated_at=time.time())))\n"
+)
+
+
+async def edit_elsewhere(store: Path, mission_id: str, error: str) -> None:
+    """Another process changes the mission's record (its `error` text) in the store."""
+    argv = [sys.executable, "-c", EDIT, str(store), mission_id, error]
+    await asyncio.to_thread(subprocess.run, argv, check=True, capture_output=True, text=True, timeout=30)
+
+
 def capabilities() -> types.ClientCapabilities:
     return types.ClientCapabilities(
         window=types.WindowClientCapabilities(
@@ -102,21 +125,26 @@ def capabilities() -> types.ClientCapabilities:
     )
 
 
+OPTIONS = {"graceMs": 300, "backoffMs": 100}
+
+
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
 async def client(lsp_client: LanguageClient, tmp_path: Path):
     params = types.InitializeParams(
-        capabilities=capabilities(),
-        root_uri=tmp_path.as_uri(),
-        initialization_options={"graceMs": 300, "backoffMs": 100},
+        capabilities=capabilities(), root_uri=tmp_path.as_uri(), initialization_options=OPTIONS
     )
     await lsp_client.initialize_session(params)
     yield
     await lsp_client.shutdown_session()
 
 
-@pytest.fixture
-def env(client: LanguageClient, tmp_path: Path):
-    e = Env(tmp_path, client)
+def watch(client: LanguageClient, root: Path) -> Env:
+    """`client`'s Env, made on first use: call it before `initialize_session` to see what the server
+    sends as it starts."""
+    existing: Env | None = getattr(client, "keel_env", None)
+    if existing is not None:
+        return existing
+    e = Env(root, client)
 
     @client.feature("keel/missionChanged")
     def changed(params: Any) -> None:
@@ -127,6 +155,13 @@ def env(client: LanguageClient, tmp_path: Path):
         e.questions.append(params)
         return e.answer(params)
 
+    client.keel_env = e  # type: ignore[attr-defined]
+    return e
+
+
+@pytest.fixture
+def env(client: LanguageClient, tmp_path: Path):
+    e = watch(client, tmp_path)
     yield e
     e.kill_hosts()
 

@@ -49,6 +49,14 @@ class Server:
     def responses(self, timeout: float = 15.0) -> dict[Any, list[dict[str, Any]]]:
         """Every response (by id) that arrives within `timeout` s; notifications and requests dropped."""
         out: dict[Any, list[dict[str, Any]]] = {}
+        for message in self.messages(timeout):
+            if "method" not in message:
+                out.setdefault(message.get("id"), []).append(message)
+        return out
+
+    def messages(self, timeout: float) -> list[dict[str, Any]]:
+        """Every message that arrives within `timeout` s, in order."""
+        out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -66,10 +74,8 @@ class Server:
                 )
                 if len(rest) < length:
                     break
-                message = json.loads(rest[:length])
+                out.append(json.loads(rest[:length]))
                 self.buffer = rest[length:]
-                if "method" not in message:
-                    out.setdefault(message.get("id"), []).append(message)
         return out
 
     def until(self, ids: set[Any], timeout: float = 20.0) -> dict[Any, list[dict[str, Any]]]:
@@ -154,3 +160,21 @@ def test_params_of_the_wrong_shape_are_answered(server: Server) -> None:
     server.send(_msg({"jsonrpc": "2.0", "id": 4, "method": "textDocument/hover", "params": 5}))
     got = server.until({4})
     assert len(got[4]) == 1 and "error" in got[4][0], got
+
+
+def test_params_that_cannot_be_read_are_named_in_json_terms(server: Server) -> None:
+    server.send(
+        _msg(
+            {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "workspace/executeCommand",
+                "params": {"command": "keel.pause", "arguments": 5},
+            }
+        )
+    )
+    got = server.until({9})
+    error = got[9][0]["error"]
+    assert error["code"] == -32602, got
+    assert error["message"].startswith('cannot read the params of "workspace/executeCommand": '), error
+    assert error["message"].endswith("@ params.arguments") and "Json" not in error["message"], error

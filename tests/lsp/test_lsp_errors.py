@@ -1,16 +1,20 @@
-"""Bad input never kills keel serve: wrong arguments get InvalidParams naming the problem, unknown ids get
-keel's NOT_FOUND naming the id, and every request still gets exactly one answer afterwards."""
+"""Bad input never kills keel serve: wrong arguments get InvalidParams naming the problem in JSON's terms
+(`got true`, `got an object`), unknown ids get keel's NOT_FOUND naming the id, an unknown command is named
+with the list of known ones, every request still gets exactly one answer afterwards, and the server logs
+these errors of the client at INFO, without a traceback."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pygls.exceptions import JsonRpcException
 
 from tests.lsp.conftest import Env
+from tests.lsp.test_lsp_bad_input import INIT, Server, _msg
 
 INVALID = -32602
 NOT_FOUND = -32112
@@ -25,7 +29,23 @@ BAD_COMMANDS = [
     ("keel.startMission", [], "keel.startMission expects a mission file path string as argument 1"),
     ("keel.startMission", ["/nope/missing.toml"], "mission file /nope/missing.toml does not exist"),
     ("keel.pauseAll", [1], "keel.pauseAll takes 0 arguments, got 1"),
-    ("keel.nope", [], "Command name 'keel.nope' is not defined"),
+    ("keel.pause", [True], "keel.pause expects a mission id string as argument 1, got true"),
+    ("keel.pause", [None, 1], "keel.pause expects a mission id string as argument 1"),
+    ("keel.pause", [{"path": "x"}], "keel.pause expects a mission id string as argument 1, got an object"),
+    ("keel.pause", [["m1"]], "keel.pause expects a mission id string as argument 1, got an array"),
+    ("keel.answer", ["m1", False], "keel.answer expects the answer text string as argument 2, got false"),
+    (
+        "keel.restore",
+        ["m1", "p1", {"files": "yes"}],
+        'keel.restore expects "files" to be a boolean in argument 3, got "yes"',
+    ),
+    (
+        "keel.restore",
+        ["m1", "p1", ["files"]],
+        'keel.restore expects an options ({"files": bool}) object as argument 3, got an array',
+    ),
+    ("keel.apply", ["m1", {"branch": 3}], 'keel.apply expects "branch" to be a string in argument 2, got 3'),
+    ("keel.nope", [], 'unknown command "keel.nope"; keel serve has keel.answer, keel.apply, keel.export,'),
 ]
 
 
@@ -39,12 +59,20 @@ async def _error(call: Any) -> JsonRpcException:
 async def test_bad_command_arguments(env: Env, command: str, args: list[Any], message: str) -> None:
     exc = await _error(env.command(command, *args))
     assert exc.code == INVALID and message in exc.message, (exc.code, exc.message)
+    assert "Invalid Params" not in exc.message and "'" not in exc.message.replace("'keel", ""), exc.message
     assert await env.request("keel/missions") == []  # still serving
 
 
 async def test_bad_request_params_and_unknown_ids(env: Env) -> None:
-    exc = await _error(env.request("keel/mission", {"name": "x"}))
-    assert exc.code == INVALID and 'keel/mission expects params {"id": <mission id string>}' in exc.message
+    exc = await _error(env.request("keel/mission", {"path": "x"}))
+    assert (
+        exc.code == INVALID
+        and exc.message == 'keel/mission expects params {"id": <mission id string>}, got an object without "id"'
+    )
+    exc = await _error(env.request("keel/subagents", {"id": True}))
+    assert exc.message == 'keel/subagents expects params {"id": <mission id string>}, got "id": true', exc.message
+    exc = await _error(env.request("keel/pointFile", {"id": "m", "point": 3}))
+    assert exc.message == 'keel/pointFile expects params {"id", "point", "path"} as strings', exc.message
     exc = await _error(env.request("keel/restorePoints"))
     assert exc.code == INVALID
     path = env.write_mission("one", [{"id": "u", "steps": []}])
@@ -96,3 +124,27 @@ async def test_verify_store_checks_records(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     clean = await env.command("keel.verifyStore")
     assert clean["ok"] is True and clean["records"] > 0 and clean["problems"] == []
+
+
+def test_client_errors_are_logged_at_info_without_a_traceback(tmp_path: Path) -> None:
+    server = Server(tmp_path / "store")
+    requests = [
+        ("workspace/executeCommand", {"command": "keel.pause", "arguments": [True]}),
+        ("workspace/executeCommand", {"command": "keel.nope", "arguments": []}),
+        ("keel/mission", {"path": "x"}),
+        ("keel/mission", {"id": "m-nope"}),
+        ("keel/noSuchMethod", {}),
+    ]
+    try:
+        server.send(_msg(INIT))
+        server.send(_msg({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
+        for msg_id, (method, params) in enumerate(requests, start=2):
+            server.send(_msg({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}))
+        got = server.until(set(range(1, len(requests) + 2)))
+    finally:
+        log = server.close()
+    errors = [got[msg_id][0]["error"]["message"] for msg_id in range(2, len(requests) + 2)]
+    lines = log.splitlines()
+    assert "Traceback" not in log and not [line for line in lines if " ERROR " in line], log
+    for message in errors:
+        assert [line for line in lines if " INFO " in line and message in line], (message, log)

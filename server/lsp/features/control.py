@@ -1,26 +1,35 @@
 """Mission control commands (`workspace/executeCommand`): start, pause, resume, pause all, answer,
 restore, verify. Pauses go straight to the store (durable Control records); operations that open the
 store by path or start hosts run through enginecall in a child process. Each returns a MissionSummary
-(or the documented object) read after the action was recorded."""
+(or the documented object) once the server's picture includes the action; pause, resume and answer wait
+(at most ACK_S) for the mission to move — the host's acknowledgement (`pausing`, `running`…) — so the answer
+is never the state the person just asked to leave."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
+from keel.protocol.records import MissionRecord
+from keel.protocol.states import MissionState
 from keel.server.engine import control as engine
 from keel.server.lsp import enginecall
-from keel.server.lsp.errors import arg_dict, arg_str, invalid, no_more_args
+from keel.server.lsp.errors import arg_dict, arg_str, describe, invalid, no_more_args
 from keel.server.lsp.features.missions import summary_json
 from keel.server.lsp.server import KeelServer, handler
-from keel.server.lsp.snapshot import read_view, resolve
+from keel.server.lsp.snapshot import MissionView, read_view, resolve
 from keel.storage.verify import verify_all
 
 SOURCE = "lsp"
 START, PAUSE, RESUME, PAUSE_ALL = "keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll"
 ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
 MISSION_ID = "a mission id"
+ACK_S = 10.0  # how long pause, resume and answer wait for the host to take the request up
+PAUSABLE = frozenset({MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE})
+RESUMABLE = frozenset(MissionState) - {MissionState.COMPLETED, MissionState.CANCELLED}
+STAY_RUNNING = frozenset({MissionState.RUNNING, MissionState.PAUSING, MissionState.OFFLINE})
 
 
 def _mission_file(root: Path, text: str) -> Path:
@@ -48,20 +57,21 @@ def register(server: KeelServer) -> None:
     async def pause(ls: KeelServer, *args: Any) -> Any:
         text = _one_id(PAUSE, args)
 
-        def run() -> str:
+        def run() -> MissionRecord:
             store = ls.require_store()
-            mid = resolve(store, text)
-            engine.request_pause(store, mid, SOURCE)
-            return mid
+            before = read_view(store, text).record
+            engine.request_pause(store, before.id, SOURCE)
+            return before
 
-        return await summary_after(ls, await ls.blocking(run))
+        before = await ls.blocking(run)
+        return await summary_after(ls, before.id, moved_from=before if before.state in PAUSABLE else None)
 
     @server.command(RESUME)
     @handler(server, RESUME)
     async def resume(ls: KeelServer, *args: Any) -> Any:
-        mid = await ls.blocking(resolve, ls.require_store(), _one_id(RESUME, args))
-        await ls.blocking(enginecall.call, ls.store_path, "resume", mid)
-        return await summary_after(ls, mid)
+        before = (await ls.blocking(read_view, ls.require_store(), _one_id(RESUME, args))).record
+        await ls.blocking(enginecall.call, ls.store_path, "resume", before.id)
+        return await summary_after(ls, before.id, moved_from=before if before.state in RESUMABLE else None)
 
     @server.command(PAUSE_ALL)
     @handler(server, PAUSE_ALL)
@@ -77,7 +87,8 @@ def register(server: KeelServer) -> None:
         text = arg_str(ANSWER, args, 0, MISSION_ID)
         reply = args[1] if len(args) > 1 else None
         if not isinstance(reply, str):
-            raise invalid(f"{ANSWER} expects the answer text string as argument 2")
+            got = "" if len(args) < 2 else f", got {describe(reply)}"
+            raise invalid(f"{ANSWER} expects the answer text string as argument 2{got}")
         no_more_args(ANSWER, args, 2)
         assert text is not None
         return await answer_mission(ls, text, reply)
@@ -92,7 +103,7 @@ def register(server: KeelServer) -> None:
         assert text is not None and point is not None
         files = options.get("files", False)
         if not isinstance(files, bool):
-            raise invalid(f'{RESTORE} expects "files" to be a boolean in argument 3, got {files!r}')
+            raise invalid(f'{RESTORE} expects "files" to be a boolean in argument 3, got {describe(files)}')
         mid = await ls.blocking(resolve, ls.require_store(), text)
         await ls.blocking(enginecall.restore, ls.store_path, mid, point, files)
         return await summary_after(ls, mid)
@@ -111,9 +122,9 @@ def register(server: KeelServer) -> None:
 
 async def answer_mission(ls: KeelServer, text: str, reply: str) -> Any:
     """Record an answer and resume (shared by keel.answer and the showMessageRequest path)."""
-    mid = await ls.blocking(resolve, ls.require_store(), text)
-    await ls.blocking(enginecall.call, ls.store_path, "answer", mid, reply)
-    return await summary_after(ls, mid)
+    before = (await ls.blocking(read_view, ls.require_store(), text)).record
+    await ls.blocking(enginecall.call, ls.store_path, "answer", before.id, reply)
+    return await summary_after(ls, before.id, moved_from=before)
 
 
 def _one_id(name: str, args: tuple[Any, ...]) -> str:
@@ -123,7 +134,20 @@ def _one_id(name: str, args: tuple[Any, ...]) -> str:
     return text
 
 
-async def summary_after(ls: KeelServer, mission_id: str) -> Any:
-    ls.changed()
-    view = await ls.blocking(read_view, ls.require_store(), mission_id)
+async def summary_after(ls: KeelServer, mission_id: str, *, moved_from: MissionRecord | None = None) -> Any:
+    """The mission's summary once the server's picture includes what was just recorded; with `moved_from`,
+    once the mission has moved on from that record (`_moved`), for at most ACK_S."""
+    if ls.watcher is not None:
+        await ls.watcher.current()
+        if moved_from is not None:
+            await ls.hub.until(mission_id, functools.partial(_moved, moved_from), ACK_S)
+    view = ls.hub.views.get(mission_id)
+    if view is None:  # not watching (yet): read it
+        view = await ls.blocking(read_view, ls.require_store(), mission_id)
     return summary_json(ls, view)
+
+
+def _moved(before: MissionRecord, view: MissionView) -> bool:
+    """A new state; or, for a mission that stays running (a resumed one whose host had died), a new host."""
+    new = view.record
+    return new.state != before.state or (new.state in STAY_RUNNING and new.host != before.host and view.host_alive)

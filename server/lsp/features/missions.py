@@ -1,5 +1,9 @@
 """Mission views: the `keel/missions`, `keel/mission` and `keel/restorePoints` requests, and the
-`keel/missionChanged` notification (one per mission whose summary changed, whoever changed the store)."""
+`keel/missionChanged` notification (one per mission whose summary changed, whoever changed the store).
+
+The summaries the hub's changes produce are kept: `keel/missions` answers from them without reading the
+store, and only a summary that differs from the last one is sent. The missions the server finds when it
+starts are not news: clients ask `keel/missions` for them."""
 
 from __future__ import annotations
 
@@ -18,12 +22,16 @@ EVENTS_SHOWN = 50
 
 
 def register(server: KeelServer) -> None:
-    sent: dict[str, Any] = {}
+    summaries: dict[str, Any] = {}  # mission id → the newest summary, as the hub has it
 
     @server.feature(MISSIONS)
     @handler(server, MISSIONS)
     async def missions(ls: KeelServer, params: Any = None) -> list[Any]:
-        return await ls.blocking(_missions, ls)
+        if ls.watcher is None:  # asked before `initialized`: nothing is watched yet
+            return await ls.blocking(_missions, ls)
+        if not ls.hub.loaded:
+            await ls.watcher.current()
+        return [summaries[mid] for mid in sorted(summaries)]
 
     @server.feature(MISSION)
     @handler(server, MISSION)
@@ -37,8 +45,10 @@ def register(server: KeelServer) -> None:
 
     def on_change(old: MissionView | None, new: MissionView) -> None:
         payload = convert.to_json(convert.summary(new))
-        if sent.get(new.record.id) != payload:
-            sent[new.record.id] = payload
+        if summaries.get(new.record.id) == payload:
+            return
+        summaries[new.record.id] = payload
+        if server.hub.loaded:
             server.protocol.notify(MISSION_CHANGED, payload)
 
     server.hub.subscribe(on_change)

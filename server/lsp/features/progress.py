@@ -3,7 +3,8 @@
 Each mission's progress is a small state machine (IDLE → CREATING → ACTIVE → IDLE): the token is created
 with `window/workDoneProgress/create` (asynchronous), and changes that arrive meanwhile are kept, so the
 `begin` carries the newest view and a mission that already stopped gets its `end` right after. Only for
-clients that announce `window.workDoneProgress`.
+clients that announce `window.workDoneProgress`; the others (eglot 1.9 in Emacs 28) get a
+`window/logMessage` (Info) whenever a mission's state or percentage changes.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def register(server: KeelServer) -> None:
     def on_change(old: MissionView | None, new: MissionView) -> None:
         window = server.client_capabilities.window
         if window is None or not window.work_done_progress:
+            _log_progress(server, old, new)
             return
         bar = bars.get(new.record.id)
         if bar is None:
@@ -117,3 +119,15 @@ def register(server: KeelServer) -> None:
         bar.update(new)
 
     server.hub.subscribe(on_change)
+
+
+def _log_progress(server: KeelServer, old: MissionView | None, new: MissionView) -> None:
+    """Progress for clients without `$/progress`: `keel: two (m1…) running · b second · 1/2 (50%)`."""
+    if old is None:  # found when the server started, or new: its first change is logged
+        return
+    percentage = convert.summary(new).percentage
+    if old.record.state == new.record.state and convert.summary(old).percentage == percentage:
+        return
+    r = new.record
+    where = convert.progress_message(new) if r.state in ACTIVE_STATES else convert.state_text(new)
+    server.log_line(f"keel: {r.spec.name} ({r.id}) {where} ({percentage}%)", types.MessageType.Info)

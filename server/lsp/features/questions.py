@@ -1,13 +1,19 @@
 """Agent questions for editors without a keel plugin: a mission entering `waiting_input` becomes a
 `window/showMessageRequest` with one action per choice; the chosen title is the answer
 (`answer(..., resume=True)`). Each question (mission, unit, seq) is asked once per server. A free-text
-question (no choices) is shown with `window/showMessage`, naming the command and the CLI line."""
+question (no choices) is shown with `window/showMessage`, naming the command and the CLI line.
+
+Clients that cannot answer `showMessageRequest` (Helix, helix#4699: no `window.showMessage` capability, or
+an error reply) get the question as a `window/showMessage` with its choices and the exact `keel answer`
+lines; the mission stays `waiting_input` until it is answered from anywhere."""
 
 from __future__ import annotations
 
 import logging
+import shlex
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
 from keel.protocol.errors import KeelError
 from keel.protocol.states import MissionState
@@ -33,8 +39,10 @@ def register(server: KeelServer) -> None:
         prompt = f"keel · {r.spec.name} asks: {q.text}"
         if not q.choices:
             server.show(f"{prompt} — answer with the keel.answer command (mission {r.id}) or `keel answer {r.id} TEXT`")
-            return
-        server.spawn(_ask(server, new, prompt), f"asking mission {r.id}'s question")
+        elif _can_ask(server):
+            server.spawn(_ask(server, new, prompt), f"asking mission {r.id}'s question")
+        else:
+            _tell(server, new, prompt)
 
     server.hub.subscribe(on_change)
 
@@ -47,7 +55,12 @@ async def _ask(server: KeelServer, view: MissionView, prompt: str) -> None:
         message=prompt,
         actions=[types.MessageActionItem(title=c) for c in r.question.choices],
     )
-    chosen = await server.window_show_message_request_async(params)
+    try:
+        chosen = await server.window_show_message_request_async(params)
+    except JsonRpcException as exc:  # the client cannot ask (Helix answers "method not found")
+        log.info("the client did not ask mission %s's question (%s); showing it instead", r.id, exc.message)
+        _tell(server, view, prompt)
+        return
     if chosen is None:
         log.info("question of mission %s dismissed; it stays open", r.id)
         return
@@ -61,3 +74,18 @@ async def _ask(server: KeelServer, view: MissionView, prompt: str) -> None:
         server.show(f"keel: answer to mission {r.id} was not taken: {exc.message}", types.MessageType.Warning)
         return
     server.log_line(f"[{r.id}] answered {chosen.title!r}; resuming", types.MessageType.Info)
+
+
+def _can_ask(server: KeelServer) -> bool:
+    window = server.client_capabilities.window
+    return window is not None and window.show_message is not None
+
+
+def _tell(server: KeelServer, view: MissionView, prompt: str) -> None:
+    """The question as a message: its choices and the command lines that answer it."""
+    r = view.record
+    assert r.question is not None
+    lines = " · ".join(f"`keel answer {r.id} {shlex.quote(c)}`" for c in r.question.choices)
+    server.show(
+        f"{prompt} — choices: {', '.join(r.question.choices)}. Answer with {lines} (or the keel.answer command)"
+    )

@@ -9,12 +9,13 @@ sandbox's files as they are now (point "sandbox"). Payloads are built in convert
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from keel.server.engine.restore import SANDBOX, point_files
 from keel.server.lsp import convert, enginecall
-from keel.server.lsp.errors import arg_dict, arg_str, invalid, no_more_args
+from keel.server.lsp.errors import arg_dict, arg_str, describe, invalid, no_more_args
 from keel.server.lsp.features.control import MISSION_ID, summary_after
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import resolve
@@ -43,7 +44,7 @@ def register(server: KeelServer) -> None:
         no_more_args(APPLY, args, 2)
         branch = options.get("branch") or ""
         if not isinstance(branch, str):
-            raise invalid(f'{APPLY} expects "branch" to be a string in argument 2, got {branch!r}')
+            raise invalid(f'{APPLY} expects "branch" to be a string in argument 2, got {describe(branch)}')
         assert text is not None
         mid = await ls.blocking(resolve, ls.require_store(), text)
         extra = ["--branch", branch] if branch else []
@@ -106,7 +107,7 @@ def _params(method: str, params: Any, names: tuple[str, str, str]) -> tuple[str,
     if not (isinstance(first, str) and first and isinstance(second, str) and second) or not isinstance(
         third, str | None
     ):
-        raise invalid(f"{method} expects params {{{', '.join(repr(n) for n in names)}}} as strings")
+        raise invalid(f"{method} expects params {{{', '.join(json.dumps(n) for n in names)}}} as strings")
     return first, second, third or ""
 
 
