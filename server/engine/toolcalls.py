@@ -132,7 +132,14 @@ class ToolCalls:
         return await self._done(tool, call, seq, fp, result, begin)
 
     async def _done(
-        self, tool: Any, call: ap.ToolRunParams, seq: int, fp: str, result: ap.ToolRunResult, begin: float
+        self,
+        tool: Any,
+        call: ap.ToolRunParams,
+        seq: int,
+        fp: str,
+        result: ap.ToolRunResult,
+        begin: float,
+        effect: str = "done",
     ) -> Any:
         s = self.session
         return await s.record(
@@ -143,7 +150,7 @@ class ToolCalls:
             begin,
             tool_class=tool.klass,
             summary=_describe(call),
-            evidence=evidence_for(s.unit.id, call, result),
+            evidence=evidence_for(s.unit.id, call, result, effect),
         )
 
     async def _recover(
@@ -158,7 +165,7 @@ class ToolCalls:
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
         if verdict.done is True and verdict.result is not None:
-            return await self._done(tool, call, seq, fp, verdict.result, begin)
+            return await self._done(tool, call, seq, fp, verdict.result, begin, effect="reconciled")
         if verdict.done is False:
             return await self._finish(tool, ctx, call, seq, fp, begin)
         question = Question(
@@ -188,8 +195,9 @@ def _describe(call: ap.ToolRunParams) -> str:
     return f"{call.tool} {str(target)[:80]}".strip()
 
 
-def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) -> list[Evidence]:
-    """Every invocation, each file diff it reports, and each verification (run with verify=true)."""
+def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult, effect: str = "done") -> list[Evidence]:
+    """Every invocation, each file diff it reports, and each verification (run with verify=true).
+    `effect`: "done" (it ran), or "reconciled" (after a crash, the sandbox showed it had happened)."""
     now = time.time()
     out = result.output if isinstance(result.output, dict) else {}
     items = [
@@ -198,7 +206,13 @@ def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) ->
             at=now,
             unit=unit,
             summary=f"{_describe(call)}: {'ok' if result.ok else 'failed'}",
-            data={"tool": call.tool, "args": _short(call.args), "ok": result.ok, "error": result.error},
+            data={
+                "tool": call.tool,
+                "args": _short(call.args),
+                "ok": result.ok,
+                "error": result.error,
+                "effect": effect,
+            },
         )
     ]
     diff = out.get("diff")
@@ -209,7 +223,12 @@ def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) ->
                 at=now,
                 unit=unit,
                 summary=f"{out.get('path', call.args.get('path', ''))}",
-                data={"path": out.get("path", call.args.get("path", "")), "diff": diff},
+                data={
+                    "path": out.get("path", call.args.get("path", "")),
+                    "diff": diff,
+                    "before": out.get("before"),  # blob digests of the file's content (write_file)
+                    "after": out.get("after"),
+                },
             )
         )
     if call.args.get("verify"):
