@@ -34,6 +34,7 @@ class MissionHub:
         self.views: dict[str, MissionView] = {}
         self.stranded: set[str] = set()
         self._listeners: list[Listener] = []
+        self.on_look: list[Callable[[dict[str, MissionView]], None]] = []  # after every look at the store
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -41,6 +42,11 @@ class MissionHub:
     def apply(self, views: dict[str, MissionView]) -> None:
         for mid, view in views.items():
             self._publish(msgspec.structs.replace(view, stranded=mid in self.stranded))
+        for look in self.on_look:
+            try:
+                look(views)
+            except Exception:
+                log.exception("store listener %s failed", getattr(look, "__qualname__", look))
 
     def set_stranded(self, mission_id: str, stranded: bool) -> None:
         if (mission_id in self.stranded) == stranded:
