@@ -8,6 +8,7 @@ state and adds a note; unit `bad` (after it) fails a verification. The scripted 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ EDIT_STEPS: list[dict[str, Any]] = [
     {"tool": "write_file", "args": {"path": "a.py", "content": "x = 1\n"}},
     {"tool": "apply_diff", "args": {"diff": DIFF}},
     {"tool": "read_file", "args": {"path": "a.py"}},
-    {"tool": "run", "args": {"cmd": "python -m py_compile a.py", "verify": True}},
+    {"tool": "run", "args": {"cmd": f"{shlex.quote(sys.executable)} -m py_compile a.py", "verify": True}},
     {"model": {"messages": [{"role": "user", "content": "say hello"}], "purpose": "greeting"}},
     {"save_state": {"done": 1}},
     {"evidence": {"kind": "note", "summary": "checked by hand"}},

@@ -10,6 +10,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { activity, welcome } from "./activity.mjs";
 
 const config = JSON.parse(process.argv[2]);
 const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -30,7 +31,9 @@ async function main() {
     page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
     await page.goto(config.url, { waitUntil: "domcontentloaded" });
     await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
-    return config.mode === "exthost" ? await extensionHost() : await ui(page);
+    const helpers = { config, shot, waitUntil, steps, sleep };
+    const modes = { exthost: extensionHost, ui, activity: (p) => activity(p, helpers), welcome: (p) => welcome(p, helpers) };
+    return await modes[config.mode](page);
   } finally {
     await browser.close();
   }
