@@ -211,7 +211,7 @@ function details(a: ActivityItem): ActivityNode[] {
     rows.push({ kind: "file", item: a, file });
   }
   const text = (a.text ?? "").split("\n").filter((line) => line.trim() !== "");
-  for (const line of text.slice(0, 40)) {
+  for (const line of text.slice(a.failed ? 1 : 0, 40)) { // a failure's first line is its "why"
     rows.push({ kind: "detail", parent: a.id, label: line, text: "" });
   }
   return rows;

@@ -1,5 +1,6 @@
 // The person's path through the Activity view and the welcome content, driven by drive.mjs
-// (modes "activity" and "welcome"); `h` carries drive.mjs's helpers: config, shot, waitUntil, steps, sleep.
+// (modes "activity" and "welcome"); `h` carries drive.mjs's helpers: config, shot, waitUntil, steps, sleep,
+// startFromPalette.
 
 function pane(page, title) {
   return page.locator(".pane", { has: page.locator(".pane-header", { hasText: new RegExp(`^${title}`) }) }).first();
@@ -40,6 +41,13 @@ async function titleAction(page, title, label) {
   await action.click();
 }
 
+function tabOpens(page, h, name) {
+  return h.waitUntil(page, `${name} opens in an editor`, async () => {
+    const tab = page.locator(".tabs-container .tab", { hasText: name }).first();
+    return (await tab.count()) > 0 ? (await tab.innerText()).trim() : "";
+  });
+}
+
 export async function welcome(page, h) {
   const seen = {};
   const shots = [];
@@ -59,10 +67,7 @@ export async function welcome(page, h) {
   shots.push(await h.shot(page, "welcome-1-empty"));
 
   await missions.locator(".welcome-view-content .monaco-button", { hasText: "Create a Mission File" }).first().click();
-  seen.missionTab = await h.waitUntil(page, "mission.toml opens in an editor", async () => {
-    const tab = page.locator(".tabs-container .tab", { hasText: "mission.toml" }).first();
-    return (await tab.count()) > 0 ? (await tab.innerText()).trim() : "";
-  });
+  seen.missionTab = await tabOpens(page, h, "mission.toml");
   seen.missionEditor = await h.waitUntil(page, "the editor shows the template", async () => {
     const text = await page.locator(".editor-instance .view-lines").first().innerText().catch(() => "");
     return text.includes("keel.agents.coder") ? text : "";
@@ -70,10 +75,7 @@ export async function welcome(page, h) {
   shots.push(await h.shot(page, "welcome-2-mission-file"));
 
   await providers.locator(".welcome-view-content .monaco-button", { hasText: "config.toml" }).first().click();
-  seen.configTab = await h.waitUntil(page, "config.toml opens in an editor", async () => {
-    const tab = page.locator(".tabs-container .tab", { hasText: "config.toml" }).first();
-    return (await tab.count()) > 0 ? (await tab.innerText()).trim() : "";
-  });
+  seen.configTab = await tabOpens(page, h, "config.toml");
   seen.providerRows = await h.waitUntil(page, "the Providers view lists the starter's endpoint", async () => {
     const found = await rows(page, "Providers");
     return found.some((r) => r.includes("local")) ? found : undefined;
@@ -91,14 +93,7 @@ export async function activity(page, h) {
   await collapsePane(page, "Subagents");
   await collapsePane(page, "Providers");
   await expandPane(page, "Activity");
-  await page.keyboard.press("F1");
-  const palette = page.locator(".quick-input-widget input").first();
-  await palette.waitFor({ state: "visible", timeout: 10_000 });
-  await palette.fill(">keel: Start Mission");
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 10_000 });
-  await palette.press("Enter");
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: config.missionFile }).first().waitFor({ timeout: 10_000 });
-  await palette.press("Enter");
+  await h.startFromPalette(page);
 
   // live: a step shows up while the mission is still running
   seen.live = await h.waitUntil(page, "a write_file row while the mission runs", async () => {
