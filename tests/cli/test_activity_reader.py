@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.records import Evidence, JournalEntry
-from keel.server.activity.reader import end_cursor, read_page
+from keel.server.activity.reader import Filter, end_cursor, read_page
 from keel.storage import Store
 from keel.storage import missions as m
 from tests.storage.test_verify import make_mission
@@ -88,3 +88,35 @@ def test_copies_a_restore_made_are_not_shown_twice_and_pages_join_up(tmp_path: P
             if not page.more:
                 break
         assert paged == list(whole)
+
+
+def test_failovers_restarts_and_reexecutions_say_why(tmp_path: Path) -> None:
+    from keel.protocol.records import Event
+
+    with Store.open(tmp_path / "store", create=True) as store:
+        make_mission(store, "mx", checkpoints=2)  # two recorded steps in lane u1
+        later = time.time() + 5
+
+        def write(txn: object) -> None:
+            add = m.add_evidence
+            add(txn, "mx", Evidence(kind="failover", at=later, unit="u1", summary="failover a/0 -> b/0 (auth)"))  # type: ignore[arg-type]
+            add(
+                txn,
+                "mx",
+                Evidence(
+                    kind="reexecuted",
+                    at=later + 1,
+                    unit="u1",
+                    summary="unit u1 is executed again",  # type: ignore[arg-type]
+                    data={"reason": "its sandbox is gone"},
+                ),
+            )
+            m.add_event(txn, "mx", Event(kind="unit", at=later + 2, unit="u1", state="running", message="attempt 2"))  # type: ignore[arg-type]
+
+        store.write(write)
+        items = {i.kind: i for i in read_page(store, "mx").items}
+        assert items["failover"].failed and items["failover"].title == "failover a/0 -> b/0 (auth)"
+        assert items["reexecuted"].text == "its sandbox is gone"
+        assert items["restart"].title.startswith("unit u1 started again (attempt 2): 2 recorded step(s) replayed")
+        only = read_page(store, "mx", filter=Filter(failures_only=True)).items
+        assert [i.kind for i in only] == ["failover"]
