@@ -6,7 +6,7 @@
  * "Open .keel/config.toml", written by the server with `keel init`'s text).
  */
 import * as vscode from "vscode";
-import { ActivityFeed, ActivityTreeProvider, type ActivityNode } from "./activityTree";
+import { ActivityFeed, ActivityTreeProvider, type ActivityFilter, type ActivityNode } from "./activityTree";
 import { commandRunner } from "./commands";
 import type { KeelConnection } from "./connection";
 import type { UnitNode } from "./missionsTree";
@@ -53,7 +53,7 @@ export function registerActivity(connection: KeelConnection, model: MissionModel
     view.message = feed.mission === undefined ? "Select a mission to follow what its agents do." : undefined;
   };
   const { run } = commandRunner(connection, model, log);
-  const setFilter = (change: Partial<typeof tree.filter>): void => {
+  const setFilter = (change: Partial<ActivityFilter>): void => {
     tree.setFilter({ ...tree.filter, ...change });
     void vscode.commands.executeCommand("setContext", FAILURES_KEY, tree.filter.failuresOnly);
     describe();
@@ -61,23 +61,7 @@ export function registerActivity(connection: KeelConnection, model: MissionModel
   describe();
   return [feed, tree, view, feed.onDidChange(describe),
     vscode.workspace.registerTextDocumentContentProvider(ACTIVITY_SCHEME, new ActivityFiles(connection)),
-    run("keel.activity.filterUnit", async (unit?: string) => {
-      const chosen = unit ?? (await vscode.window.showQuickPick(["All units", ...feed.units],
-        { placeHolder: "Show the steps of which unit?" }));
-      if (chosen !== undefined) {
-        setFilter({ unit: chosen === "All units" ? undefined : chosen });
-      }
-    }),
-    run("keel.activity.filterKind", async (kinds?: string[]) => {
-      const picks = kinds ?? (await vscode.window.showQuickPick(
-        ACTIVITY_KINDS.map((k) => ({ label: k, picked: tree.filter.kinds.includes(k) })),
-        { canPickMany: true, placeHolder: "Show which kinds of step? (none: all)" }))?.map((p) => p.label);
-      if (picks !== undefined) {
-        setFilter({ kinds: picks });
-      }
-    }),
-    run("keel.activity.failuresOnly", async () => setFilter({ failuresOnly: true })),
-    run("keel.activity.allSteps", async () => setFilter({ failuresOnly: false, unit: undefined, kinds: [] })),
+    ...filterCommands(run, tree, setFilter),
     run("keel.activity.diff", async (item: ActivityItem, path: string) => {
       const mission = feed.mission;
       if (mission === undefined) {
@@ -103,6 +87,32 @@ export function registerActivity(connection: KeelConnection, model: MissionModel
     }),
     run("keel.createMissionFile", async () => openStarter(connection, "mission")),
     run("keel.openConfig", async () => openStarter(connection, "config")),
+  ];
+}
+
+type Runner = ReturnType<typeof commandRunner>["run"];
+
+/** The view title actions: which unit, which kinds, failures only, everything again. */
+function filterCommands(run: Runner, tree: ActivityTreeProvider,
+                        setFilter: (change: Partial<ActivityFilter>) => void): vscode.Disposable[] {
+  return [
+    run("keel.activity.filterUnit", async (unit?: string) => {
+      const chosen = unit ?? (await vscode.window.showQuickPick(["All units", ...tree.feed.units],
+        { placeHolder: "Show the steps of which unit?" }));
+      if (chosen !== undefined) {
+        setFilter({ unit: chosen === "All units" ? undefined : chosen });
+      }
+    }),
+    run("keel.activity.filterKind", async (kinds?: string[]) => {
+      const picks = kinds ?? (await vscode.window.showQuickPick(
+        ACTIVITY_KINDS.map((k) => ({ label: k, picked: tree.filter.kinds.includes(k) })),
+        { canPickMany: true, placeHolder: "Show which kinds of step? (none: all)" }))?.map((p) => p.label);
+      if (picks !== undefined) {
+        setFilter({ kinds: picks });
+      }
+    }),
+    run("keel.activity.failuresOnly", async () => setFilter({ failuresOnly: true })),
+    run("keel.activity.allSteps", async () => setFilter({ failuresOnly: false, unit: undefined, kinds: [] })),
   ];
 }
 

@@ -142,7 +142,8 @@ class _Follower:
 
     def _read(self, views: dict[str, MissionView]) -> list[Any]:
         store = self.server.store()
-        if store is None:
+        if store is None:  # no store yet: every mission that appears is new, from its first step
+            self.started = True
             return []
         txn = store.txn_id()
         if txn == self.seen_txn and set(views) <= set(self.cursors):
