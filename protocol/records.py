@@ -207,6 +207,8 @@ class Evidence(msgspec.Struct, frozen=True, omit_defaults=True):
     unit: str = ""
     summary: str = ""
     data: Any = None
+    lane: str = ""  # with `seq`: the journal entry this evidence belongs to (the activity view joins them)
+    seq: int = 0
 
 
 class Event(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -19,7 +19,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import { checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter } from "./interpreter";
-import { Notifications, type MissionSummary, type ProvidersPayload } from "./protocol";
+import { Notifications, type ActivityChanged, type MissionSummary, type ProvidersPayload } from "./protocol";
 
 const MAX_RESTARTS = 3;
 const RESTART_WINDOW_MS = 3 * 60_000;
@@ -69,6 +69,9 @@ export class KeelConnection implements vscode.Disposable {
   readonly onDidChangeMission = this.changeEmitter.event;
   /** Fires for every `keel/providersChanged` notification. */
   readonly onDidChangeProviders = this.providersEmitter.event;
+  private readonly activityEmitter = new vscode.EventEmitter<ActivityChanged>();
+  /** Fires for every `keel/activityChanged` notification. */
+  readonly onDidChangeActivity = this.activityEmitter.event;
   interpreter: Interpreter | undefined;
   /** The command line of the running server (for the log and the tests). */
   serverCommand: string[] = [];
@@ -157,6 +160,7 @@ export class KeelConnection implements vscode.Disposable {
     const client = new KeelLanguageClient("keel", "keel", options, this.clientOptions());
     client.onNotification(Notifications.missionChanged, (summary: MissionSummary) => this.changeEmitter.fire(summary));
     client.onNotification(Notifications.providersChanged, (p: ProvidersPayload) => this.providersEmitter.fire(p));
+    client.onNotification(Notifications.activityChanged, (a: ActivityChanged) => this.activityEmitter.fire(a));
     try {
       await client.start();
     } catch (err) {

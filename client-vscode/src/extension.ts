@@ -4,6 +4,7 @@
  * Python extension's interpreter changes. Returns a small API that the extension-host tests read.
  */
 import * as vscode from "vscode";
+import { registerActivity, type ActivityApi } from "./activity";
 import { registerCommands } from "./commands";
 import { KeelConnection } from "./connection";
 import { onPythonInterpreterChanged } from "./interpreter";
@@ -23,6 +24,7 @@ export interface KeelApi {
   subagents: SubagentsProvider;
   statusBar: KeelStatusBar;
   providers: ProvidersTreeProvider;
+  activity: Partial<ActivityApi>;
 }
 
 let active: KeelConnection | undefined;
@@ -72,8 +74,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   if (pythonWatch !== undefined) {
     context.subscriptions.push(pythonWatch);
   }
+  const activity: Partial<ActivityApi> = {};
+  context.subscriptions.push(...registerActivity(connection, model, log, activity));
   void connection.start();
-  return { connection, model, missions, restorePoints, subagents, statusBar, providers };
+  return { connection, model, missions, restorePoints, subagents, statusBar, providers, activity };
 }
 
 /** Stop the server before the extension host goes away (VS Code waits for the returned promise). */

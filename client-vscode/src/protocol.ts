@@ -131,6 +131,68 @@ export interface ProvidersPayload {
   configError?: string;
 }
 
+/** One file an activity item changed: content digests (null: no file) and its unified diff. */
+export interface ActivityFileChange {
+  path: string;
+  before?: string | null;
+  after?: string | null;
+  diff?: string;
+}
+
+/** One step of a mission's activity (`keel/activity`, `keel/activityChanged`; docs/lsp.md). */
+export interface ActivityItem {
+  id: string;
+  kind: string;
+  at: number;
+  title: string;
+  unit?: string;
+  lane?: string;
+  seq?: number;
+  status?: string;
+  failed?: boolean;
+  durationMs?: number;
+  model?: string;
+  provider?: string;
+  tokensIn?: number;
+  tokensOut?: number;
+  cost?: number | null;
+  tool?: string;
+  args?: Record<string, unknown> | null;
+  effect?: string;
+  result?: string;
+  files?: ActivityFileChange[];
+  text?: string;
+}
+
+export interface ActivityPage {
+  mission: string;
+  state: MissionState;
+  items: ActivityItem[];
+  cursor: string;
+  more: boolean;
+}
+
+/** `keel/activityChanged`: what one mission recorded since the last notification. */
+export interface ActivityChanged {
+  id: string;
+  state: MissionState;
+  items: ActivityItem[];
+  cursor: string;
+}
+
+/** `keel/activityFile`: both sides of a file change (rebuilt from the diff when `complete` is false). */
+export interface ActivityFile {
+  path: string;
+  before: string;
+  after: string;
+  complete: boolean;
+  existedBefore: boolean;
+  existsAfter: boolean;
+}
+
+export const ACTIVITY_KINDS = ["model", "tool", "verification", "question", "answer", "failover", "restart",
+  "reexecuted", "unit", "state", "control", "note", "step", "error"] as const;
+
 export const Requests = {
   missions: "keel/missions",
   mission: "keel/mission",
@@ -138,6 +200,9 @@ export const Requests = {
   pointChanges: "keel/pointChanges",
   pointFile: "keel/pointFile",
   providers: "keel/providers",
+  activity: "keel/activity",
+  activityFile: "keel/activityFile",
+  starter: "keel/starter",
 } as const;
 
 /** The point name of a mission's sandbox as it is now, in `keel/pointChanges` and `keel/pointFile`. */
@@ -146,6 +211,7 @@ export const SANDBOX = "sandbox";
 export const Notifications = {
   missionChanged: "keel/missionChanged",
   providersChanged: "keel/providersChanged",
+  activityChanged: "keel/activityChanged",
 } as const;
 
 /** Commands the server executes (`workspace/executeCommand`); the palette commands carry the same ids. */

@@ -4,6 +4,36 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from keel.server.commands import bundle, demo, gc, inspect, keys, pause, points, providers, rewind, run, serve, verify
+from keel.server.commands import (
+    bundle,
+    demo,
+    gc,
+    init,
+    inspect,
+    keys,
+    log,
+    pause,
+    points,
+    providers,
+    rewind,
+    run,
+    serve,
+    verify,
+)
 
-VERBS: list[ModuleType] = [run, pause, inspect, points, rewind, demo, verify, bundle, gc, providers, keys, serve]
+VERBS: list[ModuleType] = [
+    run,
+    pause,
+    inspect,
+    log,
+    points,
+    rewind,
+    demo,
+    verify,
+    bundle,
+    gc,
+    providers,
+    keys,
+    serve,
+    init,
+]

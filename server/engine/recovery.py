@@ -12,7 +12,7 @@ import time
 import msgspec
 
 from keel.protocol.agent import ToolRunResult
-from keel.protocol.records import HostInfo, JournalEntry, MissionRecord, Question
+from keel.protocol.records import Evidence, HostInfo, JournalEntry, MissionRecord, Question
 from keel.protocol.states import MissionState, PauseReason, StartDecision
 from keel.storage import Txn, leases
 from keel.storage import missions as m
@@ -56,6 +56,7 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     """Turn the person's answer into the journal entry the unit's agent will receive by replay."""
     lane = question.lane or question.unit
     now = time.time()
+    m.add_evidence(txn, mission_id, _answered(question, text, lane, now))
     if question.kind in ("merge-conflict", "reexecute"):  # the registry acts on it when the unit is recovered
         held = leases.get(txn, mission_id, question.unit)
         if held is not None:
@@ -93,6 +94,19 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
             at=now,
             summary="answered",
         ),
+    )
+
+
+def _answered(question: Question, text: str, lane: str, now: float) -> Evidence:
+    """The question and its answer, kept together for the activity view (the question leaves the record)."""
+    return Evidence(
+        kind="answer",
+        at=now,
+        unit=question.unit,
+        summary=f"{question.text} -> {text}"[:500],
+        data={"question": question.text, "answer": text, "kind": question.kind, "choices": list(question.choices)},
+        lane=lane,
+        seq=question.seq,
     )
 
 

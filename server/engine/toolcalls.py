@@ -107,9 +107,11 @@ class ToolCalls:
         result = await tool.run(ctx, call.args)
         return await self._done(tool, call, step, result)
 
-    async def _done(self, tool: Tool, call: ap.ToolRunParams, step: Step, result: ap.ToolRunResult) -> Any:
+    async def _done(
+        self, tool: Tool, call: ap.ToolRunParams, step: Step, result: ap.ToolRunResult, effect: str = "done"
+    ) -> Any:
         s = self.session
-        evidence = tuple(evidence_for(s.unit_id, call, result))
+        evidence = tuple(evidence_for(s.unit_id, call, result, effect))
         recorded = StepResult(
             msgspec.to_builtins(result), tool_class=tool.klass, summary=_describe(call), evidence=evidence
         )
@@ -126,7 +128,7 @@ class ToolCalls:
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
         if verdict.done is True and verdict.result is not None:
-            return await self._done(tool, call, step, verdict.result)
+            return await self._done(tool, call, step, verdict.result, effect="reconciled")
         if verdict.done is False:
             return await self._finish(tool, ctx, call, step)
         question = Question(
@@ -150,8 +152,9 @@ def _describe(call: ap.ToolRunParams) -> str:
     return f"{call.tool} {str(target)[:80]}".strip()
 
 
-def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) -> list[Evidence]:
-    """Every invocation, each file diff it reports, and each verification (run with verify=true)."""
+def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult, effect: str = "done") -> list[Evidence]:
+    """Every invocation, each file diff it reports, and each verification (run with verify=true).
+    `effect`: "done" (it ran), or "reconciled" (after a crash, the sandbox showed it had happened)."""
     now = time.time()
     out = result.output if isinstance(result.output, dict) else {}
     items = [
@@ -160,7 +163,13 @@ def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) ->
             at=now,
             unit=unit,
             summary=f"{_describe(call)}: {'ok' if result.ok else 'failed'}",
-            data={"tool": call.tool, "args": _short(call.args), "ok": result.ok, "error": result.error},
+            data={
+                "tool": call.tool,
+                "args": _short(call.args),
+                "ok": result.ok,
+                "error": result.error,
+                "effect": effect,
+            },
         )
     ]
     diff = out.get("diff")
@@ -171,7 +180,12 @@ def evidence_for(unit: str, call: ap.ToolRunParams, result: ap.ToolRunResult) ->
                 at=now,
                 unit=unit,
                 summary=f"{out.get('path', call.args.get('path', ''))}",
-                data={"path": out.get("path", call.args.get("path", "")), "diff": diff},
+                data={
+                    "path": out.get("path", call.args.get("path", "")),
+                    "diff": diff,
+                    "before": out.get("before"),  # blob digests of the file's content (write_file)
+                    "after": out.get("after"),
+                },
             )
         )
     if call.args.get("verify"):

@@ -293,7 +293,7 @@ class UnitSession:
             leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here
             m.journal_put(txn, mission_id, self.lane, entry)
             for item in result.evidence:
-                m.add_evidence(txn, mission_id, item)
+                m.add_evidence(txn, mission_id, msgspec.structs.replace(item, lane=self.lane, seq=step.seq))
             if result.extra is not None:
                 result.extra(txn)
 

@@ -39,6 +39,7 @@ class MissionHub:
         self.loaded = False  # the first picture of the store (or of its absence) is in
         self._listeners: list[Listener] = []
         self._waiting: list[tuple[str, Condition, asyncio.Future[None]]] = []
+        self.on_look: list[Callable[[dict[str, MissionView]], None]] = []  # after every look at the store
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -46,6 +47,11 @@ class MissionHub:
     def apply(self, views: dict[str, MissionView]) -> None:
         for mid, view in views.items():
             self._publish(msgspec.structs.replace(view, stranded=mid in self.stranded))
+        for look in self.on_look:
+            try:
+                look(views)
+            except Exception:
+                log.exception("store listener %s failed", getattr(look, "__qualname__", look))
         self.loaded = True
 
     async def until(self, mission_id: str, condition: Condition, within: float) -> bool:

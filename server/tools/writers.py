@@ -170,6 +170,8 @@ class WriteFile:
                 "created": intent["before"] is None,
                 "bytes": intent["bytes"],
                 "diff": intent["diff"],
+                "before": intent["before"],  # content digests: the activity view shows both sides of the change
+                "after": intent["after"],
             },
         )
 

@@ -10,6 +10,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { activity, welcome } from "./activity.mjs";
 
 const config = JSON.parse(process.argv[2]);
 const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -30,7 +31,9 @@ async function main() {
     page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
     await page.goto(config.url, { waitUntil: "domcontentloaded" });
     await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
-    return config.mode === "exthost" ? await extensionHost() : await ui(page);
+    const helpers = { config, shot, waitUntil, steps, sleep, startFromPalette };
+    const modes = { exthost: extensionHost, ui, activity: (p) => activity(p, helpers), welcome: (p) => welcome(p, helpers) };
+    return await modes[config.mode](page);
   } finally {
     await browser.close();
   }
@@ -85,6 +88,22 @@ async function inlineActions(page, text) {
   return row.locator(".actions .action-label").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label")));
 }
 
+/** keel: Start Mission… from the command palette, picking config.missionFile; returns the picked row's text. */
+async function startFromPalette(page) {
+  await page.keyboard.press("F1");
+  const palette = page.locator(".quick-input-widget input").first();
+  await palette.waitFor({ state: "visible", timeout: 10_000 });
+  await palette.fill(">keel: Start Mission");
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 10_000 });
+  await palette.press("Enter");
+  const fileRow = page.locator(".quick-input-list .monaco-list-row", { hasText: config.missionFile }).first();
+  await fileRow.waitFor({ timeout: 10_000 });
+  const picked = (await fileRow.innerText()).trim();
+  await palette.press("Enter");
+  steps.push({ step: "started from the palette", ms: Date.now() - started });
+  return picked;
+}
+
 async function shot(page, name) {
   const file = join(config.shots, `${name}.png`);
   await page.screenshot({ path: file });
@@ -99,17 +118,7 @@ async function ui(page) {
   const keel = page.locator('.activitybar .action-item a[aria-label^="keel"]').first();
   await keel.waitFor({ timeout: 30_000 });
   await keel.click();
-  await page.keyboard.press("F1");
-  const palette = page.locator(".quick-input-widget input").first();
-  await palette.waitFor({ state: "visible", timeout: 10_000 });
-  await palette.fill(">keel: Start Mission");
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 10_000 });
-  await palette.press("Enter");
-  const fileRow = page.locator(".quick-input-list .monaco-list-row", { hasText: config.missionFile }).first();
-  await fileRow.waitFor({ timeout: 10_000 });
-  seen.missionFilePick = (await fileRow.innerText()).trim();
-  await palette.press("Enter");
-  steps.push({ step: "started from the palette", ms: Date.now() - started });
+  seen.missionFilePick = await startFromPalette(page);
   seen.runningRow = await waitUntil(page, "the mission row shows running",
     async () => { const r = await missionRow(page); return /running/.test(r) ? r : ""; });
   seen.unitRows = await waitUntil(page, "unit rows under the mission", async () => {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from keel.server.lsp.features import (
+    activity,
     control,
     missions,
     notices,
@@ -17,6 +18,7 @@ from keel.server.lsp.features import (
     providers,
     questions,
     rewind,
+    starters,
     subagents,
     supervision,
 )
@@ -31,4 +33,6 @@ FEATURES: list[ModuleType] = [
     supervision,
     subagents,
     providers,
+    activity,
+    starters,
 ]

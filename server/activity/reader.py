@@ -1,0 +1,303 @@
+"""Reading a mission's activity in order, a page at a time, in one short read transaction per page.
+
+Sources: every journal lane of the mission (one per unit, and `unit#epoch` after a restore), the
+evidence, event and control logs. Each is read past its own position and the sources are merged by time
+(each keeps its own order), so the cursor — every source's position, plus the intents still waiting for
+their result — always marks a prefix of what was read. An intent is shown as soon as it is recorded and
+again (same id) when its result is. Entries a restore copied into a new lane are not shown twice.
+Depends on storage and protocol only.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import msgspec
+
+from keel.protocol.errors import KeelError, NotFoundError
+from keel.protocol.records import Evidence, JournalEntry, MissionRecord
+from keel.server.activity.items import (
+    KINDS,
+    ActivityItem,
+    Prices,
+    control_item,
+    event_item,
+    evidence_item,
+    journal_item,
+    unit_of,
+)
+from keel.storage import DB, Store, Txn
+from keel.storage import missions as m
+from keel.storage.keys import SEQ_BYTES, mission_prefix, unit_prefix
+
+DEFAULT_LIMIT = 200
+MAX_LIMIT = 2000
+
+
+class ActivityError(KeelError):
+    """A bad activity request (cursor, kind, limit), named plainly."""
+
+
+@dataclass
+class Cursor:
+    lanes: dict[str, int] = field(default_factory=dict)
+    open: set[tuple[str, int]] = field(default_factory=set)  # intents shown, results not yet
+    evidence: int = 0
+    events: int = 0
+    control: int = 0
+
+    def encode(self) -> str:
+        data = {
+            "j": self.lanes,
+            "o": sorted(self.open),
+            "v": self.evidence,
+            "e": self.events,
+            "c": self.control,
+        }
+        return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        if not text:
+            return cls()
+        try:
+            data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+            return cls(
+                lanes={str(k): int(v) for k, v in data["j"].items()},
+                open={(str(lane), int(seq)) for lane, seq in data["o"]},
+                evidence=int(data["v"]),
+                events=int(data["e"]),
+                control=int(data["c"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ActivityError(f"activity cursor {text[:40]!r} is not one keel gave out") from None
+
+
+@dataclass(frozen=True)
+class Filter:
+    unit: str = ""
+    kinds: frozenset[str] = frozenset()
+    failures_only: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.kinds - set(KINDS))
+        if unknown:
+            raise ActivityError(f"unknown activity kind {', '.join(unknown)} (known: {', '.join(KINDS)})")
+
+    def accepts(self, item: ActivityItem) -> bool:
+        return (
+            (not self.unit or item.unit == self.unit)
+            and (not self.kinds or item.kind in self.kinds)
+            and (item.failed or not self.failures_only)
+        )
+
+
+class ActivityPage(msgspec.Struct, frozen=True, rename="camel"):
+    mission: str
+    state: str
+    items: tuple[ActivityItem, ...]
+    cursor: str  # pass it back to get what comes after
+    more: bool  # more items are recorded already (ask again at once)
+
+
+def read_page(
+    store: Store,
+    mission: str,
+    *,
+    cursor: str = "",
+    limit: int = DEFAULT_LIMIT,
+    filter: Filter = Filter(),
+    prices: Prices | None = None,
+) -> ActivityPage:
+    if not isinstance(limit, int) or not 0 < limit <= MAX_LIMIT:
+        raise ActivityError(f"activity limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}")
+    start = Cursor.decode(cursor)
+    return store.read(lambda txn: page_txn(txn, mission, start, limit, filter, prices))
+
+
+def page_txn(txn: Txn, mission: str, cur: Cursor, limit: int, filter: Filter, prices: Prices | None) -> ActivityPage:
+    mid = m.resolve_mission_id(txn, mission)
+    record = m.get_mission(txn, mid)
+    if filter.unit and not _unit_known(txn, record, filter.unit):
+        raise NotFoundError(f"mission {mid} has no unit {filter.unit!r}")
+    items: list[ActivityItem] = []
+    more = False
+    for _, _, source, position, item in _merged(txn, record, cur, prices):
+        if item is not None and filter.accepts(item):
+            if len(items) >= limit:
+                more = True
+                break
+            items.append(item)
+        _advance(cur, source, position, item)
+    return ActivityPage(mission=mid, state=record.state.value, items=tuple(items), cursor=cur.encode(), more=more)
+
+
+def end_cursor(store: Store, mission: str) -> str:
+    """A cursor past everything recorded so far (a follower that wants only what comes next)."""
+
+    def read(txn: Txn) -> str:
+        mid = m.resolve_mission_id(txn, mission)
+        prefix = mission_prefix(mid)
+        cur = Cursor(
+            evidence=txn.last_seq(DB.EVIDENCE, prefix),
+            events=txn.last_seq(DB.EVENTS, prefix),
+            control=txn.last_seq(DB.CONTROL, prefix),
+        )
+        for lane in lanes(txn, mid):
+            last = txn.last_seq(DB.JOURNAL, unit_prefix(mid, lane))
+            cur.lanes[lane] = last
+            entry = m.journal_get(txn, mid, lane, last)
+            if entry is not None and entry.phase == "intent":
+                cur.open.add((lane, last))
+        return cur.encode()
+
+    return store.read(read)
+
+
+def lanes(txn: Txn, mission_id: str) -> list[str]:
+    """Every journal lane of the mission, jumping from one lane's keys to the next."""
+    prefix = mission_prefix(mission_id)
+    found: list[str] = []
+    start: bytes | None = None
+    while True:
+        key = next((k for k, _ in txn.scan_raw(DB.JOURNAL, prefix, start=start)), None)
+        if key is None or len(key) < len(prefix) + SEQ_BYTES + 1:
+            return found
+        name = key[len(prefix) : -(SEQ_BYTES + 1)]
+        found.append(name.decode())
+        start = prefix + name + b"\x01"  # past every key of this lane (`name NUL seq`)
+
+
+# -- merging the sources --------------------------------------------------------------------------------
+Row = tuple[float, int, str, int, "ActivityItem | None"]  # (at, tie, source, position, item)
+
+
+def _merged(txn: Txn, record: MissionRecord, cur: Cursor, prices: Prices | None) -> Iterator[Row]:
+    mid = record.id
+    all_lanes = lanes(txn, mid)
+    fresh = {lane: list(_entries_after(txn, mid, lane, cur.lanes.get(lane, 0))) for lane in all_lanes}
+    evidence = list(m.evidence_after(txn, mid, cur.evidence))
+    linked: dict[tuple[str, int], list[Evidence]] = {}
+    for _, item in evidence:
+        if item.lane:
+            linked.setdefault((item.lane, item.seq), []).append(item)
+    sources: list[Iterable[Row]] = []
+    for n, lane in enumerate(all_lanes):
+        sources.append([_journal_row(txn, record, lane, e, linked, prices, n) for e in fresh[lane]])
+    sources.append(_reopened(txn, record, cur, linked, prices))
+    entry_at = {(lane, e.seq): e.at for lane in all_lanes for e in fresh[lane]}
+    sources.append(  # evidence of a journal entry right after it (it is recorded with it)
+        (entry_at.get((ev.lane, ev.seq), ev.at), 1_000_000, "v", seq, evidence_item(seq, ev))
+        for seq, ev in evidence
+        if not _folded(ev)
+    )
+    sources.append(_events(txn, record, cur.events))
+    sources.append(
+        (c.at, 1_000_002, "c", seq, control_item(seq, c)) for seq, c in m.controls_after(txn, mid, cur.control)
+    )
+    return heapq.merge(*sources, key=lambda row: (row[0], row[1]))
+
+
+def _folded(item: Evidence) -> bool:
+    """Evidence shown as part of its journal entry's item."""
+    return (
+        bool(item.lane)
+        and item.kind not in ("verification", "failover", "reexecuted", "merge-conflict")
+        and not (item.kind == "answer" and isinstance(item.data, dict) and item.data.get("kind") != "human/ask")
+    )
+
+
+def _entries_after(txn: Txn, mid: str, lane: str, after: int) -> Iterator[JournalEntry]:
+    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mid, lane), JournalEntry, after=after):
+        yield entry
+
+
+def _journal_row(
+    txn: Txn,
+    record: MissionRecord,
+    lane: str,
+    entry: JournalEntry,
+    linked: dict[tuple[str, int], list[Evidence]],
+    prices: Prices | None,
+    tie: int,
+) -> Row:
+    source = f"j:{lane}"
+    if _copy_of_earlier_lane(txn, record.id, lane, entry):
+        return entry.at, tie, source, entry.seq, None
+    copied = bool(record.forked_from) and entry.at < record.created_at
+    item = journal_item(entry, lane, linked.get((lane, entry.seq), []), copied=copied, prices=prices)
+    return entry.at, tie, source, entry.seq, item
+
+
+def _copy_of_earlier_lane(txn: Txn, mid: str, lane: str, entry: JournalEntry) -> bool:
+    """A restore gives an unfinished unit a new lane holding copies of its entries up to the point."""
+    unit, _, epoch = lane.partition("#")
+    if not epoch.isdigit():
+        return False
+    for earlier in [unit] + [f"{unit}#{e}" for e in range(1, int(epoch))]:
+        if m.journal_get(txn, mid, earlier, entry.seq) == entry:
+            return True
+    return False
+
+
+def _reopened(
+    txn: Txn, record: MissionRecord, cur: Cursor, linked: dict[tuple[str, int], list[Evidence]], prices: Prices | None
+) -> list[Row]:
+    """Intents shown earlier whose result is recorded now: shown again, with the same id."""
+    rows: list[Row] = []
+    for lane, seq in sorted(cur.open):
+        entry = m.journal_get(txn, record.id, lane, seq)
+        if entry is None or entry.phase == "intent":
+            continue
+        item = journal_item(entry, lane, linked.get((lane, seq), []), copied=False, prices=prices)
+        rows.append((entry.at, 999_999, f"o:{lane}:{seq}", seq, item))
+    rows.sort(key=lambda row: row[0])
+    return rows
+
+
+def _events(txn: Txn, record: MissionRecord, after: int) -> Iterator[Row]:
+    events = list(m.events_after(txn, record.id, after))
+    last_wait = max((seq for seq, e in events if e.kind == "state" and e.state == "waiting_input"), default=0)
+    for seq, event in events:
+        question = record.question.text if record.question is not None and seq == last_wait else ""
+        replayed = 0
+        if event.kind == "unit" and event.state == "running" and event.unit:
+            replayed = _steps_before(txn, record.id, event.unit, event.at)
+        yield event.at, 1_000_001, "e", seq, event_item(seq, event, question=question, replayed=replayed)
+
+
+def _steps_before(txn: Txn, mid: str, unit: str, at: float) -> int:
+    """How many entries the unit's newest lane holds from before `at`: what a start at `at` replays."""
+    names = [lane for lane in lanes(txn, mid) if unit_of(lane) == unit]
+    if not names:
+        return 0
+    newest = max(names, key=lambda lane: int(lane.partition("#")[2] or 0))
+    return sum(1 for e in m.journal_entries(txn, mid, newest) if e.at < at and e.phase == "done")
+
+
+def _advance(cur: Cursor, source: str, position: int, item: ActivityItem | None) -> None:
+    if source.startswith("j:"):
+        lane = source[2:]
+        cur.lanes[lane] = position
+        if item is not None and item.effect == "intent only":
+            cur.open.add((lane, position))
+    elif source.startswith("o:"):
+        lane, _, seq = source[2:].rpartition(":")
+        cur.open.discard((lane, int(seq)))
+    elif source == "v":
+        cur.evidence = position
+    elif source == "e":
+        cur.events = position
+    elif source == "c":
+        cur.control = position
+
+
+def _unit_known(txn: Txn, record: MissionRecord, unit: str) -> bool:
+    if any(u.id == unit for u in record.spec.units):
+        return True
+    manifest = m.head_checkpoint(txn, record.id)
+    return manifest is not None and unit in manifest.units
