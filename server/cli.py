@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
-from keel.server.commands import VERBS
+from keel.server.commands import VERBS, help_of, module_of
 from keel.server.exits import Exit, exit_for
 
 
@@ -23,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(Exit.USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for `argv`: every verb is listed, and only the verb named in argv (if any) is built in full,
+    importing its module; the others are placeholders that carry their help."""
     parser = _Parser(prog="keel", description="keel — a durable runtime for long-running coding-agent missions.")
     parser.add_argument("--version", action="version", version=f"keel {__version__}")
     common = argparse.ArgumentParser(add_help=False)
@@ -31,13 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print data as JSON")
     common.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    for verb in VERBS:
-        verb.add_parser(sub, common)
+    chosen = next((arg for arg in argv if arg in VERBS), None)
+    group = VERBS[chosen].module if chosen else None
+    for name, verb in VERBS.items():
+        if verb.module != group:
+            sub.add_parser(name, help=help_of(name), add_help=False)
+    if chosen:
+        module_of(chosen).add_parser(sub, common)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()

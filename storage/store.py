@@ -318,7 +318,7 @@ class Store:
                 txn.abort()
                 raise
 
-    def _begin(self, write: bool) -> lmdb.Transaction:
+    def _begin(self, write: bool) -> lmdb.Transaction[bytes]:
         reopened = False
         for _ in range(_RESIZE_RETRIES):
             try:

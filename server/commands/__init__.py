@@ -1,39 +1,55 @@
-"""CLI verbs, one module each; every module exposes `add_parser(sub, common)` and the handler it binds."""
+"""CLI verbs: this table, and one module per group of verbs in this folder.
+
+The table is all that `keel --help` needs. A verb's module (which may pull in the engine, the providers'
+HTTP client and keyring, or pygls) is imported only when that verb is parsed or run, so the command line
+starts fast. Each module exposes `add_parser(sub, common)`, which adds its verbs with `HELP` from here.
+Imports nothing but the standard library.
+"""
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
+from typing import NamedTuple
 
-from keel.server.commands import (
-    bundle,
-    demo,
-    gc,
-    init,
-    inspect,
-    keys,
-    log,
-    pause,
-    points,
-    providers,
-    rewind,
-    run,
-    serve,
-    verify,
-)
 
-VERBS: list[ModuleType] = [
-    run,
-    pause,
-    inspect,
-    log,
-    points,
-    rewind,
-    demo,
-    verify,
-    bundle,
-    gc,
-    providers,
-    keys,
-    serve,
-    init,
-]
+class Verb(NamedTuple):
+    module: str  # under keel.server.commands
+    help: str
+
+
+VERBS: dict[str, Verb] = {
+    "run": Verb("run", "start a mission from a mission file"),
+    "resume": Verb("run", "continue a paused or interrupted mission"),
+    "pause": Verb("pause", "pause a running mission at a consistent point"),
+    "answer": Verb("pause", "answer the question a mission waits on"),
+    "missions": Verb("inspect", "list missions"),
+    "status": Verb("inspect", "show one mission, or all"),
+    "points": Verb("points", "list a mission's restore points"),
+    "restore": Verb("points", "rewind a mission to a restore point (a new checkpoint)"),
+    "fork": Verb("rewind", "make a new mission from a restore point (the original stays)"),
+    "diff": Verb("rewind", "what changed in the sandbox between two restore points"),
+    "apply": Verb("rewind", "bring a mission's result into your working tree as uncommitted changes"),
+    "demo": Verb("demo", "show a mission surviving a SIGKILL (offline, < 1 min)"),
+    "verify": Verb("verify", "check every record of the store"),
+    "export": Verb("bundle", "write a mission and its sandbox changes to one bundle file"),
+    "import": Verb("bundle", "verify a bundle and add its mission to this store"),
+    "gc": Verb(
+        "gc",
+        "remove blobs and records that no restore point or HEAD reaches, and the sandboxe"
+        "s and branches of finished units",
+    ),
+    "providers": Verb("providers", "show providers, endpoints and their health"),
+    "key": Verb("keys", "store or delete a provider's API key in the OS keyring"),
+    "serve": Verb("serve", "run the language server on stdio (LSP)"),
+    "log": Verb("log", "show what a mission's agents did, step by step"),
+    "init": Verb("init", "write a starter .keel/config.toml and mission.toml"),
+}
+
+
+def help_of(verb: str) -> str:
+    return VERBS[verb].help
+
+
+def module_of(verb: str) -> ModuleType:
+    return importlib.import_module(f"keel.server.commands.{VERBS[verb].module}")

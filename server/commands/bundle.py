@@ -19,6 +19,7 @@ import msgspec
 
 from keel.protocol.states import TERMINAL_MISSION_STATES
 from keel.server import sandboxcopy, signing
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import merge, places, registry
 from keel.server.engine.control import host_alive
@@ -30,7 +31,7 @@ from keel.storage.location import prepare_keel_dir
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("export", parents=[common], help="write a mission and its sandbox changes to one bundle file")
+    p = sub.add_parser("export", parents=[common], help=help_of("export"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="bundle file to write")
     p.add_argument(
@@ -40,7 +41,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help="commit the sandbox changes are relative to (default: where the sandbox branched off)",
     )
     p.set_defaults(run=run_export)
-    p = sub.add_parser("import", parents=[common], help="verify a bundle and add its mission to this store")
+    p = sub.add_parser("import", parents=[common], help=help_of("import"))
     p.add_argument("file", help="bundle file")
     p.add_argument(
         "--workspace",

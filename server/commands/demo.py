@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.engine.demo import run_demo
 
 
@@ -14,7 +15,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "demo",
         parents=[common],
-        help="show a mission surviving a SIGKILL (offline, < 1 min)",
+        help=help_of("demo"),
         description="Runs in a temporary folder. With --store DIR the mission is recorded in DIR "
         "and the sample repository is kept, to look at afterwards.",
     )

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import unitgc
 from keel.server.exits import Exit
@@ -26,8 +27,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "gc",
         parents=[common],
-        help="remove blobs and records that no restore point or HEAD reaches, "
-        "and the sandboxes and branches of finished units",
+        help=help_of("gc"),
     )
     p.add_argument(
         "--keep-last",

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.exits import Exit
 from keel.server.templates import STARTERS, StarterExistsError, write_starter
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("init", parents=[common], help="write a starter .keel/config.toml and mission.toml")
+    p = sub.add_parser("init", parents=[common], help=help_of("init"))
     p.add_argument("folder", nargs="?", default=".", help="the workspace (default: the current folder)")
     p.set_defaults(run=run_init)
 

@@ -6,6 +6,7 @@ import argparse
 import time
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_exists
 from keel.server.engine.control import unit_states
 from keel.server.exits import Exit
@@ -14,9 +15,9 @@ from keel.storage import missions as m
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("missions", parents=[common], help="list missions")
+    p = sub.add_parser("missions", parents=[common], help=help_of("missions"))
     p.set_defaults(run=run_missions)
-    p = sub.add_parser("status", parents=[common], help="show one mission, or all")
+    p = sub.add_parser("status", parents=[common], help=help_of("status"))
     p.add_argument("id", nargs="?", help="mission id (or a unique prefix)")
     p.set_defaults(run=run_status)
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.commands import help_of
 from keel.server.exits import Exit
 from keel.server.providers.secrets import SERVICE, KeyringSecrets
 from keel.server.signing import set_signing_key
@@ -24,7 +25,7 @@ class KeyUsageError(KeelError):
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("key", parents=[common], help="store or delete a provider's API key in the OS keyring")
+    p = sub.add_parser("key", parents=[common], help=help_of("key"))
     verbs = p.add_subparsers(dest="key_verb", metavar="set|delete", required=True)
     s = verbs.add_parser("set", parents=[common], help="store PROVIDER's key (prompted without echo)")
     s.add_argument("provider", nargs="?", help="the provider name from [[providers]] name = ...")

@@ -19,6 +19,7 @@ import msgspec
 from keel.server.activity.items import KINDS, ActivityItem
 from keel.server.activity.pricing import configured_prices
 from keel.server.activity.reader import Filter, read_page
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store
 from keel.server.exits import Exit
 from keel.storage import missions as m
@@ -28,7 +29,7 @@ FOLLOW_POLL_S = 0.2
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("log", parents=[common], help="show what a mission's agents did, step by step")
+    p = sub.add_parser("log", parents=[common], help=help_of("log"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("--unit", metavar="U", default="", help="only this unit's steps")
     p.add_argument("--kind", metavar="K", action="append", choices=KINDS, help="only steps of this kind (repeatable)")

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from keel.protocol.states import MissionState
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import control
 from keel.server.exits import Exit
@@ -14,13 +15,13 @@ from keel.storage import missions as m
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("pause", parents=[common], help="pause a running mission at a consistent point")
+    p = sub.add_parser("pause", parents=[common], help=help_of("pause"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS", help="wait up to this long until the mission is paused"
     )
     p.set_defaults(run=run_pause)
-    p = sub.add_parser("answer", parents=[common], help="answer the question a mission waits on")
+    p = sub.add_parser("answer", parents=[common], help=help_of("answer"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("text", help="the answer")
     p.add_argument("--no-resume", action="store_true", help="record the answer but do not resume")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
@@ -18,10 +19,10 @@ from keel.storage import missions as m
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("points", parents=[common], help="list a mission's restore points")
+    p = sub.add_parser("points", parents=[common], help=help_of("points"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.set_defaults(run=run_points)
-    p = sub.add_parser("restore", parents=[common], help="rewind a mission to a restore point (a new checkpoint)")
+    p = sub.add_parser("restore", parents=[common], help=help_of("restore"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
     p.add_argument(

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.commands.common import print_json, store_path
 from keel.server.exits import Exit
 from keel.server.providers.config import load_provider_config
@@ -22,7 +23,7 @@ from keel.storage import Store
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("providers", parents=[common], help="show providers, endpoints and their health")
+    p = sub.add_parser("providers", parents=[common], help=help_of("providers"))
     p.add_argument("--workspace", metavar="DIR", help="workspace whose .keel/config.toml to read (default: .)")
     p.set_defaults(run=run)
 

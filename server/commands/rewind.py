@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any
 
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.points import mission_lock
 from keel.server.engine import trees
@@ -21,18 +22,16 @@ from keel.storage import missions as m
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("fork", parents=[common], help="make a new mission from a restore point (the original stays)")
+    p = sub.add_parser("fork", parents=[common], help=help_of("fork"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
     p.set_defaults(run=run_fork)
-    p = sub.add_parser("diff", parents=[common], help="what changed in the sandbox between two restore points")
+    p = sub.add_parser("diff", parents=[common], help=help_of("diff"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
     p.add_argument("point2", nargs="?", default="", help="second point (default: the sandbox as it is now)")
     p.set_defaults(run=run_diff)
-    p = sub.add_parser(
-        "apply", parents=[common], help="bring a mission's result into your working tree as uncommitted changes"
-    )
+    p = sub.add_parser("apply", parents=[common], help=help_of("apply"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument(
         "--branch",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.protocol.states import MissionState, PauseReason
+from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.server.engine.host import run_host_blocking
@@ -23,11 +24,11 @@ from keel.storage.location import prepare_keel_dir
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="start a mission from a mission file")
+    p = sub.add_parser("run", parents=[common], help=help_of("run"))
     p.add_argument("file", help="mission file (TOML)")
     _host_flags(p)
     p.set_defaults(run=run_mission)
-    p = sub.add_parser("resume", parents=[common], help="continue a paused or interrupted mission")
+    p = sub.add_parser("resume", parents=[common], help=help_of("resume"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     _host_flags(p)
     p.set_defaults(run=resume_mission)

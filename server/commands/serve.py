@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from keel.server.commands import help_of
+from keel.server.lsp.app import serve
+
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("serve", parents=[common], help="run the language server on stdio (LSP)")
+    p = sub.add_parser("serve", parents=[common], help=help_of("serve"))
     p.add_argument("--log-file", metavar="FILE", help="write the server's log here instead of stderr")
     p.add_argument("--verbose", action="store_true", help="log debug details (including pygls)")
     p.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
@@ -15,6 +18,4 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keel.server.lsp.app import serve  # pygls loads only for this verb
-
     return serve(args.store, args.log_file, args.verbose)

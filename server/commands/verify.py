@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.server.commands import help_of
 from keel.server.commands.common import print_json, require_store
 from keel.server.exits import Exit
 from keel.storage import Store
@@ -31,7 +32,7 @@ _CHILD = "import sys; from keel.server.commands.verify import child_main; sys.ex
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("verify", parents=[common], help="check every record of the store")
+    p = sub.add_parser("verify", parents=[common], help=help_of("verify"))
     p.add_argument(
         "--timeout",
         type=float,
