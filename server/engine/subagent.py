@@ -43,7 +43,10 @@ from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
 EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE, EXIT_DISK_FULL = 70, 71, 72, 73
-GRACE_S = 1.0
+# a worker that finds its lease lost waits this long before it exits, so that a completion its agent already
+# sent is still tried and its rejection recorded (lease/rejected); a fenced worker can make no effect meanwhile:
+# the host no longer answers it and every journal write of its epoch is refused
+GRACE_S = 5.0
 
 
 class Worker:

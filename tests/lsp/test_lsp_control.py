@@ -12,7 +12,7 @@ import time
 
 from lsprotocol import types
 
-from tests.lsp.conftest import Env, edit_elsewhere
+from tests.lsp.conftest import OPTIONS, Env, edit_elsewhere
 from tests.lsp.conftest import until as _until
 
 SLOW = [{"sleep": 0.25}] * 40  # ~10 s of work: long enough to pause, kill or watch
@@ -145,6 +145,25 @@ async def test_dead_host_is_restarted(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     logs = [m.message for m in env.client.log_messages]
     assert any("host is gone while running; restarting it (attempt 1 of 3)" in line for line in logs), logs
+
+
+async def test_a_stopped_host_is_slow_not_dead_and_is_never_replaced(env: Env) -> None:
+    """A host frozen by SIGSTOP (a laptop under load, a debugger) still holds its host lock: supervision
+    waits for it however long it takes (here 10x its grace), and the mission finishes on that same host."""
+    steps = [{"now": True}, {"sleep": 0.2}] * 8
+    mid = (await env.command("keel.startMission", env.write_mission("frozen", [{"id": "a", "steps": steps}])))["id"]
+    running = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running" and c.get("host"))
+    pid = running["host"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(10 * OPTIONS["graceMs"] / 1000)
+        logs = [m.message for m in env.client.log_messages]
+        assert not any("restarting it" in line for line in logs), logs
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    done = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed", within=60)
+    assert not any(f"[{mid}] host is gone" in m.message for m in env.client.log_messages)
+    assert done["id"] == mid
 
 
 async def test_stranded_mission_is_flagged(env: Env) -> None:

@@ -87,7 +87,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
         assert winner is not None and winner.epoch > zombie.epoch and winner.pid != zombie.pid
         assert alive(zombie.pid), "the host must fence the old worker, not rely on killing it"
         os.kill(zombie.pid, signal.SIGCONT)  # its agent answered unit/run meanwhile: it tries to complete
-        wait_gone(zombie.pid, timeout=5)
+        wait_gone(zombie.pid, timeout=15)
         host.communicate(timeout=30)
         assert host.returncode == 0
     finally:

@@ -7,14 +7,21 @@ probes and resumes by itself when a provider answers. A person's pause is never 
 recorded for an offline mission that its host did not act on before it died is applied instead
 (`offline.honour_pause`: the mission becomes paused) and no host is started.
 
-Each mission has a small state machine, driven by a tick every half second over the hub's views
-(a host can die without writing to the store, so changes alone would not notice it):
+Each mission has a small state machine, driven by a tick every 0.1 s over the hub's views (a host can die
+without writing to the store, so changes alone would not notice it). Each tick checks the host of a mission
+that needs one directly (its pid, and whether anyone holds its host lock: two cheap system calls), not the
+watcher's last picture, so a SIGKILLed host is replaced within a few tenths of a second:
 
     WATCHING → SUSPECT (running, no live host) → RESTARTING → BACKOFF → (host alive) WATCHING
                                                               BACKOFF → (attempts spent) STRANDED
 A live host (or a mission that stopped running) returns any state to WATCHING. An answered question whose
 host had already left counts as running: the restart applies the answer. A mission is "dead" only
-when neither its recorded host is alive nor its host lock is held, for longer than a grace period.
+when neither its recorded host is alive nor its host lock is held, for longer than a short grace period.
+A host that is merely slow (stopped, swapping, stuck in a long step) still holds its lock and is never
+replaced. Before a restart the mission is read again from the store: a host that stopped on its own (a
+pause, a question) has already recorded that, and the restart is dropped, so a person's pause is never
+undone by a stale picture. The restart spawns the host itself (`control.spawn_host`): no child process in
+between.
 """
 
 from __future__ import annotations
@@ -29,17 +36,16 @@ from lsprotocol import types
 
 from keel.protocol.errors import KeelError
 from keel.protocol.states import MissionState
-from keel.server.engine import offline, places
+from keel.server.engine import control, offline, places
 from keel.server.engine.hostlock import HostLock
-from keel.server.lsp import enginecall
 from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import Txn
 from keel.storage import missions as m
 
 log = logging.getLogger(__name__)
-TICK_S = 0.5
-GRACE_S = 2.0
+TICK_S = 0.1
+GRACE_S = 0.3
 BACKOFF_S = 1.0
 MAX_RESTARTS = 3
 SUPERVISED_STATES = frozenset({MissionState.RUNNING, MissionState.PAUSING})
@@ -85,7 +91,7 @@ class HostWatch:
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
     def step(self, view: MissionView, now: float) -> None:
-        dead = _needs_host(view) and not view.host_alive and not self._locked()
+        dead = _needs_host(view) and not control.host_alive(view.record) and not self._locked()
         if not dead:
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
@@ -97,7 +103,7 @@ class HostWatch:
         if self.phase is P.WATCHING:
             self._set_state(P.SUSPECT)
         elif self.phase is P.SUSPECT and waited >= self.grace_s:
-            self._restart(view.record.state)
+            self._restart(view)
         elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
             if self.attempts >= MAX_RESTARTS:
                 self._set_state(P.STRANDED)
@@ -109,19 +115,20 @@ class HostWatch:
                     types.MessageType.Error,
                 )
             else:
-                self._restart(view.record.state)
+                self._restart(view)
 
     def _locked(self) -> bool:
         lock = HostLock(places.lock_path(self.server.store_path, self.mission_id), self.mission_id)
         return lock.held_elsewhere()
 
-    def _restart(self, state: MissionState) -> None:
+    def _restart(self, view: MissionView) -> None:
         self._set_state(P.RESTARTING)
         self.attempts += 1
-        self.server.spawn(self._resume(state), f"restarting mission {self.mission_id}'s host")
+        self.server.spawn(self._resume(view), f"restarting mission {self.mission_id}'s host")
 
-    async def _resume(self, state: MissionState) -> None:
-        if state == MissionState.OFFLINE and await self._paused_while_offline():
+    async def _resume(self, view: MissionView) -> None:
+        state = view.record.state
+        if not await self._still_dead(view) or (state == MissionState.OFFLINE and await self._paused_while_offline()):
             self.attempts = 0
             self._set_state(P.WATCHING)
             return
@@ -131,12 +138,20 @@ class HostWatch:
             types.MessageType.Info,
         )
         try:
-            await self.server.blocking(enginecall.call, self.server.store_path, "resume", self.mission_id)
-        except KeelError as exc:
-            self.last_error = exc.message
-            self.server.log_line(f"[{self.mission_id}] restart failed: {exc.message}", types.MessageType.Warning)
+            await self.server.blocking(control.spawn_host, self.server.store_path, self.mission_id)
+        except (KeelError, OSError) as exc:
+            self.last_error = exc.message if isinstance(exc, KeelError) else str(exc)
+            self.server.log_line(f"[{self.mission_id}] restart failed: {self.last_error}", types.MessageType.Warning)
         finally:
             self._set_state(P.BACKOFF)
+
+    async def _still_dead(self, view: MissionView) -> bool:
+        """The mission as the store has it now still needs the host that is gone: same state, same recorded
+        host, nobody holding its lock. Anything else (it stopped on its own, another host took it) wins."""
+        store = self.server.require_store()
+        record = await self.server.blocking(store.read, lambda txn: m.get_mission(txn, self.mission_id))
+        same = record.state == view.record.state and record.host == view.record.host
+        return same and not control.host_alive(record) and not self._locked()
 
     async def _paused_while_offline(self) -> bool:
         """Apply a pause its dead host left unseen (the mission becomes paused); True when the mission is
