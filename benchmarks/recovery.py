@@ -51,7 +51,7 @@ def newest_seq(store_path: Path, mission_id: str) -> tuple[int, int]:
         return store.read(read)
 
 
-def wait_until(pred: Any, timeout: float = 60.0, step: float = 0.005) -> Any:
+def wait_until(pred: Any, timeout: float = 300.0, step: float = 0.005) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()
