@@ -119,7 +119,8 @@ class JournalWriter:
                 self._pending.clear()
                 return batch
             self._pending.append(item)
-            self._cond.notify()
+            if len(self._pending) == 1 or self._full():  # else the thread is still waiting out a window
+                self._cond.notify()
             return None
 
     def _commit_here(self, batch: list[_Item]) -> None:
@@ -219,8 +220,7 @@ class JournalWriter:
         self.items += len(batch)
         with contextlib.suppress(Exception):  # committed, perhaps only in the reserve: stop before waking anyone
             self._alarm(self.store.full_disk())
-        for item, result in zip(batch, results, strict=True):
-            self._settle(item, result, None)
+        self._settle_all([(item, result, None) for item, result in zip(batch, results, strict=True)])
 
     def _alarm(self, message: str) -> None:
         if message and self.on_disk_full is not None:
@@ -229,25 +229,33 @@ class JournalWriter:
 
     @staticmethod
     def _settle(item: _Item, result: Any, error: BaseException | None) -> None:
-        """Settle the item's future: directly on its loop's own thread, else through the loop."""
-        if item.future is None or item.loop is None:
-            return
+        JournalWriter._settle_all([(item, result, error)])
 
-        def settle() -> None:
-            assert item.future is not None
-            if item.future.done():
-                return
-            if error is not None:
-                item.future.set_exception(error)
-            else:
-                item.future.set_result(result)
-
+    @staticmethod
+    def _settle_all(outcomes: list[tuple[_Item, Any, BaseException | None]]) -> None:
+        """Settle the items' futures: directly on their loop's own thread, else with one call per loop
+        (a batch wakes its loop once, not once per item)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        for item, result, error in outcomes:
+            if item.future is not None and item.loop is not None:
+                by_loop.setdefault(item.loop, []).append((item.future, result, error))
         try:
-            here = asyncio.get_running_loop() is item.loop
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
-            here = False
-        if here:
-            settle()
-            return
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            item.loop.call_soon_threadsafe(settle)
+            running = None
+        for loop, settled in by_loop.items():
+            if loop is running:
+                _settle_futures(settled)
+                continue
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle_futures, settled)
+
+
+def _settle_futures(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in settled:
+        if future.done():  # cancelled: its step was given up
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
