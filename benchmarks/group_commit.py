@@ -6,7 +6,8 @@ Each subagent is an asyncio task that does what a running unit does per step: bu
 hand it to the host's writer and wait until it is durable before taking the next step (an agent never
 gets a result before its entry is committed). Every write checks the unit's lease epoch in the same
 transaction, as the host does.
-- group:    the host's `JournalWriter` (one writer thread, cheap entries share a commit within the window)
+- group:    the host's `JournalWriter` (its writer thread: cheap entries share a commit within the window,
+            which closes as soon as every subagent has an entry waiting)
 - per-entry: the same transaction function, one synchronous LMDB commit per entry (from a thread each)
 Both run in this one process, on the same disk, one after the other. After each mode the store is
 reopened in a fresh process and every acknowledged entry is checked to be there. Prints medians of

@@ -285,14 +285,15 @@ class Store:
         finally:
             txn.abort()
 
-    def write(self, fn: Callable[[Txn], T]) -> T:
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
         """Run `fn` in a write transaction and commit it durably; `fn` may run more than once.
 
-        Waits at most `write_timeout` for another writer (StoreBusyError names it). On a full disk the
+        Waits at most `timeout` (default `write_timeout`) for another writer (StoreBusyError names it;
+        0 tries once, for a caller that has somewhere else to send the write). On a full disk the
         reserve is spent and `fn` runs once more; `full_disk()` then says to stop."""
         if self.readonly:
             raise StoreError(f"store at {self.path} was opened read-only")
-        with self._writer.held(self.write_timeout):
+        with self._writer.held(self.write_timeout if timeout is None else timeout):
             return self._write_locked(fn)
 
     def _write_locked(self, fn: Callable[[Txn], T]) -> T:

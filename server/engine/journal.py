@@ -1,19 +1,27 @@
-"""Write-ahead journal: request fingerprints, journal lanes, and the group-committing writer thread.
+"""Write-ahead journal: request fingerprints, journal lanes, and the group-committing journal writer.
 
-Every store write of a running host goes through one `JournalWriter` thread, so the asyncio loop never
-blocks on an fsync. A caller hands it a transaction function and awaits the commit: nothing reaches an
-agent before its entry is durable. Urgent work (expensive or effectful steps, checkpoints) is committed
-at once — together with whatever else is queued; cheap steps may wait up to the group window so that
-several share one commit. Depends on storage only.
+Every store write of a running host goes through one `JournalWriter`, and a caller awaits the commit:
+nothing reaches an agent before its entry is durable. How a write is committed depends on whether a
+group can form:
+- alone (one unit adds entries, `parallel` ≤ 1) and nothing else is being committed, the caller commits
+  at once on its own thread (the event loop's), together with whatever was queued before it: no thread
+  handoff, no wake-up. It never waits on the store's write lock there: when another process holds it
+  (a worker's heartbeat), the write goes to the writer thread, which waits;
+- otherwise the writer thread commits. Urgent work (expensive or effectful steps, checkpoints) is
+  committed at once, together with whatever else is queued; a cheap step may wait up to the group
+  window so that several share one commit, and the window closes as soon as every unit that may add
+  entries (`parallel`) has one waiting in it.
+Writes are committed in the order they were handed in, whichever thread commits them. Depends on
+storage only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import json
-import queue
 import sys
 import threading
 import time
@@ -63,64 +71,124 @@ class _Item:
 
 
 class JournalWriter:
-    """One thread that commits transaction functions, batching cheap ones within a bounded window."""
+    """Commits transaction functions in order: on the caller's thread when alone and idle, else on one
+    writer thread that batches cheap ones within a window."""
 
     def __init__(self, store: Store, window_s: float) -> None:
         self.store = store
         self.window_s = window_s
         self.commits = 0
         self.items = 0
+        self.direct = 0  # commits made on the caller's thread, without the writer thread
         self.parallel = 1  # how many units may add entries right now; alone, nobody waits for a batch
-        self.on_disk_full: Callable[[str], object] | None = None  # called from this thread; must not block
-        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self.on_disk_full: Callable[[str], object] | None = None  # called from a committing thread; must not block
+        self._pending: collections.deque[_Item] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = False  # a batch is being committed (by the writer thread or a caller): the rest queue
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name="keel-journal", daemon=True)
         self._thread.start()
 
     async def commit(self, fn: Callable[[Txn], Any], *, urgent: bool = True) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.put(_Item(fn, future, loop, urgent))
+        batch = self._enter(_Item(fn, future, loop, urgent))
+        if batch is not None:
+            self._commit_here(batch)
         return await future
 
     def submit(self, fn: Callable[[Txn], Any]) -> None:
-        """Queue a write nobody waits for (progress events); it rides along with the next commit."""
-        self._queue.put(_Item(fn, None, None, False))
+        """Queue a write nobody waits for (progress events); it rides along with the next commit, or is
+        committed by itself once the group window has passed."""
+        self._enter(_Item(fn, None, None, False), alone=False)
 
     def close(self) -> None:
-        self._queue.put(None)
+        """Commit what is queued, then stop the writer thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
         self._thread.join(timeout=10)
 
+    def _enter(self, item: _Item, alone: bool = True) -> list[_Item] | None:
+        """Queue `item`; or, when it may be committed at once on this thread, the batch to commit: what
+        was queued before it, then it."""
+        with self._cond:
+            if alone and self.parallel <= 1 and not self._busy and not self._closed:
+                self._busy = True
+                batch = [*self._pending, item]
+                self._pending.clear()
+                return batch
+            self._pending.append(item)
+            if len(self._pending) == 1 or self._full():  # else the thread is still waiting out a window
+                self._cond.notify()
+            return None
+
+    def _commit_here(self, batch: list[_Item]) -> None:
+        """Commit on the caller's thread without waiting on the store's write lock. Anything but success
+        (another process writing, a full disk, a failing function; nothing was committed) hands the
+        batch to the writer thread, which waits for the lock and deals with failures item by item."""
+        results: list[Any] | None = None
+        try:
+            results = self.store.write(self._batch_fn(batch), timeout=0)
+        except Exception:
+            pass
+        finally:
+            with self._cond:
+                if results is None:
+                    self._pending.extendleft(reversed(batch))
+                self._busy = False
+                if self._pending or self._closed:
+                    self._cond.notify()
+        if results is not None:
+            self.direct += 1
+            self._committed(batch, results)
+
     def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            alone = self.parallel <= 1
-            deadline = time.monotonic() + (0.0 if first.urgent or alone else self.window_s)
-            stop = False
-            while True:
-                try:
-                    item = (
-                        self._queue.get_nowait()
-                        if time.monotonic() >= deadline
-                        else self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                    )
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-                if item.urgent:
-                    deadline = 0.0
+        while (batch := self._gather()) is not None:
             try:
                 self._commit(batch)
             except BaseException as exc:  # never leave a step waiting on a future nobody settles
                 for item in batch:
                     self._settle(item, None, exc)
-            if stop:
-                return
+            finally:
+                with self._cond:
+                    self._busy = False
+
+    def _gather(self) -> list[_Item] | None:
+        """The next batch, once its window allows; None when closed with nothing queued. The window
+        opened by a cheap first item closes early on an urgent item, on close, or once as many items
+        wait for their commit as units may add entries (nobody else is going to join)."""
+        with self._cond:
+            deadline: float | None = None
+            while True:
+                if self._busy or not self._pending:
+                    if self._closed and not self._pending:
+                        return None
+                    deadline = None
+                    self._cond.wait()
+                    continue
+                if deadline is None:
+                    deadline = time.monotonic() + (0.0 if self._pending[0].urgent else self.window_s)
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed or self._full():
+                    break
+                self._cond.wait(left)
+            self._busy = True
+            batch = list(self._pending)
+            self._pending.clear()
+            return batch
+
+    def _full(self) -> bool:
+        waiting = 0
+        for item in self._pending:
+            if item.urgent:
+                return True
+            waiting += item.future is not None
+        return waiting >= max(1, self.parallel)
+
+    @staticmethod
+    def _batch_fn(batch: list[_Item]) -> Callable[[Txn], list[Any]]:
+        return lambda txn: [item.fn(txn) for item in batch]
 
     def _write(self, batch: list[_Item]) -> list[Any]:
         """Commit the batch; while another process holds the store's write lock (a frozen process), wait
@@ -128,7 +196,7 @@ class JournalWriter:
         nothing better to do, and giving up would fail steps that did nothing wrong."""
         while True:
             try:
-                return self.store.write(lambda txn: [item.fn(txn) for item in batch])
+                return self.store.write(self._batch_fn(batch))
             except StoreBusyError as exc:
                 sys.stderr.write(f"keel host: still waiting to write: {exc.message}\n")
                 sys.stderr.flush()
@@ -145,12 +213,14 @@ class JournalWriter:
                 return
             self._settle(batch[0], None, exc)
             return
+        self._committed(batch, results)
+
+    def _committed(self, batch: list[_Item], results: list[Any]) -> None:
         self.commits += 1
         self.items += len(batch)
         with contextlib.suppress(Exception):  # committed, perhaps only in the reserve: stop before waking anyone
             self._alarm(self.store.full_disk())
-        for item, result in zip(batch, results, strict=True):
-            self._settle(item, result, None)
+        self._settle_all([(item, result, None) for item, result in zip(batch, results, strict=True)])
 
     def _alarm(self, message: str) -> None:
         if message and self.on_disk_full is not None:
@@ -159,17 +229,33 @@ class JournalWriter:
 
     @staticmethod
     def _settle(item: _Item, result: Any, error: BaseException | None) -> None:
-        if item.future is None or item.loop is None:
-            return
+        JournalWriter._settle_all([(item, result, error)])
 
-        def settle() -> None:
-            assert item.future is not None
-            if item.future.done():
-                return
-            if error is not None:
-                item.future.set_exception(error)
-            else:
-                item.future.set_result(result)
+    @staticmethod
+    def _settle_all(outcomes: list[tuple[_Item, Any, BaseException | None]]) -> None:
+        """Settle the items' futures: directly on their loop's own thread, else with one call per loop
+        (a batch wakes its loop once, not once per item)."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        for item, result, error in outcomes:
+            if item.future is not None and item.loop is not None:
+                by_loop.setdefault(item.loop, []).append((item.future, result, error))
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, settled in by_loop.items():
+            if loop is running:
+                _settle_futures(settled)
+                continue
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_settle_futures, settled)
 
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            item.loop.call_soon_threadsafe(settle)
+
+def _settle_futures(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in settled:
+        if future.done():  # cancelled: its step was given up
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR, ERR_DISK_FULL
@@ -47,6 +48,7 @@ EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE, EXIT_DISK_FULL = 70, 71, 72, 73
 # sent is still tried and its rejection recorded (lease/rejected); a fenced worker can make no effect meanwhile:
 # the host no longer answers it and every journal write of its epoch is refused
 GRACE_S = 5.0
+_READ_BUFFER = 64 * 1024
 
 
 class Worker:
@@ -94,7 +96,7 @@ class Worker:
             cwd=str(self.sandbox),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            bufsize=0,
+            bufsize=0,  # stdin unbuffered: each frame is one write; stdout is read buffered (_from_agent)
             process_group=0,
         )
         try:
@@ -126,8 +128,10 @@ class Worker:
 
     def _from_agent(self) -> None:
         assert self.agent is not None and self.agent.stdout is not None
+        # Buffered: a frame's headers and body come in a read(2) or two, not a read(2) per header byte.
+        stdout = io.BufferedReader(cast(io.RawIOBase, self.agent.stdout), buffer_size=_READ_BUFFER)
         try:
-            while (body := read_frame(self.agent.stdout)) is not None:  # type: ignore[arg-type]
+            while (body := read_frame(stdout)) is not None:
                 message = rpc.decode(body)
                 finishing = isinstance(message, rpc.Response) and self.run_id is not None and message.id == self.run_id
                 try:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,3 +80,77 @@ def test_policy_classifies_steps_by_cost() -> None:
     assert not adaptive.record(10.0) and adaptive.record(40_000.0)
     every = Policy(CheckpointPolicy(policy="every-step"))
     assert every.urgent("now", None, 0.01, 0) and every.record(0.01) and every.window_s == 0.0
+
+
+def test_a_group_commits_as_soon_as_every_unit_has_an_entry_waiting(tmp_path: Path) -> None:
+    """The window is an upper bound: once each unit that may add entries has one waiting, nobody else
+    can join, so the group commits at once instead of waiting out a (here very long) window."""
+
+    async def run(writer: JournalWriter) -> list[int]:
+        return await asyncio.wait_for(_commit_all(writer, 4, urgent=False), timeout=30)
+
+    with Store.open(tmp_path / "store") as store:
+        writer = JournalWriter(store, window_s=120.0)
+        writer.parallel = 4
+        try:
+            assert asyncio.run(run(writer)) == [0, 1, 2, 3]
+        finally:
+            writer.close()
+        assert writer.commits == 1 and writer.items == 4
+
+
+HOLD_WRITER_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_alone_a_commit_is_made_on_the_callers_thread_but_never_waits_there_for_another_writer(
+    tmp_path: Path,
+) -> None:
+    """One unit alone commits on the event loop's thread (no handoff). While another process holds the
+    store's write lock, its write goes to the writer thread instead: the loop keeps running, and the
+    entry commits once the lock is free."""
+
+    def put(key: bytes) -> Callable[[Txn], bytes]:
+        def fn(txn: Txn) -> bytes:
+            txn.put(DB.META, key, 1)
+            return key
+
+        return fn
+
+    async def while_held(writer: JournalWriter, holder: subprocess.Popen[str]) -> bytes:
+        task = asyncio.ensure_future(writer.commit(put(b"late")))
+        started = time.monotonic()
+        for _ in range(20):  # the loop goes on turning while the commit waits for the lock
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - started < 30, "the event loop waited for another process's write lock"
+        assert not task.done()
+        assert holder.stdin is not None
+        holder.stdin.close()  # the holder exits: the kernel drops its lock
+        return await asyncio.wait_for(task, timeout=30)
+
+    with Store.open(tmp_path / "store", write_timeout=120) as store:  # a loop waiting would wait for long
+        writer = JournalWriter(store, window_s=0.002)
+        try:
+            assert asyncio.run(writer.commit(put(b"first"))) == b"first"
+            assert writer.direct == 1
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLD_WRITER_LOCK, str(store.path / "writer.lock")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+                assert asyncio.run(while_held(writer, holder)) == b"late"
+            finally:
+                holder.kill()
+                holder.wait(timeout=30)
+        finally:
+            writer.close()
+        assert writer.direct == 1 and writer.commits == 2
+        assert store.read(lambda t: t.get(DB.META, b"late", int)) == 1

@@ -106,11 +106,8 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
-    wait_for(
-        lambda: (
-            all(x.pid > 0 and x.last_checkpoint >= 1 for x in all_leases(store, mid))
-            and len(all_leases(store, mid)) == 2
-        )
+    wait_for(  # one read: `all` over a read made before the leases were granted is true
+        lambda: len(found := all_leases(store, mid)) == 2 and all(x.pid > 0 and x.last_checkpoint >= 1 for x in found)
     )
     workers = [x.pid for x in all_leases(store, mid)]
     kill(host)
