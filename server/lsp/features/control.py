@@ -1,11 +1,12 @@
-"""Mission control commands (`workspace/executeCommand`): start, pause, resume, pause all, answer,
-restore, verify. Pauses go straight to the store (durable Control records); operations that open the
+"""Mission control commands (`workspace/executeCommand`): start, pause, resume, cancel, delete, pause
+all, answer, restore, verify. Pauses go straight to the store (durable Control records); operations that open the
 store by path or start hosts run through enginecall in a child process. Each returns a MissionSummary
 (or the documented object) read after the action was recorded."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ from keel.server.lsp.errors import arg_dict, arg_str, invalid, no_more_args
 from keel.server.lsp.features.missions import summary_json
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import read_view, resolve
+from keel.storage import Store
 from keel.storage.verify import verify_all
 
 SOURCE = "lsp"
 START, PAUSE, RESUME, PAUSE_ALL = "keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll"
 ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
+CANCEL, DELETE = "keel.cancel", "keel.delete"
 MISSION_ID = "a mission id"
 
 
@@ -46,15 +49,7 @@ def register(server: KeelServer) -> None:
     @server.command(PAUSE)
     @handler(server, PAUSE)
     async def pause(ls: KeelServer, *args: Any) -> Any:
-        text = _one_id(PAUSE, args)
-
-        def run() -> str:
-            store = ls.require_store()
-            mid = resolve(store, text)
-            engine.request_pause(store, mid, SOURCE)
-            return mid
-
-        return await summary_after(ls, await ls.blocking(run))
+        return await _record_control(ls, _one_id(PAUSE, args), engine.request_pause)
 
     @server.command(RESUME)
     @handler(server, RESUME)
@@ -62,6 +57,24 @@ def register(server: KeelServer) -> None:
         mid = await ls.blocking(resolve, ls.require_store(), _one_id(RESUME, args))
         await ls.blocking(enginecall.call, ls.store_path, "resume", mid)
         return await summary_after(ls, mid)
+
+    @server.command(CANCEL)
+    @handler(server, CANCEL)
+    async def cancel(ls: KeelServer, *args: Any) -> Any:
+        return await _record_control(ls, _one_id(CANCEL, args), engine.request_cancel)
+
+    @server.command(DELETE)
+    @handler(server, DELETE)
+    async def delete(ls: KeelServer, *args: Any) -> Any:
+        text = _one_id(DELETE, args)
+
+        def run() -> str:
+            store = ls.require_store()
+            return engine.delete_mission(store, ls.store_path, resolve(store, text)).id
+
+        mid = await ls.blocking(run)
+        ls.changed()
+        return {"deleted": mid}
 
     @server.command(PAUSE_ALL)
     @handler(server, PAUSE_ALL)
@@ -114,6 +127,18 @@ async def answer_mission(ls: KeelServer, text: str, reply: str) -> Any:
     mid = await ls.blocking(resolve, ls.require_store(), text)
     await ls.blocking(enginecall.call, ls.store_path, "answer", mid, reply)
     return await summary_after(ls, mid)
+
+
+async def _record_control(ls: KeelServer, text: str, request: Callable[[Store, str, str], object]) -> Any:
+    """A pause or cancel: a durable control record written straight to the store (in a thread)."""
+
+    def run() -> str:
+        store = ls.require_store()
+        mid = resolve(store, text)
+        request(store, mid, SOURCE)
+        return mid
+
+    return await summary_after(ls, await ls.blocking(run))
 
 
 def _one_id(name: str, args: tuple[Any, ...]) -> str:
