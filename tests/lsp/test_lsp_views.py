@@ -73,6 +73,11 @@ async def test_usage_failover_cost_and_provider_rows(env: Env) -> None:
         assert endpoints["a/0"]["called"] and endpoints["b/0"]["called"] and not endpoints["c/0"]["called"]
         assert endpoints["c/0"]["keySource"] == ""  # no key in any keyring: no "keyring" either
         assert endpoints["b/0"]["keySource"] == "env KEEL_LSP_TEST_B_PASS"
+        point = next(
+            p for p in await env.request("keel/restorePoints", {"id": mid}) if p["reason"].startswith("failover")
+        )
+        with pytest.raises(JsonRpcException, match="it marks a failover"):
+            await env.request("keel/pointChanges", {"id": mid, "point": point["id"]})
     finally:
         a.stop()
         b.stop()
