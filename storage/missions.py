@@ -57,6 +57,18 @@ def put_mission(txn: Txn, record: MissionRecord) -> None:
     txn.put(DB.MISSIONS, record.id.encode(), record)
 
 
+def delete_mission_records(txn: Txn, mission_id: str) -> int:
+    """Remove a mission's row, HEAD and every per-mission log (journal, events, evidence, controls,
+    points, leases); blobs stay for gc. Returns how many records went."""
+    removed = int(txn.delete(DB.MISSIONS, mission_id.encode())) + int(txn.delete(DB.HEADS, mission_id.encode()))
+    prefix = mission_prefix(mission_id)
+    for db in (DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.POINTS, DB.LEASES):
+        keys = [key for key, _ in txn.scan_raw(db, prefix)]
+        for key in keys:
+            removed += int(txn.delete(db, key))
+    return removed
+
+
 def set_mission_state(txn: Txn, mission_id: str, state: MissionState, **changes: object) -> MissionRecord:
     """Move a mission through its transition table, log the event, return the new record."""
     import msgspec

@@ -67,9 +67,11 @@ def test_wheel_installs_only_keel_packages_and_the_console_script(tmp_path: Path
         src,
         cwd=tmp_path,
     )
-    (wheel,) = (tmp_path / "dist").glob("keel-*.whl")
+    (wheel,) = (tmp_path / "dist").glob(
+        "keel_runtime-*.whl"
+    )  # the distribution is keel-runtime (`keel` on PyPI is taken)
     names = zipfile.ZipFile(wheel).namelist()
-    assert all(n.startswith(("keel/", "keel-0.1.0.dist-info/")) for n in names), names
+    assert all(n.startswith(("keel/", "keel_runtime-0.1.0.dist-info/")) for n in names), names
     assert "keel/__init__.py" not in names  # keel is a namespace package over its four subpackages
 
     venv = tmp_path / "venv"

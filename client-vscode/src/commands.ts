@@ -12,6 +12,9 @@ import type { PointNode } from "./pointsTree";
 import {
   canPause,
   canResume,
+  isFinished,
+  missionLabel,
+  progressText,
   ServerCommands,
   type MissionSummary,
   type VerifyResult,
@@ -68,6 +71,35 @@ export function registerCommands(connection: KeelConnection, model: MissionModel
       const answer = text ?? (mission && await askAnswer(mission));
       return id && answer !== undefined ? missionCommand(ServerCommands.answer, [id, answer]) : undefined;
     }),
+    run(ServerCommands.cancel, async (target?: Target) => {
+      const id = await missionId(model, target, (m) => !isFinished(m), "Cancel which mission?");
+      const mission = id === undefined ? undefined : model.get(id);
+      if (id === undefined || mission === undefined) {
+        return undefined;
+      }
+      const choice = await vscode.window.showWarningMessage(
+        `Cancel mission ${missionLabel(mission)} (${mission.state})?`,
+        { modal: true, detail: "Its running units stop and it ends as cancelled; it cannot be resumed. " +
+          "Its restore points stay: you can fork it from one." }, "Cancel Mission");
+      return choice === "Cancel Mission" ? missionCommand(ServerCommands.cancel, [id]) : undefined;
+    }),
+    run(ServerCommands.delete, async (target?: Target) => {
+      const id = await missionId(model, target, isFinished, "Delete which finished mission?");
+      const mission = id === undefined ? undefined : model.get(id);
+      if (id === undefined || mission === undefined) {
+        return undefined;
+      }
+      const choice = await vscode.window.showWarningMessage(
+        `Delete mission ${missionLabel(mission)} (${mission.state})?`,
+        { modal: true, detail: `Its records, restore points and sandbox are removed; its branch keel/${id} stays.` },
+        "Delete");
+      if (choice !== "Delete") {
+        return undefined;
+      }
+      const result = await connection.executeCommand<{ deleted: string }>(ServerCommands.delete, [id]);
+      model.remove(id);
+      return result;
+    }),
     run(ServerCommands.pauseAll, async () => {
       const result = await connection.executeCommand<{ paused: string[] }>(ServerCommands.pauseAll, []);
       void vscode.window.showInformationMessage(`keel: pause requested for ${result.paused.length} mission(s)`);
@@ -100,8 +132,8 @@ export function registerCommands(connection: KeelConnection, model: MissionModel
 }
 
 /** The mission a command acts on: from the tree node or id it got, else the one candidate, else a pick. */
-async function missionId(model: MissionModel, target: Target, eligible: (m: MissionSummary) => boolean,
-                         placeHolder: string): Promise<string | undefined> {
+export async function missionId(model: MissionModel, target: Target, eligible: (m: MissionSummary) => boolean,
+                                placeHolder: string): Promise<string | undefined> {
   if (typeof target === "string") {
     return target;
   }
@@ -116,20 +148,28 @@ async function missionId(model: MissionModel, target: Target, eligible: (m: Miss
   if (candidates.length === 1) {
     return candidates[0]?.id;
   }
+  return pickMission(candidates, placeHolder);
+}
+
+/** A quick pick of missions, each with its state and progress. */
+export async function pickMission(candidates: MissionSummary[], title: string): Promise<string | undefined> {
   const pick = await vscode.window.showQuickPick(
-    candidates.map((m) => ({ label: m.name, description: `${m.state} · ${m.id}`, id: m.id })), { placeHolder });
+    candidates.map((m) => ({ label: missionLabel(m), description: [m.state.replace("_", " "), progressText(m)]
+      .filter((s) => s !== "").join(" · "), detail: m.id, id: m.id })), { title, placeHolder: title });
   return pick?.id;
 }
 
+/** The question is the picker's title (and the input box's prompt), so it stays in view while typing. */
 async function askAnswer(mission: MissionSummary): Promise<string | undefined> {
   const question = mission.question;
-  const prompt = `${mission.name} asks: ${question?.text ?? "(no question recorded)"}`;
+  const title = `${missionLabel(mission)} asks: ${question?.text ?? "(no question recorded)"}`;
   if (question?.choices && question.choices.length > 0) {
-    return vscode.window.showQuickPick(question.choices, { title: "keel: answer", placeHolder: prompt, ignoreFocusOut: true });
+    return vscode.window.showQuickPick(question.choices, { title, placeHolder: "Choose an answer", ignoreFocusOut: true });
   }
   return vscode.window.showInputBox({
-    title: "keel: answer",
-    prompt,
+    title,
+    prompt: question?.text ?? "",
+    placeHolder: "Your answer",
     ignoreFocusOut: true,
     validateInput: (value) => (value.trim() === "" ? "An answer cannot be empty" : undefined),
   });
@@ -156,24 +196,40 @@ async function restore(model: MissionModel, missionCommand: (c: string, a: unkno
   if (id === undefined) {
     return undefined;
   }
-  if (point === undefined) {
-    const points = (await model.restorePoints(id)).reverse();
-    const pick = await vscode.window.showQuickPick(
-      points.map((p) => ({ label: p.id, description: p.reason, detail: p.label, id: p.id })),
-      { placeHolder: "Restore to which point?" });
-    point = pick?.id;
-  }
+  point ??= await pickPoint(model, id, "Restore to which point?");
   if (point === undefined) {
     return undefined;
   }
-  const name = model.get(id)?.name ?? id;
-  const choice = await vscode.window.showWarningMessage(
-    `Rewind mission ${name} to ${point}? History is kept: the rewind adds new records.`, { modal: true },
-    "Restore", "Restore Including Files");
-  if (choice === undefined) {
+  const files = await confirmRestore(model, id, point);
+  return files === undefined ? undefined : missionCommand(ServerCommands.restore, [id, point, { files }]);
+}
+
+/**
+ * Asks before a rewind; the default (first) button rewinds the sandbox's files with the mission, so that
+ * work and files stay consistent. Returns whether to rewind files, or undefined when cancelled.
+ */
+export async function confirmRestore(model: MissionModel, id: string, point: string,
+                                     only?: "files"): Promise<boolean | undefined> {
+  const mission = model.get(id);
+  const name = mission ? missionLabel(mission) : id;
+  const detail = "Restore with Files puts the sandbox's files back as they were at the point too. " +
+    "History is kept: the rewind adds new records.";
+  const buttons = only === "files" ? ["Restore with Files"] : ["Restore with Files", "Restore Progress Only"];
+  const choice = await vscode.window.showWarningMessage(`Rewind mission ${name} to ${point}?`, { modal: true, detail },
+    ...buttons);
+  return choice === undefined ? undefined : choice === "Restore with Files";
+}
+
+/** A quick pick of a mission's restore points, newest first, each with its reason and age. */
+export async function pickPoint(model: MissionModel, id: string, title: string): Promise<string | undefined> {
+  const points = (await model.restorePoints(id)).reverse();
+  if (points.length === 0) {
+    void vscode.window.showInformationMessage("keel: that mission has no restore points yet");
     return undefined;
   }
-  return missionCommand(ServerCommands.restore, [id, point, { files: choice === "Restore Including Files" }]);
+  const pick = await vscode.window.showQuickPick(
+    points.map((p) => ({ label: p.id, description: p.reason, detail: p.label, id: p.id })), { title, placeHolder: title });
+  return pick?.id;
 }
 
 async function pickMissionFile(file: vscode.Uri | string | undefined): Promise<string | undefined> {

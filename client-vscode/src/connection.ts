@@ -9,12 +9,15 @@ import * as vscode from "vscode";
 import {
   ExecuteCommandRequest,
   LanguageClient,
+  MessageType,
+  ShowMessageNotification,
   State,
   CloseAction,
   ErrorAction,
   type ErrorHandler,
   type DynamicFeature,
   type Executable,
+  type ClientCapabilities,
   type LanguageClientOptions,
   type StaticFeature,
 } from "vscode-languageclient/node";
@@ -55,6 +58,24 @@ class KeelLanguageClient extends LanguageClient {
     super.registerFeature(feature);
   }
 }
+
+/**
+ * The status-bar item (statusBar.ts) already shows the mission that runs; the language client would add
+ * a second item for the server's `$/progress`. Registered after the client's own features, this one
+ * withdraws `window.workDoneProgress`, so the server sends no progress to this client.
+ */
+const noWindowProgress: StaticFeature = {
+  getState: () => ({ kind: "static" }),
+  fillClientCapabilities: (capabilities: ClientCapabilities) => {
+    capabilities.window = { ...capabilities.window, workDoneProgress: false };
+  },
+  initialize: () => undefined,
+  clear: () => undefined,
+};
+
+/** The server's own toast for a free-text question (features/questions.py, for editors without keel's
+ * plugin); this extension shows its own, with an Answer button (notify.ts). */
+const FREE_TEXT_QUESTION = / asks: .* — answer with the keel\.answer command/;
 
 export class KeelConnection implements vscode.Disposable {
   private state = ConnectionState.Stopped;
@@ -139,6 +160,7 @@ export class KeelConnection implements vscode.Disposable {
     this.log.info(`connection ${this.state} -> ${next}${problem ? `: ${problem}` : ""}`);
     this.state = next;
     this.problem = problem;
+    void vscode.commands.executeCommand("setContext", "keel.serverState", next);
     this.stateEmitter.fire(next);
   }
 
@@ -161,6 +183,16 @@ export class KeelConnection implements vscode.Disposable {
     client.onNotification(Notifications.missionChanged, (summary: MissionSummary) => this.changeEmitter.fire(summary));
     client.onNotification(Notifications.providersChanged, (p: ProvidersPayload) => this.providersEmitter.fire(p));
     client.onNotification(Notifications.activityChanged, (a: ActivityChanged) => this.activityEmitter.fire(a));
+    client.registerFeature(noWindowProgress);
+    client.onNotification(ShowMessageNotification.type, (p) => {
+      if (FREE_TEXT_QUESTION.test(p.message)) {
+        this.log.info(p.message);
+        return;
+      }
+      const show = p.type === MessageType.Error ? vscode.window.showErrorMessage
+        : p.type === MessageType.Warning ? vscode.window.showWarningMessage : vscode.window.showInformationMessage;
+      void show(p.message);
+    });
     try {
       await client.start();
     } catch (err) {
@@ -246,21 +278,32 @@ export class KeelConnection implements vscode.Disposable {
     });
   }
 
+  /**
+   * A notification that closes by itself once keel runs (after an install or another interpreter); its
+   * actions live in the Missions view's welcome (Install keel, Choose Interpreter), which shows while
+   * keel is not installed.
+   */
   private async offerInstall(interpreter: Interpreter, reason: string): Promise<void> {
     const command = installCommand(interpreter.command);
     const message = `keel is not installed for ${interpreter.command} (${interpreter.source}): ${reason}. ` +
       `Install it with: ${command}`;
     this.log.error(message);
-    const pick = await vscode.window.showErrorMessage(message, "Run in Terminal", "Copy Command", "Choose Interpreter");
-    if (pick === "Run in Terminal") {
-      const terminal = vscode.window.createTerminal({ name: "keel install" });
-      terminal.show();
-      terminal.sendText(command);
-    } else if (pick === "Copy Command") {
-      await vscode.env.clipboard.writeText(command);
-    } else if (pick === "Choose Interpreter") {
-      await vscode.commands.executeCommand("workbench.action.openSettings", "keel.python");
-    }
+    await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, cancellable: true,
+      title: `keel is not installed for ${interpreter.command}` }, async (progress, token) => {
+      progress.report({ message: `— install it (${command}) or choose another interpreter in the keel view.` });
+      await new Promise<void>((resolve) => {
+        const sub = this.onDidChangeState((state) => {
+          if (state !== ConnectionState.NotInstalled && state !== ConnectionState.Starting) {
+            sub.dispose();
+            resolve();
+          }
+        });
+        token.onCancellationRequested(() => {
+          sub.dispose();
+          resolve();
+        });
+      });
+    });
   }
 }
 

@@ -79,10 +79,16 @@ export function checkKeelInstalled(python: string, cwd: string | undefined): Pro
   });
 }
 
+/**
+ * keel's distribution on PyPI. The name `keel` belongs to another project there (a process killer), so
+ * keel is published as `keel-runtime` (pyproject.toml); its import package is still `keel`.
+ */
+export const DISTRIBUTION = "keel-runtime";
+
 /** The one command that makes `import keel.server` work for this interpreter. */
 export function installCommand(python: string): string {
   const quoted = /[\s"'$]/.test(python) ? `"${python}"` : python;
-  return `${quoted} -m pip install keel`;
+  return `${quoted} -m pip install ${DISTRIBUTION}`;
 }
 
 function lastLine(text: string): string {

@@ -5,7 +5,15 @@
  */
 import * as vscode from "vscode";
 import type { MissionModel } from "./model";
-import { progressText, type MissionState, type MissionSummary, type UnitInfo, type UnitState } from "./protocol";
+import {
+  missionLabel,
+  progressText,
+  usageText,
+  type MissionState,
+  type MissionSummary,
+  type UnitInfo,
+  type UnitState,
+} from "./protocol";
 
 export interface MissionNode {
   readonly kind: "mission";
@@ -16,6 +24,10 @@ export interface UnitNode {
   readonly kind: "unit";
   readonly missionId: string;
   readonly unit: UnitInfo;
+  /** The mission's state when the unit was read: a stopped mission's unfinished units are "paused". */
+  readonly missionState: MissionState;
+  /** The unit whose question the mission waits on, if any. */
+  readonly asking?: string;
 }
 
 export type MissionTreeNode = MissionNode | UnitNode;
@@ -38,8 +50,22 @@ const UNIT_ICONS: Record<UnitState, [string, string?]> = {
   running: ["sync~spin", "charts.blue"],
   succeeded: ["pass", "testing.iconPassed"],
   failed: ["error", "testing.iconFailed"],
-  resumable: ["debug-restart", "charts.yellow"],
+  resumable: ["debug-pause", "charts.yellow"],
 };
+
+const STOPPED: ReadonlySet<MissionState> = new Set(["paused", "pausing", "waiting_input", "offline", "failed", "cancelled"]);
+
+/** The word a person reads for a unit's state: a resumable unit of a stopped mission is "paused" (it
+ * continues where it stopped on resume), of a running one "resuming". */
+export function unitStateText(state: UnitState, mission: MissionState, asking = false): string {
+  if (asking && mission === "waiting_input") {
+    return "waiting for input";
+  }
+  if (state === "resumable") {
+    return STOPPED.has(mission) ? "paused" : "resuming";
+  }
+  return state;
+}
 
 function icon([name, color]: [string, string?]): vscode.ThemeIcon {
   return new vscode.ThemeIcon(name, color === undefined ? undefined : new vscode.ThemeColor(color));
@@ -48,7 +74,7 @@ function icon([name, color]: [string, string?]): vscode.ThemeIcon {
 /** "paused (operator)", "waiting for input", "running, stranded": the state words of a row. */
 export function stateText(m: MissionSummary): string {
   const base = m.state === "waiting_input" ? "waiting for input" : m.state;
-  const reason = m.state === "paused" && m.pauseReason ? ` (${m.pauseReason})`
+  const reason = m.state === "paused" && (m.pauseNote || m.pauseReason) ? ` (${m.pauseNote || m.pauseReason})`
     : m.state === "offline" ? " (no model provider answers; resumes by itself)" : "";
   return `${base}${reason}${m.stranded ? ", stranded" : ""}`;
 }
@@ -102,7 +128,8 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
 
   private async unitsOf(missionId: string): Promise<UnitNode[]> {
     const detail = await this.model.detail(missionId);
-    return detail.units.map((unit) => ({ kind: "unit", missionId, unit }));
+    const asking = detail.mission.question?.unit;
+    return detail.units.map((unit) => ({ kind: "unit", missionId, unit, missionState: detail.mission.state, asking }));
   }
 
   private missionItem(id: string): vscode.TreeItem {
@@ -111,32 +138,51 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
       return new vscode.TreeItem(id, vscode.TreeItemCollapsibleState.None);
     }
     const active = m.state !== "completed" && m.state !== "cancelled";
-    const item = new vscode.TreeItem(m.name || m.id,
+    const item = new vscode.TreeItem(missionLabel(m) || m.id,
       active ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
     item.id = `mission:${m.id}`;
-    item.description = [stateText(m), progressText(m)].filter((s) => s !== "").join(" · ");
+    const failover = m.usage?.failovers ? `⇄ ${m.usage.servedModel ?? ""}` : "";
+    item.description = [stateText(m), progressText(m), usageText(m), failover].filter((s) => s !== "").join(" · ");
     item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
     item.contextValue = `mission.${m.state}`;
     item.tooltip = missionTooltip(m);
+    item.accessibilityInformation = { label: `mission ${missionLabel(m)}, ${item.description}` };
     return item;
   }
 }
 
+/** A unit row. Its description is the state alone: a unit continued after a pause or an answer is the
+ * same piece of work, so how many times it was started goes to the tooltip only. */
 function unitItem(node: UnitNode): vscode.TreeItem {
   const u = node.unit;
   const item = new vscode.TreeItem(u.title ? `${u.id} ${u.title}` : u.id, vscode.TreeItemCollapsibleState.None);
   item.id = `unit:${node.missionId}:${u.id}`;
-  item.description = u.state + (u.attempts > 1 ? ` (attempt ${u.attempts})` : "");
-  item.iconPath = icon(UNIT_ICONS[u.state] ?? ["circle-outline"]);
+  const state = unitStateText(u.state, node.missionState, node.asking === u.id);
+  item.description = state;
+  item.iconPath = icon(state === "waiting for input" ? ["question", "charts.orange"] : UNIT_ICONS[u.state] ?? ["circle-outline"]);
   item.contextValue = `unit.${u.state}`;
-  item.tooltip = u.error ? `${u.id}: ${u.error}` : `${u.id}: ${u.state}`;
+  const starts = u.attempts > 1 ? `\nstarted ${u.attempts} times (continued after a pause, a question or a crash)` : "";
+  item.tooltip = `${u.id}: ${state}${u.error ? `\n${u.error}` : ""}${starts}`;
+  item.accessibilityInformation = { label: `unit ${item.label as string}, ${state}` };
   return item;
 }
 
 function missionTooltip(m: MissionSummary): vscode.MarkdownString {
-  const lines = [`**${m.name}** \`${m.id}\``, "", `state: ${stateText(m)}`];
+  const lines = [`**${missionLabel(m)}** \`${m.id}\``, "", `state: ${stateText(m)}`];
+  if (m.forkedFrom) {
+    lines.push(`forked from ${m.forkedFrom.mission} at ${m.forkedFrom.point}`);
+  }
   if (m.units.total > 0) {
-    lines.push(`units: ${m.units.done}/${m.units.total} done (${m.percentage}%)`);
+    lines.push(`units: ${m.units.done}/${m.units.total} done (${m.percentage}%)` +
+      (m.currentUnit ? `, now ${m.currentUnit}${m.currentUnitTitle ? ` ${m.currentUnitTitle}` : ""}` : ""));
+  }
+  const u = m.usage;
+  if (u !== undefined && u.calls > 0) {
+    lines.push(`model calls: ${u.calls}, tokens: ${u.promptTokens} in + ${u.completionTokens} out` +
+      (u.cost !== undefined ? `, cost ${u.cost.toFixed(4)}` : ", cost unknown (no price configured)"));
+  }
+  if (u?.servedModel) {
+    lines.push(`served by: ${u.servedModel}${u.failovers ? ` (after ${u.failovers} failover(s))` : ""}`);
   }
   if (m.question) {
     lines.push(`question: ${m.question.text}`);

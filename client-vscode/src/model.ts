@@ -86,6 +86,18 @@ export class MissionModel implements vscode.Disposable {
     }
   }
 
+  /** Forget a deleted mission. */
+  remove(id: string): void {
+    if (!this.missions.delete(id)) {
+      return;
+    }
+    this.changed.fire(undefined);
+    if (this.selectedId === id) {
+      this.selectedId = undefined;
+      this.selectionChanged.fire(undefined);
+    }
+  }
+
   dispose(): void {
     this.subscriptions.forEach((d) => d.dispose());
     this.changed.dispose();

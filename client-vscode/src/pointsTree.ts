@@ -1,6 +1,7 @@
 /**
  * The Restore Points view: the restore points of the mission selected in the Missions view, newest
- * first, each with an inline Restore action (`contextValue` "restorePoint"). Must not send commands.
+ * first, each with an inline Restore action (`contextValue` "restorePoint"); ages are redrawn every 10 s.
+ * Must not send commands.
  */
 import * as vscode from "vscode";
 import type { MissionModel } from "./model";
@@ -16,10 +17,13 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
   private readonly emitter = new vscode.EventEmitter<PointNode | undefined>();
   private readonly subscriptions: vscode.Disposable[];
   private shownVersion = "";
+  private readonly timer: ReturnType<typeof setInterval>;
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly model: MissionModel) {
     this.subscriptions = [model.onDidChangeSelection((m) => this.onSelection(m))];
+    // "12s ago" must move on: redraw the rows (their ages) every AGE_REFRESH_MS while a mission is shown
+    this.timer = setInterval(() => this.model.selected !== undefined && this.emitter.fire(undefined), AGE_REFRESH_MS);
   }
 
   async getChildren(element?: PointNode): Promise<PointNode[]> {
@@ -36,14 +40,16 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
     const item = new vscode.TreeItem(p.label ? `${p.id} ${p.label}` : p.id, vscode.TreeItemCollapsibleState.None);
     item.id = `point:${p.missionId}:${p.id}`;
     item.description = `${p.reason} · ${ago(p.createdAt)}`;
-    item.iconPath = new vscode.ThemeIcon("history");
+    item.iconPath = new vscode.ThemeIcon("git-commit");
     item.contextValue = "restorePoint";
+    item.accessibilityInformation = { label: `restore point ${item.label as string}, ${item.description}` };
     item.tooltip = `${node.missionName} ${p.id}: ${p.reason}\n${new Date(p.createdAt * 1000).toLocaleString()}\n` +
       `checkpoint ${p.checkpoint}`;
     return item;
   }
 
   dispose(): void {
+    clearInterval(this.timer);
     this.subscriptions.forEach((d) => d.dispose());
     this.emitter.dispose();
   }
@@ -57,6 +63,8 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
     }
   }
 }
+
+const AGE_REFRESH_MS = 10_000;
 
 function ago(at: number): string {
   const seconds = Math.max(0, Math.round(Date.now() / 1000 - at));

@@ -44,6 +44,22 @@ export interface MissionSummary {
   restorePoints?: number;
   createdAt: number;
   updatedAt: number;
+  /** The mission and point this one was forked from. */
+  forkedFrom?: { mission: string; point: string };
+  /** Why a paused mission is paused when no person paused it: "restored to p3", "forked at p2". */
+  pauseNote?: string;
+  usage?: MissionUsage;
+}
+
+/** Tokens the mission's model calls used, their cost where a price is configured, the model that
+ * served the newest call and how many failovers happened. */
+export interface MissionUsage {
+  calls: number;
+  promptTokens: number;
+  completionTokens: number;
+  servedModel?: string;
+  failovers?: number;
+  cost?: number;
 }
 
 export interface UnitInfo {
@@ -123,6 +139,8 @@ export interface ProviderEndpoint {
   lastFailover: string;
   lastFailoverAt: number;
   updatedAt: number;
+  /** A host has called the endpoint at least once; before that its health is not known. */
+  called?: boolean;
 }
 
 export interface ProvidersPayload {
@@ -227,6 +245,8 @@ export const ServerCommands = {
   apply: "keel.apply",
   export: "keel.export",
   import: "keel.import",
+  cancel: "keel.cancel",
+  delete: "keel.delete",
 } as const;
 
 const PAUSABLE: ReadonlySet<MissionState> = new Set(["running", "pausing", "offline", "created"]);
@@ -243,6 +263,29 @@ export function canResume(m: MissionSummary): boolean {
 
 export function isActive(m: MissionSummary): boolean {
   return ACTIVE.has(m.state);
+}
+
+const FINISHED: ReadonlySet<MissionState> = new Set(["completed", "failed", "cancelled"]);
+
+export function isFinished(m: MissionSummary): boolean {
+  return FINISHED.has(m.state);
+}
+
+/** "write-docs", or "write-docs (fork of p3)" for a fork: how a mission is named everywhere. */
+export function missionLabel(m: MissionSummary): string {
+  return m.forkedFrom ? `${m.name} (fork of ${m.forkedFrom.point})` : m.name;
+}
+
+/** "12.3k tokens · 0.0421": tokens and, when a price is configured, the cost. */
+export function usageText(m: MissionSummary): string {
+  const u = m.usage;
+  if (u === undefined || u.calls === 0) {
+    return "";
+  }
+  const tokens = u.promptTokens + u.completionTokens;
+  const short = tokens >= 10_000 ? `${(tokens / 1000).toFixed(0)}k` : tokens >= 1000 ? `${(tokens / 1000).toFixed(1)}k`
+    : String(tokens);
+  return `${short} tokens${u.cost !== undefined ? ` · cost ${u.cost.toFixed(u.cost < 1 ? 4 : 2)}` : ""}`;
 }
 
 /** "2/5" with the current unit when one runs: the short progress text of the tree and status bar. */

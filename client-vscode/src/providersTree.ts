@@ -24,6 +24,7 @@ export class ProvidersTreeProvider implements vscode.TreeDataProvider<ProviderNo
   private readonly emitter = new vscode.EventEmitter<ProviderNode | undefined>();
   private readonly subscriptions: vscode.Disposable[];
   private payload: ProvidersPayload | undefined;
+  private readonly timer: ReturnType<typeof setInterval>;
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly connection: KeelConnection, private readonly log: vscode.LogOutputChannel) {
@@ -35,6 +36,12 @@ export class ProvidersTreeProvider implements vscode.TreeDataProvider<ProviderNo
         }
       }),
     ];
+    // "cooling 42s" counts down: redraw every second while an endpoint cools down
+    this.timer = setInterval(() => {
+      if (this.endpoints.some((e) => e.cooldownUntil > Date.now() / 1000 - 1)) {
+        this.emitter.fire(undefined);
+      }
+    }, 1000);
   }
 
   /** The endpoints as last received (for the tests and the status bar). */
@@ -73,14 +80,17 @@ export class ProvidersTreeProvider implements vscode.TreeDataProvider<ProviderNo
     const item = new vscode.TreeItem(`${e.provider}/${e.endpoint}`, vscode.TreeItemCollapsibleState.None);
     item.id = `provider:${e.provider}/${e.endpoint}`;
     item.description = endpointDescription(e, Date.now() / 1000);
-    const [name, color] = HEALTH_ICONS[e.state] ?? ["circle-outline", undefined];
+    const [name, color] = e.called === false ? ["circle-outline", undefined]
+      : unreachable(e) ? ["debug-disconnect", "testing.iconFailed"] : HEALTH_ICONS[e.state] ?? ["circle-outline", undefined];
     item.iconPath = new vscode.ThemeIcon(name, color === undefined ? undefined : new vscode.ThemeColor(color));
     item.contextValue = e.active ? "providerEndpoint.active" : "providerEndpoint";
     item.tooltip = endpointTooltip(e);
+    item.accessibilityInformation = { label: `endpoint ${e.provider}/${e.endpoint}, ${item.description}` };
     return item;
   }
 
   dispose(): void {
+    clearInterval(this.timer);
     this.subscriptions.forEach((d) => d.dispose());
     this.emitter.dispose();
   }
@@ -93,25 +103,39 @@ export class ProvidersTreeProvider implements vscode.TreeDataProvider<ProviderNo
 
 /** `● active · b-model · healthy · cooling 42s · 401 …`: what a row says after its name. */
 export function endpointDescription(e: ProviderEndpoint, now: number): string {
-  const parts = [e.active ? "● active" : "", e.model, e.state.replace("_", " ")];
+  const parts = [e.active ? "● active" : "", e.model, healthText(e, now)];
   if (e.cooldownUntil > now) {
     parts.push(`cooling ${Math.ceil(e.cooldownUntil - now)}s`);
   }
   if (e.lastFailover) {
     parts.push(`failover ${e.lastFailover}`);
   }
-  if (e.lastError && e.state !== "healthy") {
+  if (e.lastError && e.state !== "healthy" && !unreachable(e)) {
     parts.push(e.lastError);
   }
   return parts.filter((p) => p !== "").join(" · ");
 }
 
+/** A connection-level failure (nothing answered at that address), as the last word on an endpoint. */
+function unreachable(e: ProviderEndpoint): boolean {
+  return e.called !== false && e.state !== "healthy" && /^(connection|timeout|dns)$/.test(e.lastErrorKind);
+}
+
+/** "not used yet" before any call: keel knows nothing of its health then (even a dead endpoint). */
+function healthText(e: ProviderEndpoint, now: number): string {
+  if (e.called === false) {
+    return "not used yet";
+  }
+  if (unreachable(e)) {
+    return "unreachable";
+  }
+  return e.state === "cooling_down" && e.cooldownUntil <= now ? "cooled down" : e.state.replace("_", " ");
+}
+
 function endpointTooltip(e: ProviderEndpoint): string {
   const lines = [`${e.provider}/${e.endpoint} (${e.kind || "not configured"})`, `url: ${e.url}`, `model: ${e.model}`,
-    `health: ${e.state}${e.active ? ", served the last call" : ""}`];
-  if (e.keySource) {
-    lines.push(`key: ${e.keySource}`);
-  }
+    `health: ${healthText(e, Date.now() / 1000)}${e.active ? ", served the last call" : ""}`];
+  lines.push(e.keySource ? `key: ${e.keySource}` : "key: none configured");
   if (e.lastError) {
     lines.push(`last error (${e.lastErrorKind}): ${e.lastError}`);
   }

@@ -5,7 +5,7 @@
  * Must not draw views.
  */
 import * as vscode from "vscode";
-import { commandRunner } from "./commands";
+import { commandRunner, confirmRestore, missionId, pickMission, pickPoint } from "./commands";
 import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
 import type { PointNode } from "./pointsTree";
@@ -15,7 +15,10 @@ import {
   ServerCommands,
   type ApplyResult,
   type FileChange,
+  type MissionSummary,
   type PointFile,
+  missionLabel,
+  progressText,
 } from "./protocol";
 
 export const SCHEME = "keel-point";
@@ -43,41 +46,52 @@ export function registerRewind(connection: KeelConnection, model: MissionModel,
   return [
     vscode.workspace.registerTextDocumentContentProvider(SCHEME, new PointFiles(connection)),
     run(ServerCommands.fork, async (target?: PointTarget, point?: string) => {
-      const [id, p] = pointOf(model, target, point);
+      const [id, p] = await pointOf(model, target, point, "Fork which mission?", "Fork from which point?");
       if (id === undefined || p === undefined) {
         return undefined;
       }
+      const original = model.get(id);
       const summary = await missionCommand(ServerCommands.fork, [id, p]);
       model.select(summary.id);
-      void vscode.window.showInformationMessage(`keel: forked ${id} at ${p} as ${summary.id} (paused)`);
+      void vscode.window.showInformationMessage(
+        `keel: forked ${original ? missionLabel(original) : id} at ${p} as "${missionLabel(summary)}" (paused; resume it to continue)`);
       return summary;
     }),
     run("keel.restoreWithFiles", async (target?: PointTarget, point?: string) => {
-      const [id, p] = pointOf(model, target, point);
-      return id && p ? missionCommand(ServerCommands.restore, [id, p, { files: true }]) : undefined;
-    }),
-    run("keel.diffPoint", async (target?: PointTarget, point?: string, file?: string) => {
-      const [id, p] = pointOf(model, target, point);
+      const [id, p] = await pointOf(model, target, point, "Restore which mission?", "Restore to which point?");
       if (id === undefined || p === undefined) {
         return undefined;
       }
-      const path = file ?? await pickChanged(connection, id, p);
-      if (path === undefined) {
+      if (typeof target !== "string" && await confirmRestore(model, id, p, "files") === undefined) {
         return undefined;
       }
-      await vscode.commands.executeCommand("vscode.diff", pointUri(id, p, path), pointUri(id, SANDBOX, path),
-        `${path} (${p} ↔ sandbox)`);
-      return path;
+      return missionCommand(ServerCommands.restore, [id, p, { files: true }]);
+    }),
+    run("keel.diffPoint", async (target?: PointTarget, point?: string, file?: string) => {
+      const [id, p] = await pointOf(model, target, point, "Diff which mission?", "Diff which point with the sandbox?");
+      return id && p ? diffWithSandbox(connection, id, p, file) : undefined;
+    }),
+    run("keel.reviewChanges", async (target?: string | { id: string }) => {
+      const id = typeof target === "string" ? target : target?.id
+        ?? await missionId(model, undefined, () => true, "Review the changes of which mission?");
+      const first = id === undefined ? undefined : (await model.restorePoints(id))[0]?.id;
+      return id && first ? diffWithSandbox(connection, id, first, undefined) : undefined;
     }),
     run(ServerCommands.apply, async (target?: string | { id: string }, options?: { branch?: string }) => {
-      const id = typeof target === "string" ? target : target?.id ?? model.selected?.id;
+      const given = typeof target === "string" ? target : target?.id;
+      const id = given ?? await pickMission(model.list(), "Apply the result of which mission to the working tree?");
       if (id === undefined) {
+        return undefined;
+      }
+      // a caller passing (id, options) has decided already (other extensions, the tests)
+      if (options === undefined && !await confirmApply(connection, model, id)) {
         return undefined;
       }
       const result = await connection.executeCommand<ApplyResult>(ServerCommands.apply, [id, options ?? {}]);
       const count = result.added.length + result.modified.length + result.removed.length;
-      void vscode.window.showInformationMessage(result.branch ? `keel: mission ${id} committed on ${result.branch}`
-        : `keel: applied mission ${id}: ${count} file(s) changed, uncommitted`);
+      const name = model.get(id) ? missionLabel(model.get(id) as MissionSummary) : id;
+      void vscode.window.showInformationMessage(result.branch ? `keel: mission ${name} committed on ${result.branch}`
+        : `keel: applied mission ${name}: ${count} file(s) changed, uncommitted`);
       return result;
     }),
     run(ServerCommands.export, async (target?: string | { id: string }, file?: string) => {
@@ -92,14 +106,47 @@ export function registerRewind(connection: KeelConnection, model: MissionModel,
   ];
 }
 
-function pointOf(model: MissionModel, target: PointTarget, point: string | undefined): [string?, string?] {
-  if (typeof target === "string") {
-    return [target, point];
-  }
-  if (target !== undefined) {
+/** The mission and point a command acts on: from the row or arguments, else picked (mission, then point). */
+async function pointOf(model: MissionModel, target: PointTarget, point: string | undefined, missionTitle: string,
+                       pointTitle: string): Promise<[string?, string?]> {
+  if (target !== undefined && typeof target !== "string") {
     return [target.point.missionId, target.point.id];
   }
-  return [model.selected?.id, point];
+  const id = typeof target === "string" ? target : await missionId(model, undefined, () => true, missionTitle);
+  if (id === undefined) {
+    return [];
+  }
+  return [id, point ?? await pickPoint(model, id, pointTitle)];
+}
+
+async function diffWithSandbox(connection: KeelConnection, id: string, point: string,
+                               file: string | undefined): Promise<string | undefined> {
+  const path = file ?? await pickChanged(connection, id, point);
+  if (path === undefined) {
+    return undefined;
+  }
+  await vscode.commands.executeCommand("vscode.diff", pointUri(id, point, path), pointUri(id, SANDBOX, path),
+    `${path} (${point} ↔ sandbox)`);
+  return path;
+}
+
+/** A modal naming the mission, its state and the files its result changes; true when the person applies. */
+async function confirmApply(connection: KeelConnection, model: MissionModel, id: string): Promise<boolean> {
+  const mission = model.get(id);
+  const first = (await model.restorePoints(id))[0]?.id;
+  const changes = first === undefined ? []
+    : await connection.request<FileChange[]>(Requests.pointChanges, { id, point: first });
+  const state = mission === undefined ? "" : `${mission.state.replace("_", " ")}${progressText(mission)
+    ? ` · ${progressText(mission)} units` : ""}`;
+  const files = changes.length === 0 ? "It changes no files."
+    : `${changes.length} file(s): ${changes.slice(0, 12).map((c) => `${c.path} (${c.status})`).join(", ")}` +
+      (changes.length > 12 ? ", …" : "");
+  const warning = mission !== undefined && mission.state !== "completed"
+    ? `\n\nThis mission has not completed: its result is unfinished work.` : "";
+  const choice = await vscode.window.showWarningMessage(
+    `Apply mission ${mission ? missionLabel(mission) : id} (${state}) to the working tree?`,
+    { modal: true, detail: `${files}${warning}\n\nThe files are written uncommitted into your checkout.` }, "Apply");
+  return choice === "Apply";
 }
 
 async function pickChanged(connection: KeelConnection, id: string, point: string): Promise<string | undefined> {

@@ -35,6 +35,15 @@ const ICONS: Record<Subagent["state"], string> = {
   running: "sync~spin", expired: "warning", orphaned: "debug-disconnect", done: "pass",
 };
 
+/** A worker whose host went away records "orphaned"; after a pause, a question or an offline stop that
+ * is the normal way a unit stops, so it reads "paused" (and "stopped" otherwise). */
+export function subagentStateText(state: Subagent["state"], missionState: string | undefined): string {
+  if (state !== "orphaned") {
+    return state;
+  }
+  return ["paused", "pausing", "waiting_input", "offline"].includes(missionState ?? "") ? "paused" : "stopped";
+}
+
 export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>, vscode.Disposable {
   private readonly emitter = new vscode.EventEmitter<SubagentNode | undefined>();
   private readonly subscriptions: vscode.Disposable[];
@@ -64,11 +73,13 @@ export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>,
     const s = node.subagent;
     const item = new vscode.TreeItem(s.unit, vscode.TreeItemCollapsibleState.None);
     item.id = `subagent:${node.missionId}:${s.unit}`;
-    const age = s.state === "done" ? "" : ` · lease ${s.leaseAge.toFixed(1)}s`;
-    item.description = `${s.state}${age} · ${s.sandbox}`;
-    item.iconPath = new vscode.ThemeIcon(ICONS[s.state] ?? "circle-outline");
+    const state = subagentStateText(s.state, this.model.get(node.missionId)?.state);
+    const age = s.state === "done" || state !== s.state ? "" : ` · lease ${s.leaseAge.toFixed(1)}s`;
+    item.description = `${state}${age} · ${s.sandbox}`;
+    item.iconPath = new vscode.ThemeIcon(state === "paused" ? "debug-pause" : ICONS[s.state] ?? "circle-outline");
+    item.accessibilityInformation = { label: `subagent ${s.unit}, ${state}` };
     item.contextValue = `subagent-${s.state}`;
-    item.tooltip = `unit ${s.unit} (journal lane ${s.lane}): ${s.state}\nlease epoch ${s.epoch}, pid ${s.pid} ` +
+    item.tooltip = `unit ${s.unit} (journal lane ${s.lane}): ${state} (lease ${s.state})\nlease epoch ${s.epoch}, pid ${s.pid} ` +
       `on ${s.hostname}, heartbeat ${s.leaseAge.toFixed(1)} s ago (ttl ${s.ttl} s)\n` +
       `journal up to entry ${s.lastCheckpoint}\nsandbox ${s.sandbox}\nbranch ${s.branch}` +
       (s.merged ? "\nmerged into the mission branch" : "");

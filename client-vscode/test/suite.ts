@@ -256,7 +256,7 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
       const fork = await vscode.commands.executeCommand<MissionSummary>("keel.fork", gamma.id, first);
       check(fork?.id !== undefined && fork.id !== gamma.id, `keel.fork returned ${JSON.stringify(fork)}`);
       await waitFor("the fork in the model", () => api.model.get(fork.id));
-      const applied = await vscode.commands.executeCommand<ApplyResult>("keel.apply", gamma.id);
+      const applied = await vscode.commands.executeCommand<ApplyResult>("keel.apply", gamma.id, {});
       observed["fork"] = { id: fork.id, state: fork.state, name: fork.name, selected: api.model.selected?.id };
       observed["apply"] = applied;
       check(applied?.added.includes("g.txt") === true, `keel.apply returned ${JSON.stringify(applied)}`);

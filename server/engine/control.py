@@ -17,7 +17,7 @@ from pathlib import Path
 from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, NotFoundError
 from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
-from keel.protocol.states import MissionState, PauseReason
+from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason
 from keel.server.engine import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
 from keel.storage import Store, Txn
@@ -114,6 +114,47 @@ def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
         return record
 
     return store.write(txn_fn)
+
+
+def request_cancel(store: Store, mission_id: str, source: str) -> MissionRecord:
+    """Record a cancel: a running host stops its units at a consistent point and ends the mission
+    `cancelled`; a mission whose host is gone (paused, waiting for input, offline, not started) is
+    cancelled here. A finished mission cannot be cancelled (InvalidTransitionError says why)."""
+
+    def txn_fn(txn: Txn) -> MissionRecord:
+        record = m.get_mission(txn, mission_id)
+        if record.state in TERMINAL_MISSION_STATES:
+            raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; there is nothing to cancel")
+        seq = m.add_control(txn, mission_id, Control(action="cancel", at=time.time(), source=source))
+        if host_alive(record):
+            return record
+        return m.set_mission_state(
+            txn, mission_id, MissionState.CANCELLED, control_seen=seq, host=None, question=None, pause_reason=None
+        )
+
+    return store.write(txn_fn)
+
+
+def delete_mission(store: Store, store_path: Path, mission_id: str) -> MissionRecord:
+    """Forget a finished (completed, failed or cancelled) mission: its records in one transaction, then its
+    sandbox worktree. Its branch `keel/<id>` stays (the work is not lost); blobs no other mission reaches
+    go with the next `keel gc`."""
+
+    def txn_fn(txn: Txn) -> MissionRecord:
+        record = m.get_mission(txn, mission_id)
+        if record.state not in TERMINAL_MISSION_STATES:
+            raise InvalidTransitionError(
+                f"mission {mission_id} is {record.state.value}; only a completed, failed or cancelled mission "
+                "can be deleted (cancel it first)"
+            )
+        m.delete_mission_records(txn, mission_id)
+        return record
+
+    record = store.write(txn_fn)
+    from keel.server.engine.unitgc import remove_mission_sandbox
+
+    remove_mission_sandbox(store_path, record)
+    return record
 
 
 def pause_all(store: Store, source: str) -> list[str]:

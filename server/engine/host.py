@@ -339,6 +339,10 @@ class MissionHost:
                 await self._unit_finished(uid, outcome)
         final = self._stop_state or S.PAUSED
         try:
+            if final == S.CANCELLED:
+                await self._set_state(S.CANCELLED, pause_reason=None)
+                await self.checkpoint("cancelled")
+                return final
             if final == S.PAUSED and self.record.state != S.PAUSED:
                 await self._set_state(S.PAUSED, **self._pause_reason())
             reason = self.record.pause_reason
@@ -377,7 +381,10 @@ class MissionHost:
         last = controls[-1][0]
         if self.record.state == S.OFFLINE and any(c.action == "pause" for _, c in controls):
             return  # left unseen for offline.honour_pause: a paused mission is never resumed by the prober
-        if any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
+        if any(c.action == "cancel" for _, c in controls) and self.record.state in (S.RUNNING, S.PAUSING):
+            await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
+            self._request_stop(S.CANCELLED)
+        elif any(c.action == "pause" for _, c in controls) and self.record.state == S.RUNNING:
             await self._set_state(S.PAUSING, pause_reason=PauseReason.OPERATOR, control_seen=last)
             self._request_stop(S.PAUSED)
         else:

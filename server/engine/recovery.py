@@ -26,9 +26,12 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[StartDeci
     pause = record.state == S.PAUSING
     question = record.question
     last = record.control_seen
+    cancel = False
     for seq, control in m.controls_after(txn, mission_id, record.control_seen):
         last = seq
-        if control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING, S.OFFLINE):
+        if control.action == "cancel" and record.state not in (S.COMPLETED, S.FAILED, S.CANCELLED):
+            cancel = True
+        elif control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING, S.OFFLINE):
             pause = True
         elif control.action == "answer" and question is not None:
             apply_answer(txn, mission_id, question, control.text)
@@ -38,6 +41,9 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[StartDeci
     if record.state == S.COMPLETED:
         return StartDecision.COMPLETED, record
     if record.state == S.CANCELLED:
+        return StartDecision.CANCELLED, record
+    if cancel:  # asked while no host ran, or before this one took over
+        record = m.set_mission_state(txn, mission_id, S.CANCELLED, question=None, pause_reason=None, host=None)
         return StartDecision.CANCELLED, record
     if pause:
         return StartDecision.PAUSED, m.set_mission_state(

@@ -282,6 +282,11 @@ def point_tree(txn: Txn, manifest: CheckpointManifest, what: str) -> SandboxTree
     """The file snapshot a checkpoint refers to; NoSnapshotError when it has none."""
     tree = load_tree(txn.get_blob, manifest.sandbox_tree) if is_tree_ref(manifest.sandbox_tree) else None
     if tree is None:
+        if manifest.reason.startswith("failover:"):  # host.checkpoint_soon: taken in the middle of a call
+            raise NoSnapshotError(
+                f"{what} has no snapshot of the sandbox's files: it marks a failover, recorded in the middle "
+                "of a model call; use the restore point before or after it"
+            )
         raise NoSnapshotError(
             f"{what} has no snapshot of the sandbox's files (it was recorded before the "
             "mission had a sandbox, or by a keel that did not keep file snapshots)"

@@ -170,6 +170,14 @@ def _remove_sandbox(path: Path, repo: Path | None) -> None:
         merge.git(repo, "worktree", "prune", check=False)
 
 
+def remove_mission_sandbox(store_path: Path, record: MissionRecord) -> None:
+    """A deleted mission's own sandbox (worktree or copy); its branch stays."""
+    path = Path(record.sandbox or places.sandbox_path(store_path, record.id))
+    repo = git_toplevel(Path(record.workspace)) if Path(record.workspace).is_dir() else None
+    if path.exists() or path.is_symlink():
+        _remove_sandbox(path, repo)
+
+
 def _repo(store_path: Path, record: MissionRecord) -> Path | None:
     """Where git commands about the mission's worktrees run: its sandbox, else the workspace's repo."""
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, record.id))

@@ -40,6 +40,27 @@ class HostPayload(msgspec.Struct, frozen=True, rename="camel"):
     alive: bool
 
 
+class ForkOrigin(msgspec.Struct, frozen=True, rename="camel"):
+    mission: str
+    point: str
+
+
+class UsagePayload(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """A mission's model use: tokens journaled, their price where the provider has one configured
+    (`cost` in the providers' currency units; None when no price is known), the model that served the
+    newest call and how many failovers the hosts recorded."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    served_model: str = ""
+    failovers: int = 0
+    cost: float | None = None
+
+
+Prices = dict[str, tuple[float, float]]  # provider -> (input, output) per million tokens
+
+
 class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     id: str
     name: str
@@ -59,6 +80,9 @@ class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
     current_unit_title: str | None = None
     host: HostPayload | None = None
     head: str | None = None
+    forked_from: ForkOrigin | None = None
+    pause_note: str | None = None  # why a mission is paused when nobody paused it: "restored to p3", "forked at p2"
+    usage: UsagePayload | None = None
 
 
 class UnitPayload(msgspec.Struct, frozen=True, rename="camel"):
@@ -160,7 +184,7 @@ def point_file(mission_id: str, point: str, path: str, data: bytes | None) -> Po
     return PointFile(mission_id=mission_id, point=point, path=path, exists=data is not None, binary=binary, text=text)
 
 
-def summary(view: MissionView) -> MissionSummary:
+def summary(view: MissionView, prices: Prices | None = None) -> MissionSummary:
     r = view.record
     counts = unit_counts(view)
     running = next((u for u in view.units if u.state == UnitState.RUNNING), None)
@@ -193,6 +217,48 @@ def summary(view: MissionView) -> MissionSummary:
         current_unit_title=(running.title or None) if running else None,
         host=host,
         head=view.head or None,
+        forked_from=_fork_origin(r.forked_from),
+        pause_note=_pause_note(view),
+        usage=usage(view, prices or {}),
+    )
+
+
+def _fork_origin(text: str) -> ForkOrigin | None:
+    mission, _, point = text.rpartition(":")
+    return ForkOrigin(mission=mission, point=point) if mission and point else None
+
+
+def _pause_note(view: MissionView) -> str | None:
+    """A paused mission whose HEAD a restore or a fork wrote was paused by that, not by a person."""
+    reason = view.head_reason
+    if view.record.state.value != "paused":
+        return None
+    if reason.startswith("restored to "):
+        return reason
+    if reason.startswith("forked from "):
+        return f"forked at {reason.rsplit(' ', 1)[-1]}"
+    return None
+
+
+def usage(view: MissionView, prices: Prices) -> UsagePayload | None:
+    u = view.usage
+    if u.calls == 0 and view.failovers == 0:
+        return None
+    prompt = sum(p for p, _ in u.tokens.values())
+    completion = sum(c for _, c in u.tokens.values())
+    priced = [p for p in u.tokens if p in prices]
+    cost = (
+        round(sum(u.tokens[p][0] * prices[p][0] + u.tokens[p][1] * prices[p][1] for p in priced) / 1e6, 6)
+        if priced
+        else None
+    )
+    return UsagePayload(
+        calls=u.calls,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        served_model=u.served_model,
+        failovers=view.failovers,
+        cost=cost,
     )
 
 
@@ -206,13 +272,16 @@ def unit_counts(view: MissionView) -> UnitCounts:
     )
 
 
-def detail(view: MissionView, events: list[tuple[int, Event]]) -> MissionDetail:
+def detail(view: MissionView, events: list[tuple[int, Event]], prices: Prices | None = None) -> MissionDetail:
     units = tuple(
         UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts, error=u.error)
         for u in view.units
     )
     return MissionDetail(
-        mission=summary(view), goal=view.record.spec.goal, units=units, events=tuple(event(seq, e) for seq, e in events)
+        mission=summary(view, prices),
+        goal=view.record.spec.goal,
+        units=units,
+        events=tuple(event(seq, e) for seq, e in events),
     )
 
 
@@ -252,6 +321,7 @@ class ProviderEndpointPayload(msgspec.Struct, frozen=True, rename="camel"):
     last_failover: str = ""
     last_failover_at: float = 0.0
     updated_at: float = 0.0
+    called: bool = False  # a host has called it at least once (else its health is not known yet)
 
 
 class ProvidersPayload(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -267,7 +337,11 @@ def providers(rows: list[dict[str, Any]], sources: tuple[str, ...], config_error
     """From server/providers/view.py's rows (snake_case dicts)."""
     names = set(ProviderEndpointPayload.__struct_fields__)
     endpoints = tuple(
-        ProviderEndpointPayload(**{k: v for k, v in row.items() if k in names}, key_source=row.get("key", ""))
+        ProviderEndpointPayload(
+            **{k: v for k, v in row.items() if k in names},
+            key_source=row.get("key", ""),
+            called=bool(row.get("last_success_at") or row.get("last_error_at")),
+        )
         for row in rows
     )
     return ProvidersPayload(endpoints=endpoints, sources=sources, config_error=config_error)

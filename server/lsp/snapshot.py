@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, MissionRecord, UnitMark
+from keel.protocol.records import CheckpointManifest, JournalEntry, MissionRecord, UnitMark
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import UnitState
-from keel.server.engine.control import host_alive
+from keel.server.engine.control import host_alive, unit_states
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix
@@ -31,6 +31,15 @@ class UnitView(msgspec.Struct, frozen=True):
     error: str = ""
 
 
+class ModelUsage(msgspec.Struct, frozen=True):
+    """Tokens a mission's model calls used, per provider (from the journal), and the model that served
+    the newest call ("provider/model")."""
+
+    tokens: dict[str, tuple[int, int]] = {}  # provider -> (prompt, completion)
+    served_model: str = ""
+    calls: int = 0
+
+
 class MissionView(msgspec.Struct, frozen=True):
     """A mission as of one read: its record, its units (from HEAD), and counters that change with it."""
 
@@ -42,6 +51,9 @@ class MissionView(msgspec.Struct, frozen=True):
     host_alive: bool = False
     stranded: bool = False
     pending_answer: bool = False  # an answer is recorded that no host has applied yet
+    head_reason: str = ""  # why HEAD was written: "restored to p3", "forked from ID p2", "unit succeeded: u1"
+    usage: ModelUsage = ModelUsage()
+    failovers: int = 0
 
 
 class _Cache:
@@ -91,7 +103,8 @@ def _view(txn: Txn, record: MissionRecord) -> MissionView:
     if manifest is not None and manifest.graph:
         graph = _cache.get(manifest.graph, lambda: txn.get_object(manifest.graph, list[UnitSpec])) or graph
     marks: dict[str, UnitMark] = manifest.units if manifest is not None else {}
-    units = tuple(_unit(spec, marks.get(spec.id)) for spec in graph)
+    live = unit_states(txn, record.id)  # HEAD's marks, with units a live host started since shown running
+    units = tuple(_unit(spec, marks.get(spec.id), live.get(spec.id)) for spec in graph)
     pending = any(c.action == "answer" for _, c in m.controls_after(txn, record.id, record.control_seen))
     return MissionView(
         record=record,
@@ -100,12 +113,36 @@ def _view(txn: Txn, record: MissionRecord) -> MissionView:
         events_seq=txn.last_seq(DB.EVENTS, prefix),
         points=txn.last_seq(DB.POINTS, prefix),
         pending_answer=pending,
+        head_reason=manifest.reason if manifest is not None else "",
+        usage=_usage(txn, record.id),
+        failovers=sum(1 for _, e in m.evidence_after(txn, record.id) if e.kind == "failover"),
     )
 
 
-def _unit(spec: UnitSpec, mark: UnitMark | None) -> UnitView:
+def _unit(spec: UnitSpec, mark: UnitMark | None, live: str | None) -> UnitView:
+    state = UnitState(live) if live else mark.state if mark is not None else UnitState.PENDING
     if mark is None:
-        return UnitView(id=spec.id, title=spec.title, state=UnitState.PENDING, after=spec.after)
+        return UnitView(id=spec.id, title=spec.title, state=state, after=spec.after)
     return UnitView(
-        id=spec.id, title=spec.title, state=mark.state, after=spec.after, attempts=mark.attempts, error=mark.error
+        id=spec.id, title=spec.title, state=state, after=spec.after, attempts=mark.attempts, error=mark.error
     )
+
+
+def _usage(txn: Txn, mission_id: str) -> ModelUsage:
+    """Tokens of every journaled model call of the mission (all lanes), and the newest call's model."""
+    tokens: dict[str, tuple[int, int]] = {}
+    newest, served, calls = -1.0, "", 0
+    for _, entry in txn.scan(DB.JOURNAL, mission_prefix(mission_id), JournalEntry):
+        if entry.kind != "model/complete" or entry.phase != "done" or not isinstance(entry.result, dict):
+            continue
+        usage = entry.result.get("usage") or {}
+        provider = str(entry.result.get("provider") or "")
+        prompt, completion = tokens.get(provider, (0, 0))
+        tokens[provider] = (
+            prompt + int(usage.get("prompt_tokens", 0)),
+            completion + int(usage.get("completion_tokens", 0)),
+        )
+        calls += 1
+        if entry.at >= newest:
+            newest, served = entry.at, f"{provider}/{entry.result.get('model', '')}".strip("/")
+    return ModelUsage(tokens=tokens, served_model=served, calls=calls)

@@ -3,8 +3,9 @@
 Session fixtures install the tools (scripts/editor-tools.sh, cached in .tools/) and package the VSIX
 (`npm run package`: tsc, esbuild, vsce). `code_server(...)` starts an isolated instance on a free
 loopback port — own user-data, extensions and XDG folders, no gallery, no telemetry, no update check —
-under its own session, and stops the whole process group afterwards. `drive(...)` runs drive.mjs with
-Node 24 and returns its JSON. Mission hosts are detached on purpose; every test kills the ones it made.
+under its own session, and stops the whole process group afterwards. `drive(...)` runs drive.mjs (or
+another driver, items.mjs) with Node 24 and returns its JSON. Mission hosts are detached on purpose; every
+test kills the ones it made.
 """
 
 from __future__ import annotations
@@ -183,9 +184,9 @@ def code_server(tools: dict[str, str], tmp_path: Path) -> Iterator[Callable[[], 
 
 @pytest.fixture
 def drive(tools: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def run(config: dict[str, Any], timeout: float = 180) -> dict[str, Any]:
+    def run(config: dict[str, Any], timeout: float = 180, script: str = "drive.mjs") -> dict[str, Any]:
         done = subprocess.run(
-            ["node", str(Path(__file__).with_name("drive.mjs")), json.dumps({"chromium": tools["CHROMIUM"], **config})],
+            ["node", str(Path(__file__).with_name(script)), json.dumps({"chromium": tools["CHROMIUM"], **config})],
             cwd=ROOT,
             env={**os.environ, "PATH": tools["PATH"]},
             capture_output=True,

@@ -144,14 +144,14 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     alpha, beta, gamma = row(rows, ids["alpha"]), row(rows, ids["beta"]), row(rows, ids["gamma"])
     assert (alpha["contextValue"], alpha["icon"]) == ("mission.running", "sync~spin")
     assert alpha["description"].startswith("running · 0/2")
-    # The unit rows carry the state the server reports (from the mission's HEAD checkpoint).
+    # The unit rows carry the live state the server reports (HEAD's marks; units a live host started since run).
     assert [u["label"] for u in alpha["units"]] == ["u1 Survey", "u2 Rewrite"]
     assert all(u["contextValue"] == f"unit.{u['description'].split()[0]}" for u in alpha["units"])
     assert alpha["units"][1]["contextValue"] == "unit.pending"
     assert (beta["contextValue"], beta["icon"]) == ("mission.waiting_input", "question")
     assert beta["description"].startswith("waiting for input")
     assert (gamma["contextValue"], gamma["icon"]) == ("mission.completed", "pass")
-    assert gamma["description"] == "completed · 1/1"
+    assert gamma["description"] == "completed · 1/1 · 10 tokens · ⇄ b/b-model"  # its call failed over from a
     assert [(u["label"], u["contextValue"]) for u in gamma["units"]] == [("u1 Only", "unit.succeeded")]
 
     providers = {r["label"]: r for r in seen["providersTree"]}
@@ -161,7 +161,8 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     assert providers["b/0"]["contextValue"] == "providerEndpoint.active"
     assert providers["b/0"]["description"].startswith("● active · b-model · healthy")
     grown = {r["label"]: r for r in seen["providersAfterChange"]["rows"]}
-    assert sorted(grown) == ["a/0", "b/0", "c/0"] and grown["c/0"]["icon"] == "pass"
+    assert sorted(grown) == ["a/0", "b/0", "c/0"] and grown["c/0"]["icon"] == "circle-outline"  # never called
+    assert "not used yet" in grown["c/0"]["description"]
 
     points = seen["restorePoints"][ids["gamma"]]
     assert points and all(p["contextValue"] == "restorePoint" for p in points)

@@ -1,5 +1,5 @@
-"""Mission control commands (`workspace/executeCommand`): start, pause, resume, pause all, answer,
-restore, verify. Pauses go straight to the store (durable Control records); operations that open the
+"""Mission control commands (`workspace/executeCommand`): start, pause, resume, cancel, delete, pause
+all, answer, restore, verify. Pauses go straight to the store (durable Control records); operations that open the
 store by path or start hosts run through enginecall in a child process. Each returns a MissionSummary
 (or the documented object) once the server's picture includes the action; pause, resume and answer wait
 (at most ACK_S) for the mission to move — the host's acknowledgement (`pausing`, `running`…) — so the answer
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,18 @@ from keel.server.lsp.errors import arg_dict, arg_str, describe, invalid, no_more
 from keel.server.lsp.features.missions import summary_json
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import MissionView, read_view, resolve
+from keel.storage import Store
 from keel.storage.verify import verify_all
 
 SOURCE = "lsp"
 START, PAUSE, RESUME, PAUSE_ALL = "keel.startMission", "keel.pause", "keel.resume", "keel.pauseAll"
 ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
+CANCEL, DELETE = "keel.cancel", "keel.delete"
 MISSION_ID = "a mission id"
 ACK_S = 10.0  # how long pause, resume and answer wait for the host to take the request up
 PAUSABLE = frozenset({MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE})
 RESUMABLE = frozenset(MissionState) - {MissionState.COMPLETED, MissionState.CANCELLED}
+CANCELLABLE = frozenset(MissionState) - {MissionState.COMPLETED, MissionState.FAILED, MissionState.CANCELLED}
 STAY_RUNNING = frozenset({MissionState.RUNNING, MissionState.PAUSING, MissionState.OFFLINE})
 
 
@@ -55,16 +59,7 @@ def register(server: KeelServer) -> None:
     @server.command(PAUSE)
     @handler(server, PAUSE)
     async def pause(ls: KeelServer, *args: Any) -> Any:
-        text = _one_id(PAUSE, args)
-
-        def run() -> MissionRecord:
-            store = ls.require_store()
-            before = read_view(store, text).record
-            engine.request_pause(store, before.id, SOURCE)
-            return before
-
-        before = await ls.blocking(run)
-        return await summary_after(ls, before.id, moved_from=before if before.state in PAUSABLE else None)
+        return await _record_control(ls, _one_id(PAUSE, args), engine.request_pause, PAUSABLE)
 
     @server.command(RESUME)
     @handler(server, RESUME)
@@ -72,6 +67,24 @@ def register(server: KeelServer) -> None:
         before = (await ls.blocking(read_view, ls.require_store(), _one_id(RESUME, args))).record
         await ls.blocking(enginecall.call, ls.store_path, "resume", before.id)
         return await summary_after(ls, before.id, moved_from=before if before.state in RESUMABLE else None)
+
+    @server.command(CANCEL)
+    @handler(server, CANCEL)
+    async def cancel(ls: KeelServer, *args: Any) -> Any:
+        return await _record_control(ls, _one_id(CANCEL, args), engine.request_cancel, CANCELLABLE)
+
+    @server.command(DELETE)
+    @handler(server, DELETE)
+    async def delete(ls: KeelServer, *args: Any) -> Any:
+        text = _one_id(DELETE, args)
+
+        def run() -> str:
+            store = ls.require_store()
+            return engine.delete_mission(store, ls.store_path, resolve(store, text)).id
+
+        mid = await ls.blocking(run)
+        ls.changed()
+        return {"deleted": mid}
 
     @server.command(PAUSE_ALL)
     @handler(server, PAUSE_ALL)
@@ -125,6 +138,22 @@ async def answer_mission(ls: KeelServer, text: str, reply: str) -> Any:
     before = (await ls.blocking(read_view, ls.require_store(), text)).record
     await ls.blocking(enginecall.call, ls.store_path, "answer", before.id, reply)
     return await summary_after(ls, before.id, moved_from=before)
+
+
+async def _record_control(
+    ls: KeelServer, text: str, request: Callable[[Store, str, str], object], movable: frozenset[MissionState]
+) -> Any:
+    """A pause or cancel: a durable control record written straight to the store (in a thread); the answer
+    is the state the mission moved to when it was in one of `movable`."""
+
+    def run() -> MissionRecord:
+        store = ls.require_store()
+        before = read_view(store, text).record
+        request(store, before.id, SOURCE)
+        return before
+
+    before = await ls.blocking(run)
+    return await summary_after(ls, before.id, moved_from=before if before.state in movable else None)
 
 
 def _one_id(name: str, args: tuple[Any, ...]) -> str:

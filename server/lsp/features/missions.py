@@ -12,6 +12,8 @@ from typing import Any
 from keel.server.lsp import convert, errors
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import MissionView, read_view, read_views
+from keel.server.providers.config import load_provider_config
+from keel.server.providers.errors import ProviderConfigError
 from keel.storage import missions as m
 
 MISSIONS = "keel/missions"
@@ -44,7 +46,7 @@ def register(server: KeelServer) -> None:
         return await ls.blocking(_points, ls, errors.param_id(RESTORE_POINTS, params))
 
     def on_change(old: MissionView | None, new: MissionView) -> None:
-        payload = convert.to_json(convert.summary(new))
+        payload = convert.to_json(convert.summary(new, prices(server)))
         if summaries.get(new.record.id) == payload:
             return
         summaries[new.record.id] = payload
@@ -58,8 +60,8 @@ def _missions(ls: KeelServer) -> list[Any]:
     store = ls.store()
     if store is None:
         return []
-    views = read_views(store)
-    return [convert.to_json(convert.summary(_flag(ls, v))) for v in views.values()]
+    views, known = read_views(store), prices(ls)
+    return [convert.to_json(convert.summary(_flag(ls, v), known)) for v in views.values()]
 
 
 def _mission(ls: KeelServer, text: str) -> Any:
@@ -67,7 +69,7 @@ def _mission(ls: KeelServer, text: str) -> Any:
     view = read_view(store, text)
     mid = view.record.id
     events = store.read(lambda txn: m.events_after(txn, mid, max(0, view.events_seq - EVENTS_SHOWN)))
-    return convert.to_json(convert.detail(_flag(ls, view), events))
+    return convert.to_json(convert.detail(_flag(ls, view), events, prices(ls)))
 
 
 def _points(ls: KeelServer, text: str) -> list[Any]:
@@ -87,4 +89,19 @@ def _flag(ls: KeelServer, view: MissionView) -> MissionView:
 
 
 def summary_json(ls: KeelServer, view: MissionView) -> Any:
-    return convert.to_json(convert.summary(_flag(ls, view)))
+    return convert.to_json(convert.summary(_flag(ls, view), prices(ls)))
+
+
+def prices(ls: KeelServer) -> convert.Prices:
+    """Each provider's configured price (input, output per million tokens); unpriced ones are left out,
+    so a mission's cost is shown only when it is known. A configuration that cannot be read prices nothing
+    (the Providers view says why)."""
+    try:
+        settings = load_provider_config(ls.workspace_root)
+    except ProviderConfigError:
+        return {}
+    return {
+        p.name: (p.cost.input_per_mtok, p.cost.output_per_mtok)
+        for p in settings.providers
+        if p.cost.input_per_mtok or p.cost.output_per_mtok
+    }

@@ -18,6 +18,7 @@ from keel.server.lsp import convert
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.providers.config import ProviderSettings, load_provider_config, user_config_path
 from keel.server.providers.errors import ProviderConfigError
+from keel.server.providers.secrets import KeyringSecrets
 from keel.server.providers.view import provider_rows, stored_health
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,20 @@ def payload(ls: KeelServer) -> Any:
     except ProviderConfigError as exc:  # shown in the view; stored endpoints are still listed
         settings_error = exc.message
     settings = settings or ProviderSettings()
-    rows = provider_rows(settings, stored_health(ls.store()))
+    rows = [_key_shown(row) for row in provider_rows(settings, stored_health(ls.store()))]
     return convert.to_json(convert.providers(rows, settings.sources, settings_error))
+
+
+def _key_shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A keyring key source is shown only when the keyring holds a key for the provider (a keyless
+    local endpoint has none). Only whether a key exists leaves this function, never the key."""
+    if row.get("key") != "keyring":
+        return row
+    try:
+        present = KeyringSecrets().get(str(row["provider"])) is not None
+    except Exception:  # no usable keyring: no key either
+        present = False
+    return row if present else {**row, "key": ""}
 
 
 async def watch_providers(ls: KeelServer) -> None:

@@ -1,0 +1,79 @@
+/**
+ * First run: the commands the Missions view's welcome offers while keel cannot start — install keel for
+ * the interpreter in a terminal, or choose another interpreter. Must not draw views.
+ *
+ * `keel.python` is `machine-overridable`: it names a path on the machine keel runs on, so it must not
+ * sync to other machines, and a workspace may override it. In a remote window (code-server, Remote-SSH)
+ * such a setting lives in the Remote settings, not the User ones; Choose Interpreter therefore writes
+ * the choice to the workspace settings itself, and its "Open Setting" entry opens the tab where the
+ * setting really is.
+ */
+import * as fs from "node:fs";
+import * as path from "node:path";
+import * as vscode from "vscode";
+import type { KeelConnection } from "./connection";
+import { installCommand, resolveInterpreter } from "./interpreter";
+
+export function registerSetup(connection: KeelConnection, log: vscode.LogOutputChannel): vscode.Disposable[] {
+  return [
+    vscode.commands.registerCommand("keel.installServer", async () => {
+      const folder = vscode.workspace.workspaceFolders?.[0];
+      const python = connection.interpreter?.command ?? (await resolveInterpreter(folder, log)).command;
+      const terminal = vscode.window.createTerminal({ name: "keel install", cwd: folder?.uri });
+      const closed = vscode.window.onDidCloseTerminal((t) => {
+        if (t === terminal) {
+          closed.dispose();
+          log.info("the install terminal closed: starting the server again");
+          void connection.restart();
+        }
+      });
+      terminal.show();
+      terminal.sendText(`${installCommand(python)} && exit`);
+    }),
+    vscode.commands.registerCommand("keel.copyInstallCommand", async () => {
+      const python = connection.interpreter?.command ?? "python3";
+      await vscode.env.clipboard.writeText(installCommand(python));
+    }),
+    vscode.commands.registerCommand("keel.chooseInterpreter", () => chooseInterpreter()),
+  ];
+}
+
+interface Choice extends vscode.QuickPickItem {
+  python?: string;
+  action?: "enter" | "settings";
+}
+
+/** Pick an interpreter (the workspace's .venv, python3 on PATH, or a path typed in) and save it as the
+ * workspace's `keel.python`; the server restarts on the settings change. */
+export async function chooseInterpreter(): Promise<string | undefined> {
+  const folder = vscode.workspace.workspaceFolders?.[0];
+  const items: Choice[] = [];
+  for (const rel of [".venv/bin/python", "venv/bin/python", ".venv/Scripts/python.exe"]) {
+    const full = folder === undefined ? "" : path.join(folder.uri.fsPath, rel);
+    if (full !== "" && fs.existsSync(full)) {
+      items.push({ label: rel, description: "workspace virtual environment", python: full });
+    }
+  }
+  items.push({ label: "python3", description: "first on PATH", python: "python3" });
+  items.push({ label: "$(edit) Enter an interpreter path…", action: "enter" });
+  items.push({ label: "$(settings-gear) Open the keel.python setting", action: "settings",
+    description: vscode.env.remoteName ? "Remote settings" : "User settings" });
+  const pick = await vscode.window.showQuickPick(items, { title: "keel: choose the Python interpreter that has keel" });
+  if (pick === undefined) {
+    return undefined;
+  }
+  if (pick.action === "settings") {
+    // a machine-scoped setting of a remote window is edited in the Remote settings
+    await vscode.commands.executeCommand(vscode.env.remoteName ? "workbench.action.openRemoteSettings"
+      : "workbench.action.openSettings", { query: "keel.python" });
+    return undefined;
+  }
+  const python = pick.python ?? await vscode.window.showInputBox({ title: "keel: interpreter path",
+    prompt: "The Python executable that has keel installed", placeHolder: "/path/to/python" });
+  if (python === undefined || python.trim() === "") {
+    return undefined;
+  }
+  const target = folder === undefined ? vscode.ConfigurationTarget.Global : vscode.ConfigurationTarget.Workspace;
+  await vscode.workspace.getConfiguration("keel").update("python", python.trim(), target);
+  return python.trim();
+}

@@ -1,0 +1,486 @@
+// Drives a running code-server through the items of the VS Code review (tests/vscode/test_ui_items.py):
+// each scene acts as a person would (palette, tree rows, inline actions, dialogs, toasts), records what
+// it saw in `seen`, and takes screenshots named after the item, in the dark and the light theme.
+//
+//   node items.mjs '{"scene": "main" | "firstRun", "url": …, "shots": dir, "userSettings": file, …}'
+//
+// Prints one JSON object on stdout: {ok, seen, shots, steps, console}.
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const config = JSON.parse(process.argv[2]);
+const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"];
+const consoleLines = [];
+const steps = [];
+const shots = [];
+const seen = {};
+const started = Date.now();
+let page;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const squash = (text) => text.replace(/\s+/g, " ").trim();
+
+async function waitUntil(what, probe, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) {
+      steps.push({ step: what, ms: Date.now() - started });
+      return value;
+    }
+    if (Date.now() > deadline) {
+      const file = join(config.shots, `failed-${config.scene}-${steps.length}.png`);
+      await page.screenshot({ path: file });
+      throw new Error(`timed out waiting for ${what} (screenshot ${file})`);
+    }
+    await sleep(150);
+  }
+}
+
+/** Switch the color theme as a person does, with Preferences: Toggle between Light/Dark Themes (no
+ * Escape: that would hide the notification toasts being shot). */
+async function theme(kind) {
+  const cls = kind === "light" ? "vs" : "vs-dark";
+  if (await page.locator(`.monaco-workbench.${cls}`).count()) {
+    return;
+  }
+  await runPalette(">Toggle between Light/Dark", "Light/Dark");
+  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 15_000);
+  await sleep(500);
+}
+
+async function runPalette(text, rowText) {
+  await page.keyboard.press("F1");
+  const input = page.locator(".quick-input-widget input").first();
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(text);
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 10_000 });
+  await sleep(150);
+  await input.press("Enter");
+}
+
+/** A screenshot in both themes (`visual`) or the current one, named after the item. */
+async function shot(name, visual = true) {
+  for (const kind of visual ? ["dark", "light"] : ["dark"]) {
+    if (visual) {
+      await theme(kind);
+    }
+    const file = join(config.shots, `${name}${visual ? `-${kind}` : ""}.png`);
+    await page.screenshot({ path: file });
+    shots.push(file);
+  }
+  if (visual) {
+    await theme("dark");
+  }
+}
+
+/** A modal dialog blocks the palette (and so the theme switch): open it once per theme, shoot, cancel.
+ * Returns what the dialog said (the first time). */
+async function shotDialog(name, open) {
+  let said;
+  for (const kind of ["dark", "light"]) {
+    await theme(kind);
+    await open();
+    said ??= await dialog();
+    const file = join(config.shots, `${name}-${kind}.png`);
+    await page.screenshot({ path: file });
+    shots.push(file);
+    await pressDialog("Cancel");
+  }
+  await theme("dark");
+  return said;
+}
+
+async function palette(title) {
+  await runPalette(`>keel: ${title}`, title);
+}
+
+/** The visible quick pick: its title and rows. */
+async function quickPick() {
+  const widget = page.locator(".quick-input-widget").first();
+  await widget.waitFor({ state: "visible", timeout: 10_000 });
+  await sleep(300);
+  const title = squash(await widget.locator(".quick-input-title").first().innerText().catch(() => ""));
+  const rows = (await widget.locator(".quick-input-list .monaco-list-row").allInnerTexts()).map(squash);
+  return { title, rows };
+}
+
+async function pick(text) {
+  const row = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: text }).first();
+  await row.waitFor({ timeout: 10_000 });
+  await row.click();
+}
+
+/** A keel command from the palette whose quick picks are answered in turn; returns what each showed. */
+async function paletteWithPicks(title, ...choices) {
+  await palette(title);
+  const shown = [];
+  for (const choice of choices) {
+    shown.push(await quickPick());
+    await pick(choice);
+  }
+  return shown;
+}
+
+async function dialog() {
+  const box = page.locator(".monaco-dialog-box").first();
+  await box.waitFor({ state: "visible", timeout: 10_000 });
+  await sleep(300);
+  const buttons = (await box.locator(".monaco-button").allInnerTexts()).map(squash).filter((b) => b !== "");
+  // the default button is the one the dialog focuses (Enter presses it)
+  const primary = squash(await page.evaluate(() => document.activeElement?.textContent ?? ""));
+  return { text: squash(await box.innerText()), buttons, primary };
+}
+
+async function pressDialog(label) {
+  await page.locator(".monaco-dialog-box .monaco-button", { hasText: label }).first().click();
+  await page.locator(".monaco-dialog-box").first().waitFor({ state: "hidden", timeout: 10_000 });
+}
+
+async function toast(text, timeoutMs = 30_000) {
+  const item = page.locator(".notification-toast", { hasText: text }).first();
+  await waitUntil(`a toast saying ${text}`, () => item.isVisible(), timeoutMs);
+  return item;
+}
+
+async function toastTexts() {
+  return (await page.locator(".notification-toast").allInnerTexts()).map(squash);
+}
+
+function pane(name) {
+  return page.locator(".pane", { has: page.locator(".pane-header", { hasText: name }) }).first();
+}
+
+async function rows(name) {
+  return (await pane(name).locator(".monaco-list-row").allInnerTexts()).map(squash);
+}
+
+async function row(paneName, text) {
+  const r = await rows(paneName);
+  return r.find((t) => t.includes(text)) ?? "";
+}
+
+async function expand(name) {
+  const header = pane(name).locator(".pane-header").first();
+  if ((await header.getAttribute("aria-expanded")) !== "true") {
+    await header.click();
+  }
+}
+
+async function clickRow(paneName, text) {
+  await pane(paneName).locator(".monaco-list-row", { hasText: text }).first().click();
+}
+
+async function inline(paneName, text) {
+  const r = pane(paneName).locator(".monaco-list-row", { hasText: text }).first();
+  await r.hover();
+  await sleep(200);
+  return r.locator(".actions .action-label");
+}
+
+async function ariaLabels(paneName) {
+  return pane(paneName).locator(".monaco-list-row").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label")));
+}
+
+async function statusItem() {
+  const item = page.locator(".statusbar-item", { hasText: "keel:" }).first();
+  if ((await item.count()) === 0) {
+    return { text: "", aria: "" };
+  }
+  const aria = await item.locator("a").first().getAttribute("aria-label").catch(() => "");
+  return { text: squash(await item.innerText()), aria: aria ?? "" };
+}
+
+async function closeToasts() {
+  await page.keyboard.press("Escape");
+  for (const close of await page.locator(".notification-toast .codicon-notifications-clear").all()) {
+    await close.click().catch(() => undefined);
+  }
+}
+
+// -- the main scene -----------------------------------------------------------------------------------
+async function openKeel() {
+  const keel = page.locator('.activitybar .action-item a[aria-label^="keel"]').first();
+  await keel.waitFor({ timeout: 30_000 });
+  await keel.click();
+  await waitUntil("the Missions pane", () => pane("Missions").count());
+}
+
+async function layoutAndLabels() {
+  const size = async (name) => (await pane(name).boundingBox())?.height ?? 0;
+  seen.layout = { missions: await size("Missions"), points: await size("Restore Points"),
+    subagents: await size("Subagents"), providers: await size("Providers") };
+  seen.titleActions = await page.locator(".pane-header", { hasText: "Missions" }).first()
+    .locator(".action-label").evaluateAll((els) => els.map((e) => [e.getAttribute("aria-label"), e.className]));
+  await shot("vscode-layout");
+}
+
+async function liveUnits() {
+  const name = config.running;
+  seen.liveMission = await waitUntil("the running mission names its current unit",
+    async () => { const r = await row("Missions", name); return /running/.test(r) && / u2 /.test(` ${r} `) ? r : ""; });
+  seen.liveUnits = await waitUntil("live unit states", async () => {
+    const r = await rows("Missions");
+    const u1 = r.find((t) => t.startsWith("u1 Write")), u2 = r.find((t) => t.startsWith("u2 Review"));
+    return u1 && /succeeded/.test(u1) && u2 && /running/.test(u2) ? [u1, u2] : undefined;
+  });
+  seen.liveStatus = await statusItem();
+  await shot("vscode-live-units");
+}
+
+async function pauseAndJargon() {
+  const actions = await inline("Missions", config.running);
+  await actions.first().click(); // Pause Mission
+  seen.pausedRow = await waitUntil("the mission paused",
+    async () => { const r = await row("Missions", config.running); return /paused/.test(r) ? r : ""; }, 45_000);
+  seen.pausedUnits = await waitUntil("units read paused", async () => {
+    const r = await rows("Missions");
+    const u2 = r.find((t) => t.startsWith("u2 Review"));
+    return u2 && /paused/.test(u2) ? r.filter((t) => /^u\d/.test(t)) : undefined;
+  });
+  await expand("Subagents");
+  seen.pausedSubagents = await waitUntil("subagents after the pause", async () => {
+    const r = await rows("Subagents");
+    return r.some((t) => t.startsWith("u2")) && !r.some((t) => /orphaned/.test(t)) && r.some((t) => /paused/.test(t))
+      ? r : undefined;
+  });
+  seen.pausedAria = await ariaLabels("Missions");
+  seen.pausedStatus = await statusItem();
+  await shot("vscode-jargon-paused");
+}
+
+async function applyConfirm() {
+  seen.applyDialog = await shotDialog("vscode-apply-confirm", async () => {
+    [seen.applyPick] = await paletteWithPicks("Apply Mission Result", config.running);
+  });
+}
+
+async function paletteDiff() {
+  [seen.diffMissionPick, seen.diffPointPick, seen.diffFilePick] =
+    await paletteWithPicks("Diff Point with Sandbox", config.running, "p1", "docs.txt");
+  seen.diffTab = await waitUntil("the diff editor", async () => {
+    const tab = page.locator(".tabs-container .tab.active").first();
+    return (await tab.count()) ? squash(await tab.innerText()) : "";
+  });
+  await shot("vscode-palette-diff", false);
+  await page.keyboard.press("Control+W");
+}
+
+async function restoreDialogs() {
+  await clickRow("Missions", config.running);
+  await waitUntil("restore points", async () => (await rows("Restore Points")).some((r) => r.startsWith("p2")));
+  seen.pointRows = await rows("Restore Points");
+  seen.pointIcons = await pane("Restore Points").locator(".monaco-list-row .custom-view-tree-node-item-icon")
+    .evaluateAll((els) => els.map((e) => e.className));
+  const buttons = await inline("Restore Points", "p2");
+  seen.pointInline = await buttons.evaluateAll((els) => els.map((e) => [e.getAttribute("aria-label"), e.className]));
+  await shot("vscode-restore-icons");
+  seen.restoreFilesDialog = await shotDialog("vscode-restore-files-asks",
+    async () => (await inline("Restore Points", "p2")).nth(2).click()); // Restore with Files…
+  seen.restoreDialog = await shotDialog("vscode-restore-modal",
+    async () => (await inline("Restore Points", "p2")).nth(0).click()); // Restore Mission to Point…
+  const before = await row("Restore Points", "p1");
+  seen.pointAges = [before, await waitUntil("the point ages move on", async () => {
+    const now = await row("Restore Points", "p1");
+    return now !== before ? now : "";
+  }, 40_000)];
+}
+
+async function paletteFork() {
+  [seen.forkMissionPick, seen.forkPointPick] = await paletteWithPicks("Fork Mission from Point", config.running, "p2");
+  const label = `${config.running} (fork of p2)`;
+  seen.forkRow = await waitUntil("the fork's row", () => row("Missions", label));
+  seen.forkSelected = await waitUntil("the fork selected", async () => {
+    const sel = pane("Missions").locator(".monaco-list-row.selected", { hasText: "fork of p2" }).first();
+    return (await sel.count()) ? squash(await sel.innerText()) : "";
+  });
+  seen.forkToast = squash(await (await toast("forked")).innerText());
+  seen.pointsDescription = await waitUntil("the fork's restore points", async () => {
+    const text = squash(await pane("Restore Points").locator(".pane-header").innerText());
+    return /fork of p2/.test(text) ? text : "";
+  });
+  await shot("vscode-fork-named");
+  await closeToasts();
+}
+
+async function cancelAndDelete() {
+  await palette("Cancel Mission");
+  await pick("fork of p2");
+  seen.cancelDialog = await dialog();
+  await shot("vscode-cancel-confirm", false);
+  await pressDialog("Cancel Mission");
+  seen.cancelledRow = await waitUntil("the fork cancelled",
+    async () => { const r = await row("Missions", "fork of p2"); return /cancelled/.test(r) ? r : ""; });
+  await palette("Delete Mission");
+  seen.deletePick = await quickPick();
+  await pick("fork of p2");
+  seen.deleteDialog = await dialog();
+  await shot("vscode-delete-confirm", false);
+  await pressDialog("Delete");
+  seen.afterDelete = await waitUntil("the fork gone",
+    async () => { const r = await rows("Missions"); return r.some((t) => t.includes("fork of p2")) ? undefined : r; });
+}
+
+async function question() {
+  const item = await toast(config.question);
+  seen.questionToast = squash(await item.innerText());
+  await shot("vscode-question-toast");
+  // dark: from the toast's Answer button (then cancelled); light: from the status bar, and answered
+  // toasts hide after a while: the status bar item answers as well
+  seen.answeredFrom = await item.locator(".monaco-button", { hasText: "Answer" }).first().click({ timeout: 3000 })
+    .then(() => "toast", async () => {
+      await page.locator(".statusbar-item", { hasText: "needs input" }).first().click();
+      return "status bar";
+    });
+  const input = page.locator(".quick-input-widget input").first();
+  for (const kind of ["dark", "light"]) {
+    if (kind === "light") {
+      await theme("light");
+      await page.locator(".statusbar-item", { hasText: "needs input" }).first().click();
+    }
+    await input.waitFor({ state: "visible", timeout: 10_000 });
+    await input.fill(config.answer);
+    seen.questionWhileTyping = squash(await page.locator(".quick-input-widget").first().innerText());
+    const file = join(config.shots, `vscode-question-title-${kind}.png`);
+    await page.screenshot({ path: file });
+    shots.push(file);
+    await input.press(kind === "dark" ? "Escape" : "Enter");
+  }
+  await theme("dark");
+  seen.answeredUnit = await waitUntil("the answered unit succeeded", async () => {
+    const r = await rows("Missions");
+    const u = r.find((t) => t.startsWith("q1 Ask"));
+    return u && /succeeded/.test(u) ? u : "";
+  }, 60_000);
+}
+
+async function completion() {
+  const item = await toast(`${config.asking} completed`);
+  seen.completionToast = squash(await item.innerText());
+  seen.completionStatus = await statusItem();
+  await shot("vscode-completion-offer");
+  await item.locator(".monaco-button", { hasText: "Review Changes" }).first().click();
+  seen.reviewPick = await quickPick();
+  await page.keyboard.press("Escape");
+  await closeToasts();
+}
+
+async function failover() {
+  await palette("Start Mission");
+  await pick(config.failoverFile);
+  const item = await toast("failed over", 90_000);
+  seen.failoverToast = squash(await item.innerText());
+  seen.failoverStatus = await waitUntil("the status bar's failover sign",
+    async () => { const s = await statusItem(); return /b\/b-model/.test(s.text) ? s : undefined; });
+  seen.failoverRow = await waitUntil("the served model on the row",
+    async () => { const r = await row("Missions", config.failover); return /b\/b-model/.test(r) ? r : ""; });
+  await expand("Providers");
+  seen.providers = await waitUntil("provider rows", async () => {
+    const r = await rows("Providers");
+    return r.length >= 4 && r.some((t) => /cooling \d+s/.test(t)) ? r : undefined;
+  });
+  await shot("vscode-failover");
+  const cooling = (r) => Number(/cooling (\d+)s/.exec(r.find((t) => /cooling/.test(t)) ?? "")?.[1] ?? 0);
+  const first = cooling(seen.providers);
+  await sleep(3_000);
+  seen.coolingCountdown = [first, cooling(await rows("Providers"))];
+  seen.providerAria = await ariaLabels("Providers");
+  seen.usageRow = await waitUntil("tokens and cost on the row",
+    async () => { const r = await row("Missions", config.failover); return /tokens/.test(r) && /cost/.test(r) ? r : ""; }, 45_000);
+  // the row's tooltip has the whole account (the sidebar cuts the row's description)
+  const missionRow = pane("Missions").locator(".monaco-list-row", { hasText: config.failover }).first();
+  for (const kind of ["dark", "light"]) {
+    await theme(kind);
+    await page.mouse.move(700, 400);
+    await sleep(300);
+    await missionRow.hover();
+    await waitUntil("the mission's tooltip", () => page.locator(".monaco-hover", { hasText: "tokens" }).first().isVisible());
+    seen.usageTooltip = squash(await page.locator(".monaco-hover", { hasText: "tokens" }).first().innerText());
+    const file = join(config.shots, `vscode-tokens-cost-${kind}.png`);
+    await page.screenshot({ path: file });
+    shots.push(file);
+  }
+  await theme("dark");
+}
+
+async function mainScene() {
+  await openKeel();
+  await layoutAndLabels();
+  await liveUnits();
+  await question();
+  await completion();
+  await pauseAndJargon();
+  await applyConfirm();
+  await paletteDiff();
+  await restoreDialogs();
+  await paletteFork();
+  await cancelAndDelete();
+  await failover();
+}
+
+// -- first run ------------------------------------------------------------------------------------------
+async function firstRunScene() {
+  await openKeel();
+  seen.notInstalledWelcome = await waitUntil("the not-installed welcome", async () => {
+    const text = squash(await pane("Missions").innerText());
+    return /not installed/.test(text) ? text : "";
+  });
+  seen.notInstalledToast = squash(await (await toast("not installed")).innerText());
+  await shot("vscode-first-run-not-installed");
+  await page.locator(".pane .monaco-button", { hasText: "Choose Interpreter" }).first().click();
+  seen.interpreterPick = await quickPick();
+  await pick("Open the keel.python setting");
+  seen.settingsEditor = await waitUntil("the keel.python setting in the settings editor", async () => {
+    const editor = page.locator(".settings-editor").first();
+    if ((await editor.count()) === 0) {
+      return "";
+    }
+    const text = squash(await editor.innerText());
+    return /Keel: Python|keel\.python/i.test(text) && /Python interpreter that has keel/.test(text) ? text.slice(0, 600) : "";
+  });
+  seen.settingsTab = squash(await page.locator(".settings-editor .settings-tabs-widget .action-item.checked")
+    .first().innerText().catch(() => ""));
+  await shot("vscode-first-run-setting", false);
+  await page.keyboard.press("Control+W");
+  await palette("Choose Python Interpreter");
+  await pick("Enter an interpreter path");
+  const input = page.locator(".quick-input-widget input").first();
+  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.fill(config.python);
+  await input.press("Enter");
+  seen.fixedWelcome = await waitUntil("the running welcome", async () => {
+    const text = squash(await pane("Missions").innerText());
+    return /No missions/.test(text) ? text : "";
+  }, 60_000);
+  seen.toastsAfterFix = await waitUntil("the not-installed toast gone", async () => {
+    const t = await toastTexts();
+    return t.some((x) => /not installed/.test(x)) ? undefined : t;
+  });
+  await shot("vscode-first-run-fixed");
+}
+
+async function main() {
+  const browser = await chromium.launch({ executablePath: config.chromium ?? "/usr/bin/chromium", headless: true,
+    args: CHROMIUM_ARGS });
+  try {
+    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page.on("console", (msg) => consoleLines.push(`${msg.type()}: ${msg.text()}`.slice(0, 2000)));
+    page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
+    await page.goto(config.url, { waitUntil: "domcontentloaded" });
+    await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
+    await (config.scene === "firstRun" ? firstRunScene() : mainScene());
+  } finally {
+    await browser.close();
+  }
+}
+
+try {
+  await main();
+  process.stdout.write(JSON.stringify({ ok: true, seen, shots, steps, console: consoleLines.slice(-40) }) + "\n");
+} catch (err) {
+  process.stdout.write(JSON.stringify({ ok: false, error: String(err?.stack ?? err), seen, shots, steps,
+    console: consoleLines.slice(-80) }) + "\n");
+  process.exitCode = 1;
+}
