@@ -61,6 +61,13 @@ def wait_until(pred: Any, timeout: float = 300.0, step: float = 0.005) -> Any:
     raise TimeoutError("condition not reached")
 
 
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def start_mission(root: Path, store: Path, name: str) -> str:
     path = root / f"{name}.toml"
     path.write_text(mission_toml(name, [{"id": "u", "steps": STEPS}]))
@@ -75,9 +82,11 @@ def start_mission(root: Path, store: Path, name: str) -> str:
 
 def kill_and_time(store: Path, mission_id: str, history: int, resume: bool) -> float:
     wait_until(lambda: newest_seq(store, mission_id)[0] >= history and newest_seq(store, mission_id)[1])
-    seq, pid = newest_seq(store, mission_id)
+    _, pid = newest_seq(store, mission_id)
     begin = time.monotonic()
     os.killpg(pid, signal.SIGKILL)
+    wait_until(lambda: gone(pid))
+    seq = newest_seq(store, mission_id)[0]  # read once the host is dead: nothing it commits counts
     if resume:
         subprocess.run(
             [sys.executable, "-m", "keel.server.cli", "resume", mission_id, "--detach", "--store", str(store)],

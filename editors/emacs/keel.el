@@ -89,6 +89,17 @@ A server error is raised as a `user-error' with the server's message."
     (mapc #'keel--remember missions)
     missions))
 
+(cl-defmethod eglot-client-capabilities ((_server keel-eglot-server))
+  "Announce `window.showMessage': this file answers keel's questions.
+keel serve sends a question as `window/showMessageRequest' only to a client
+that says it can answer one; eglot answers them but does not say so."
+  (let* ((caps (cl-call-next-method))
+         (window (plist-get caps :window)))
+    (plist-put caps :window
+               (plist-put (copy-sequence window) :showMessage
+                          (list :messageActionItem
+                                (list :additionalPropertiesSupport :json-false))))))
+
 (cl-defmethod eglot-handle-notification
   ((_server keel-eglot-server) (_method (eql keel/missionChanged)) &rest summary)
   "Keep the mission map and the mode line up to date."

@@ -94,6 +94,7 @@ SAMPLES: dict[type[Any], Any] = {
         at=3.0,
         cost=COST,
         summary="s",
+        rerun_approved=True,
     ),
     records.UnitMark: MARK,
     records.CheckpointManifest: records.CheckpointManifest(
@@ -140,7 +141,9 @@ SAMPLES: dict[type[Any], Any] = {
         id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused", created_at=5.0, label="before failover"
     ),
     records.Control: records.Control(action="answer", at=6.0, text="yes", source="cli"),
-    records.Evidence: records.Evidence(kind="diff", at=7.0, unit="u1", summary="s", data={"patch": "+x"}),
+    records.Evidence: records.Evidence(
+        kind="diff", at=7.0, unit="u1", summary="s", data={"patch": "+x"}, lane="u1#2", seq=3
+    ),
     records.Event: records.Event(kind="state", at=8.0, unit="u1", state="running", message="m"),
     agent.InitializeParams: agent.InitializeParams(protocol_version=1, mission_id="m1", goal="g", sandbox="/s"),
     agent.InitializeResult: agent.InitializeResult(name="a", kinds=("shell",), version="1"),
