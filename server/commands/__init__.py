@@ -23,7 +23,7 @@ VERBS: dict[str, Verb] = {
     "resume": Verb("run", "continue a paused or interrupted mission"),
     "pause": Verb("pause", "pause a running mission at a consistent point"),
     "answer": Verb("pause", "answer the question a mission waits on"),
-    "missions": Verb("inspect", "list missions"),
+    "missions": Verb("missions", "list missions"),
     "status": Verb("inspect", "show one mission, or all"),
     "points": Verb("points", "list a mission's restore points"),
     "restore": Verb("points", "rewind a mission to a restore point (a new checkpoint)"),

@@ -1,4 +1,4 @@
-"""`keel missions` and `keel status [ID]`: read-only views of the store."""
+"""`keel status [ID]`: one mission in detail (read-only), or the list of all as `keel missions` prints it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 from typing import Any
 
 from keel.server.commands import help_of
-from keel.server.commands.common import open_store, print_json, store_exists
+from keel.server.commands.common import open_store, print_json
+from keel.server.commands.missions import ago, run_missions
 from keel.server.engine.control import unit_states
 from keel.server.exits import Exit
 from keel.storage import leases
@@ -15,27 +16,9 @@ from keel.storage import missions as m
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("missions", parents=[common], help=help_of("missions"))
-    p.set_defaults(run=run_missions)
     p = sub.add_parser("status", parents=[common], help=help_of("status"))
     p.add_argument("id", nargs="?", help="mission id (or a unique prefix)")
     p.set_defaults(run=run_status)
-
-
-def run_missions(args: argparse.Namespace) -> int:
-    records = []
-    if store_exists(args):  # no store yet simply means no missions yet
-        with open_store(args, readonly=True) as store:
-            records = store.read(m.list_missions)
-    if args.json:
-        print_json(records)
-        return Exit.OK
-    if not records:
-        print("no missions")
-    for r in records:
-        reason = f" ({r.pause_reason.value})" if r.pause_reason else ""
-        print(f"{r.id}  {r.state.value}{reason}  {r.spec.name}  {_ago(r.updated_at)}")
-    return Exit.OK
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -84,14 +67,5 @@ def _print_subagents(held: list[Any]) -> None:
         state = "expired" if leases.expired(lease, now) else lease.state
         print(
             f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
-            f"heartbeat {_ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}"
+            f"heartbeat {ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}"
         )
-
-
-def _ago(at: float) -> str:
-    seconds = max(0, int(time.time() - at))
-    if seconds < 90:
-        return f"{seconds}s ago"
-    if seconds < 5400:
-        return f"{seconds // 60}m ago"
-    return f"{seconds // 3600}h ago"

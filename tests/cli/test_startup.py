@@ -49,9 +49,10 @@ def test_missions_reads_the_store_without_providers_or_the_language_server(tmp_p
     assert code == 0
     assert {"httpx", "keyring", "pygls", "lsprotocol", "keel.server.engine.host"}.isdisjoint(modules)
     assert {m for m in modules if m.startswith("keel.server.commands.")} == {
-        "keel.server.commands.inspect",
+        "keel.server.commands.missions",
         "keel.server.commands.common",
     }
+    assert not [m for m in modules if m.startswith("keel.server.engine")]
 
 
 def test_every_verb_parses_its_own_arguments(tmp_path: Path) -> None:
