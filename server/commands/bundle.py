@@ -22,7 +22,7 @@ from keel.server import sandboxcopy, signing
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import merge, places, registry
-from keel.server.engine.control import host_alive
+from keel.server.engine.hostlock import host_alive
 from keel.server.exits import Exit
 from keel.storage import Store
 from keel.storage import bundle as b

@@ -23,7 +23,7 @@ from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import SandboxTree
 from keel.protocol.states import MissionState
 from keel.server.engine import places, trees
-from keel.server.engine.control import host_alive
+from keel.server.engine.hostlock import host_alive
 from keel.server.engine.sandbox import git_toplevel
 from keel.storage import Store, Txn
 from keel.storage import missions as m

@@ -8,7 +8,6 @@ never on the language server.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -19,7 +18,8 @@ from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
 from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason
 from keel.server.engine import places
-from keel.server.engine.hostlock import HostBusyError, HostLock
+from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive
+from keel.server.engine.unitgc import remove_mission_sandbox
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir
@@ -151,8 +151,6 @@ def delete_mission(store: Store, store_path: Path, mission_id: str) -> MissionRe
         return record
 
     record = store.write(txn_fn)
-    from keel.server.engine.unitgc import remove_mission_sandbox
-
     remove_mission_sandbox(store_path, record)
     return record
 
@@ -204,34 +202,6 @@ def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bo
 def _resume_detached(store_path: Path, mission_id: str) -> None:
     if not HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere():
         spawn_host(store_path, mission_id)
-
-
-def host_alive(record: MissionRecord) -> bool:
-    """Whether the host recorded in the mission still runs (same machine: the pid exists, not a zombie,
-    and it started no later than the record says)."""
-    host = record.host
-    if host is None:
-        return False
-    if host.hostname and host.hostname != os.uname().nodename:
-        return True  # another machine's host: assume alive (its lock is not ours to probe)
-    try:
-        stat = Path(f"/proc/{host.pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return False
-    start_ticks = int(fields[19])
-    boot = _boot_time()
-    started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
-    return started <= host.started_at + 2.0
-
-
-def _boot_time() -> float:
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return 0.0
 
 
 def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """One host per mission: an exclusive flock on `.keel/locks/<id>.lock`, released by the kernel on death.
 
-A killed host leaves the lock file but not the lock, so a stale lock never blocks a restart. Depends on
-the standard library only.
+A killed host leaves the lock file but not the lock, so a stale lock never blocks a restart. `host_alive`
+tells whether the host a mission records still runs (its pid and start time). Depends on the standard
+library and protocol only.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.protocol.records import MissionRecord
 
 
 class HostBusyError(KeelError):
@@ -58,3 +60,31 @@ class HostLock:
         finally:
             os.close(fd)
         return False
+
+
+def host_alive(record: MissionRecord) -> bool:
+    """Whether the host recorded in the mission still runs (same machine: the pid exists, not a zombie,
+    and it started no later than the record says)."""
+    host = record.host
+    if host is None:
+        return False
+    if host.hostname and host.hostname != os.uname().nodename:
+        return True  # another machine's host: assume alive (its lock is not ours to probe)
+    try:
+        stat = Path(f"/proc/{host.pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    start_ticks = int(fields[19])
+    boot = _boot_time()
+    started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    return started <= host.started_at + 2.0
+
+
+def _boot_time() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0

@@ -40,11 +40,17 @@ class MissionHub:
         self._listeners: list[Listener] = []
         self._waiting: list[tuple[str, Condition, asyncio.Future[None]]] = []
         self.on_look: list[Callable[[dict[str, MissionView]], None]] = []  # after every look at the store
+        self.on_remove: list[Callable[[str], None]] = []  # a mission deleted from the store
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
     def apply(self, views: dict[str, MissionView]) -> None:
+        """The store's whole picture: every mission's view (a mission missing from it was deleted)."""
+        for mid in [mid for mid in self.views if mid not in views]:
+            del self.views[mid]
+            for forget in self.on_remove:
+                forget(mid)
         for mid, view in views.items():
             self._publish(msgspec.structs.replace(view, stranded=mid in self.stranded))
         for look in self.on_look:

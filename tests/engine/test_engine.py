@@ -216,7 +216,7 @@ def test_restore_rewinds_with_a_new_checkpoint_and_keeps_history(tmp_path: Path)
 
 
 def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> None:
-    from keel.server.engine import control
+    from keel.server.engine import control, hostlock
 
     side = tmp_path / "side.log"
     units = [
@@ -245,7 +245,7 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     assert side.read_text().split() == ["later"]
     assert next(e.summary for _, e in read(store, lambda t: list(m.evidence_after(t, mid)))) == "planning"
     assert "plan: plan added 1" in [p.reason for p in read(store, lambda t: m.restore_points(t, mid))]
-    wait_for(lambda: not control.host_alive(record(store, mid)))
+    wait_for(lambda: not hostlock.host_alive(record(store, mid)))
     assert (tmp_path / "logs" / f"{mid}.log").exists()  # the detached host's own log file
 
 

@@ -45,7 +45,11 @@ BAD_COMMANDS = [
         'keel.restore expects an options ({"files": bool}) object as argument 3, got an array',
     ),
     ("keel.apply", ["m1", {"branch": 3}], 'keel.apply expects "branch" to be a string in argument 2, got 3'),
-    ("keel.nope", [], 'unknown command "keel.nope"; keel serve has keel.answer, keel.apply, keel.export,'),
+    (
+        "keel.nope",
+        [],
+        'unknown command "keel.nope"; keel serve has keel.answer, keel.apply, keel.cancel, keel.delete, keel.export,',
+    ),
 ]
 
 

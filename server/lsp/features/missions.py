@@ -54,6 +54,7 @@ def register(server: KeelServer) -> None:
             server.protocol.notify(MISSION_CHANGED, payload)
 
     server.hub.subscribe(on_change)
+    server.hub.on_remove.append(lambda mid: summaries.pop(mid, None))
 
 
 def _missions(ls: KeelServer) -> list[Any]:

@@ -36,7 +36,7 @@ from lsprotocol import types
 
 from keel.protocol.errors import KeelError
 from keel.protocol.states import MissionState
-from keel.server.engine import control, offline, places
+from keel.server.engine import control, hostlock, offline, places
 from keel.server.engine.hostlock import HostLock
 from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
@@ -91,7 +91,7 @@ class HostWatch:
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
     def step(self, view: MissionView, now: float) -> None:
-        dead = _needs_host(view) and not control.host_alive(view.record) and not self._locked()
+        dead = _needs_host(view) and not hostlock.host_alive(view.record) and not self._locked()
         if not dead:
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
@@ -151,7 +151,7 @@ class HostWatch:
         store = self.server.require_store()
         record = await self.server.blocking(store.read, lambda txn: m.get_mission(txn, self.mission_id))
         same = record.state == view.record.state and record.host == view.record.host
-        return same and not control.host_alive(record) and not self._locked()
+        return same and not hostlock.host_alive(record) and not self._locked()
 
     async def _paused_while_offline(self) -> bool:
         """Apply a pause its dead host left unseen (the mission becomes paused); True when the mission is
