@@ -45,7 +45,7 @@ from keel.storage import missions as m
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
-GRACE_S = 0.3
+GRACE_S = 0.1
 BACKOFF_S = 1.0
 MAX_RESTARTS = 3
 SUPERVISED_STATES = frozenset({MissionState.RUNNING, MissionState.PAUSING})
