@@ -104,11 +104,15 @@ export async function activity(page, h) {
   }, 45_000);
   shots.push(await h.shot(page, "activity-1-live"));
 
-  seen.finished = await h.waitUntil(page, "the mission failed (unit bad)", async () => {
+  seen.failedRow = await h.waitUntil(page, "the mission failed (unit bad)", async () => {
     const missionRows = await rows(page, "Missions");
+    return missionRows.some((r) => r.includes(config.mission) && /failed/.test(r)) ? missionRows : undefined;
+  }, 60_000);
+  // the Activity view opens below a Missions view that keeps its room: give it the sidebar while reading steps
+  await collapsePane(page, "Missions");
+  seen.finished = await h.waitUntil(page, "the failure in the activity", async () => {
     const steps = await rows(page, "Activity");
-    return missionRows.some((r) => r.includes(config.mission) && /failed/.test(r))
-      && steps.some((r) => r.includes("running -> failed")) ? steps : undefined;
+    return steps.some((r) => r.includes("running -> failed")) ? steps : undefined;
   }, 60_000);
 
   const patch = pane(page, "Activity").locator(".monaco-list-row", { hasText: "apply_diff" }).first();
@@ -138,6 +142,7 @@ export async function activity(page, h) {
   shots.push(await h.shot(page, "activity-3-failures"));
   await titleAction(page, "Activity", "Show All Steps");
 
+  await expandPane(page, "Missions");
   const bad = pane(page, "Missions").locator(".monaco-list-row", { hasText: /^bad/ }).first();
   await bad.hover();
   await h.sleep(200);
