@@ -340,6 +340,9 @@ async function question() {
       await theme("light");
       await page.locator(".statusbar-item", { hasText: "needs input" }).first().click();
     }
+    // the picker that asks this question, not a closing one: its title is the question
+    await page.locator(".quick-input-widget").filter({ hasText: config.question }).first()
+      .waitFor({ state: "visible", timeout: 10_000 });
     await input.waitFor({ state: "visible", timeout: 10_000 });
     await input.fill(config.answer);
     seen.questionWhileTyping = squash(await page.locator(".quick-input-widget").first().innerText());
@@ -347,6 +350,7 @@ async function question() {
     await page.screenshot({ path: file });
     shots.push(file);
     await input.press(kind === "dark" ? "Escape" : "Enter");
+    await page.locator(".quick-input-widget").first().waitFor({ state: "hidden", timeout: 10_000 });
   }
   await theme("dark");
   seen.answeredUnit = await waitUntil("the answered unit succeeded", async () => {
