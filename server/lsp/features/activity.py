@@ -17,7 +17,6 @@ from typing import Any
 import msgspec
 
 from keel.server.activity.files import file_sides
-from keel.server.activity.items import Prices
 from keel.server.activity.pricing import configured_prices
 from keel.server.activity.reader import (
     DEFAULT_LIMIT,
@@ -29,7 +28,6 @@ from keel.server.activity.reader import (
 from keel.server.lsp.errors import invalid, param_id
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import MissionView, read_view
-from keel.server.providers.config import user_config_path
 from keel.storage import Store
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,12 @@ def _page(ls: KeelServer, mission: str, fields: dict[str, Any]) -> Any:
     try:
         wanted = Filter(unit=unit, kinds=frozenset(kinds), failures_only=failures)
         page = read_page(
-            store, view.record.id, cursor=cursor, limit=limit, filter=wanted, prices=_prices(view.record.workspace)
+            store,
+            view.record.id,
+            cursor=cursor,
+            limit=limit,
+            filter=wanted,
+            prices=configured_prices(Path(view.record.workspace)),
         )
     except ActivityError as exc:
         raise invalid(f"{ACTIVITY}: {exc.message}") from None
@@ -95,19 +98,6 @@ def _text(method: str, fields: dict[str, Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise invalid(f"{method} expects params {{{name!r}: <string>}} as well as the mission id")
     return value
-
-
-_price_cache: dict[str, tuple[tuple[float, ...], Prices]] = {}
-
-
-def _prices(workspace: str) -> Prices:
-    """The workspace's prices, read again only when one of its configuration files changed."""
-    files = (user_config_path(), Path(workspace) / ".keel" / "config.toml")
-    marker = tuple(p.stat().st_mtime if p.exists() else 0.0 for p in files)
-    cached = _price_cache.get(workspace)
-    if cached is None or cached[0] != marker:
-        cached = _price_cache[workspace] = (marker, configured_prices(Path(workspace)))
-    return cached[1]
 
 
 class _Follower:
@@ -162,7 +152,7 @@ class _Follower:
     def _news(self, store: Store, view: MissionView) -> Any:
         mid = view.record.id
         items: list[Any] = []
-        prices = _prices(view.record.workspace)
+        prices = configured_prices(Path(view.record.workspace))
         while True:
             page = read_page(store, mid, cursor=self.cursors[mid], limit=FOLLOW_PAGE, prices=prices)
             self.cursors[mid] = page.cursor

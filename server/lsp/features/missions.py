@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from keel.server.activity.pricing import price_table
 from keel.server.lsp import convert, errors
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import MissionView, read_view, read_views
-from keel.server.providers.config import load_provider_config
-from keel.server.providers.errors import ProviderConfigError
 from keel.storage import missions as m
 
 MISSIONS = "keel/missions"
@@ -84,8 +85,6 @@ def _points(ls: KeelServer, text: str) -> list[Any]:
 
 def _flag(ls: KeelServer, view: MissionView) -> MissionView:
     """Requests read the store afresh; the stranded flag is the supervisor's, kept by the hub."""
-    import msgspec
-
     return msgspec.structs.replace(view, stranded=view.record.id in ls.hub.stranded)
 
 
@@ -94,15 +93,6 @@ def summary_json(ls: KeelServer, view: MissionView) -> Any:
 
 
 def prices(ls: KeelServer) -> convert.Prices:
-    """Each provider's configured price (input, output per million tokens); unpriced ones are left out,
-    so a mission's cost is shown only when it is known. A configuration that cannot be read prices nothing
-    (the Providers view says why)."""
-    try:
-        settings = load_provider_config(ls.workspace_root)
-    except ProviderConfigError:
-        return {}
-    return {
-        p.name: (p.cost.input_per_mtok, p.cost.output_per_mtok)
-        for p in settings.providers
-        if p.cost.input_per_mtok or p.cost.output_per_mtok
-    }
+    """Each priced provider's (input, output) per million tokens, so a mission's cost is shown only when it is
+    known; cached until the configuration changes (the Providers view says why one cannot be read)."""
+    return price_table(ls.workspace_root)
