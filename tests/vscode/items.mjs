@@ -212,8 +212,13 @@ async function layoutAndLabels() {
   const size = async (name) => (await pane(name).boundingBox())?.height ?? 0;
   seen.layout = { missions: await size("Missions"), points: await size("Restore Points"),
     subagents: await size("Subagents"), providers: await size("Providers") };
-  seen.titleActions = await page.locator(".pane-header", { hasText: "Missions" }).first()
+  // The title bar's toolbar re-renders as context keys settle; read it once its icons are drawn.
+  const titleActions = () => page.locator(".pane-header", { hasText: "Missions" }).first()
     .locator(".action-label").evaluateAll((els) => els.map((e) => [e.getAttribute("aria-label"), e.className]));
+  seen.titleActions = await waitUntil("the Missions title actions with their icons", async () => {
+    const actions = await titleActions();
+    return actions.length > 0 && actions.every(([, cls]) => /codicon-/.test(cls)) ? actions : undefined;
+  }, 10_000).catch(() => titleActions());
   await shot("vscode-layout");
 }
 
