@@ -24,7 +24,7 @@ import stat
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import msgspec
 
@@ -35,6 +35,7 @@ from keel.protocol.framing import STREAM_LIMIT, frame, read_frame, read_frame_as
 from keel.protocol.spec import UnitSpec
 
 Handler = Callable[["Context"], Awaitable[Any]]
+Journal = Literal["replay", "append"]
 
 
 class HostError(Exception):
@@ -85,6 +86,8 @@ class Context:
         self.state: Any = params.state
         self.mission_id = init.mission_id
         self.goal = init.goal
+        self.home = params.home  # a folder of this unit's own outside the sandbox, kept across its runs
+        self.history = params.history  # an appending agent's journal so far, in words
 
     async def _call(self, method: str, params: Any = None) -> Any:
         async with self._lock:  # one journaled request at a time: replay order is request order
@@ -103,6 +106,15 @@ class Context:
             messages=messages, tools=tools or [], max_tokens=max_tokens, temperature=temperature, purpose=purpose
         )
         return msgspec.convert(await self._call("model/complete", params), ap.ModelCompleteResult)
+
+    async def forward(self, params: ap.ModelForwardParams) -> ap.ModelForwardResult:
+        """A model request in a provider's own format, served by keel's providers (keel.agents.acp)."""
+        return msgspec.convert(await self._call("model/forward", params), ap.ModelForwardResult)
+
+    async def effect(self, tool: str, title: str, call_id: str = "", detail: Any = None) -> ap.EffectAskResult:
+        """Ask before an effect this agent's outside agent makes itself; the host records it as an intent."""
+        params = ap.EffectAskParams(tool=tool, title=title, call_id=call_id, detail=detail)
+        return msgspec.convert(await self._call("effect/ask", params), ap.EffectAskResult)
 
     async def tool(self, name: str, **args: Any) -> ap.ToolRunResult:
         result = await self._call("tool/run", ap.ToolRunParams(tool=name, args=args))
@@ -134,10 +146,13 @@ class Context:
 class Agent:
     """An agent: a name and one async handler per unit kind ("*" handles any kind)."""
 
-    def __init__(self, name: str, handlers: Mapping[str, Handler], version: str = "") -> None:
+    def __init__(
+        self, name: str, handlers: Mapping[str, Handler], version: str = "", journal: Journal = "replay"
+    ) -> None:
         self.name = name
         self.handlers = dict(handlers)
         self.version = version
+        self.journal = journal  # "append": see protocol.agent.InitializeResult
         self._init: ap.InitializeParams | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -203,7 +218,7 @@ class Agent:
         if method == "initialize":
             self._init = msgspec.convert(params, ap.InitializeParams)
             kinds = tuple(k for k in self.handlers if k != "*")
-            return ap.InitializeResult(name=self.name, kinds=kinds, version=self.version)
+            return ap.InitializeResult(name=self.name, kinds=kinds, version=self.version, journal=self.journal)
         if method == "unit/run":
             if self._init is None:
                 raise RuntimeError("unit/run before initialize")

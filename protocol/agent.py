@@ -1,8 +1,8 @@
 """The agent protocol's payloads: what host and agent say to each other over JSON-RPC 2.0.
 
     host -> agent   initialize, unit/run, shutdown                              (requests)
-    agent -> host   model/complete, tool/run, human/ask, evidence/add,
-                    state/save, plan/add, now, random                            (requests)
+    agent -> host   model/complete, model/forward, tool/run, effect/ask, human/ask,
+                    evidence/add, state/save, plan/add, now, random              (requests)
 
 Frames use Content-Length (protocol/framing.py). One agent process runs one unit at a time. Every
 agent -> host request is answered only after the host has made its journal entry durable; on replay the
@@ -33,6 +33,11 @@ class InitializeResult(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str
     kinds: tuple[str, ...] = ()  # unit kinds it handles; empty = any
     version: str = ""
+    # "replay": after a crash the agent runs the unit again from the start and the host answers its requests
+    # from the journal by position (keel's own agents). "append": the agent cannot repeat itself (it drives
+    # an outside agent with its own session state); a restarted run carries on after the journal's last
+    # entry and learns where it was from its saved state (keel.agents.acp).
+    journal: Literal["replay", "append"] = "replay"
 
 
 class UnitRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -40,6 +45,8 @@ class UnitRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
     attempt: int = 1
     state: Any = None  # the last value the agent saved with state/save for this unit, if any
     replaying: bool = False  # informational: the host holds journal entries for this unit
+    home: str = ""  # a folder of this unit's own, outside the sandbox, kept across the unit's runs
+    history: tuple[str, ...] = ()  # for an appending agent: its journal so far, one line per entry
 
 
 class UnitRunResult(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -77,6 +84,46 @@ class ModelCompleteResult(msgspec.Struct, frozen=True, omit_defaults=True):
     provider: str = ""
     finish_reason: str = ""
     usage: Usage = Usage()
+
+
+ForwardApi = Literal["anthropic", "openai-responses", "gemini"]
+
+
+class ModelForwardParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A model request in a provider's own wire format, as an outside agent sent it to keel's model proxy
+    (keel.agents.acp). The host serves it with a configured provider of that format, under the mission's
+    policy, and journals the whole answer."""
+
+    api: ForwardApi
+    body: dict[str, Any]
+    path: str = ""  # for gemini: "models/<model>:streamGenerateContent" etc.
+    session: str = ""  # the outside agent's session id
+    ordinal: int = 0  # the request's number within that session (1, 2, ...)
+
+
+class ModelForwardResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    status: int
+    content_type: str
+    body: str  # the answer as the provider sent it: JSON, or the whole event stream
+    model: str = ""
+    provider: str = ""
+    usage: Usage = Usage()
+    replayed_from: int = 0  # the journal entry whose answer this is, when it was not asked again
+
+
+class EffectAskParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An outside agent asks before an effect it will make itself (an ACP permission request): the host
+    records the intent, then allows or denies it under the mission's permissions."""
+
+    tool: str  # the keel tool it counts as: write_file, run, ...
+    title: str
+    call_id: str = ""
+    detail: Any = None  # the agent's diff or command
+
+
+class EffectAskResult(msgspec.Struct, frozen=True, omit_defaults=True):
+    allow: bool
+    reason: str = ""
 
 
 class ToolRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -126,13 +173,24 @@ class RandomResult(msgspec.Struct, frozen=True):
 
 
 AgentMethod = Literal[
-    "model/complete", "tool/run", "human/ask", "evidence/add", "state/save", "plan/add", "now", "random"
+    "model/complete",
+    "model/forward",
+    "tool/run",
+    "effect/ask",
+    "human/ask",
+    "evidence/add",
+    "state/save",
+    "plan/add",
+    "now",
+    "random",
 ]
 
 #: Params type of each agent -> host method (the host decodes with these; None = no params).
 AGENT_METHODS: dict[str, type[Any] | None] = {
     "model/complete": ModelCompleteParams,
+    "model/forward": ModelForwardParams,
     "tool/run": ToolRunParams,
+    "effect/ask": EffectAskParams,
     "human/ask": HumanAskParams,
     "evidence/add": EvidenceAddParams,
     "state/save": StateSaveParams,

@@ -247,7 +247,41 @@ def _flatten(doc: dict[str, Any], filename: str, text: str) -> dict[str, Any]:
                 raise _error(filename, text, path, f"expected a string, got {type(value).__name__}")
     if isinstance(flat.get("agent"), str):
         flat["agent"] = flat["agent"].split()
+    elif isinstance(flat.get("agent"), dict):
+        flat["agent"] = _acp_agent(flat["agent"], "mission.agent" if "agent" in mission else "agent", filename, text)
     return flat
+
+
+ACP_PRESETS = ("claude", "gemini", "codex")
+
+
+def _acp_agent(table: dict[str, Any], path: str, filename: str, text: str) -> list[str]:
+    """`agent = { acp = "claude" }` (a preset) or `{ acp = ["node", "agent.js"] }` (any ACP command): keel's
+    ACP bridge agent (keel.agents.acp) driving that outside agent."""
+    unknown = sorted(set(table) - {"acp"})
+    if unknown or "acp" not in table:
+        what = f"unknown key {unknown[0]!r}" if unknown else "missing key 'acp'"
+        raise _error(
+            filename,
+            text,
+            path,
+            f'{what}: an agent table is {{ acp = "claude" | "gemini" | "codex" }} or {{ acp = [COMMAND...] }}',
+        )
+    acp = table["acp"]
+    if isinstance(acp, str):
+        if acp not in ACP_PRESETS:
+            raise _error(
+                filename,
+                text,
+                f"{path}.acp",
+                f"unknown ACP agent {acp!r} (known: {', '.join(ACP_PRESETS)}; or give a command list)",
+            )
+        return ["python", "-m", "keel.agents.acp", acp]
+    if isinstance(acp, list) and acp and all(isinstance(part, str) and part for part in acp):
+        return ["python", "-m", "keel.agents.acp", "--", *acp]
+    raise _error(
+        filename, text, f"{path}.acp", "expected a preset name or a non-empty list of strings (the agent's command)"
+    )
 
 
 def _field_error(detail: str, filename: str, text: str) -> MissionFileError:

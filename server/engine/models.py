@@ -1,4 +1,5 @@
-"""Model calls of a running mission: the agent's `model/complete`, served by the provider router, journaled.
+"""Model calls of a running mission: the agent's `model/complete` (and an outside agent's `model/forward`,
+through keel's model proxy), served by the provider router, journaled.
 
 A unit hands every `model/complete` that its journal has not recorded to `ModelCalls.complete`, and records
 the StepResult it returns.
@@ -26,8 +27,9 @@ from __future__ import annotations
 
 import contextvars
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -50,6 +52,8 @@ from keel.server.providers import (
 from keel.storage import Txn
 from keel.storage import missions as m
 
+Served = TypeVar("Served", ap.ModelCompleteResult, ap.ModelForwardResult)
+P = TypeVar("P")
 _calling_unit: contextvars.ContextVar[str] = contextvars.ContextVar("keel_calling_unit", default="")
 
 
@@ -98,20 +102,8 @@ class ModelCalls:
     # -- one call -------------------------------------------------------------------------------------
     async def complete(self, unit: str, params: Any) -> StepResult:
         """Serve one call for `unit`: the result to record, or the mission stops (see the module doc)."""
-        try:
-            call = msgspec.convert(params or {}, ap.ModelCompleteParams)
-        except msgspec.ValidationError as exc:
-            raise HandlerError(rpc.INVALID_PARAMS, f"model/complete: {exc}") from None
-        _calling_unit.set(unit)
-        try:
-            result = await self.router().complete(call)
-        except OfflineError as exc:
-            await self._stop(MissionState.OFFLINE, exc.message)
-        except (PolicyPauseError, ProviderConfigError) as exc:
-            await self._stop(MissionState.PAUSED, exc.message)
-        except ProviderError as exc:
-            raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
-        self.active_model = f"{result.provider}/{result.model}"
+        call = _convert(params, ap.ModelCompleteParams, "model/complete")
+        result = await self._served(unit, lambda: self.router().complete(call))
         tokens = result.usage.prompt_tokens + result.usage.completion_tokens
         return StepResult(
             msgspec.to_builtins(result),
@@ -119,6 +111,31 @@ class ModelCalls:
             served_model=result.model,
             summary=f"{result.provider}/{result.model}: {tokens} tokens",
         )
+
+    async def forward(self, unit: str, params: Any) -> StepResult:
+        """Serve a request an outside agent made in its provider's own format (keel's model proxy)."""
+        call = _convert(params, ap.ModelForwardParams, "model/forward")
+        result = await self._served(unit, lambda: self.router().forward(call))
+        tokens = result.usage.prompt_tokens + result.usage.completion_tokens
+        return StepResult(
+            {"session": call.session, "ordinal": call.ordinal, **msgspec.to_builtins(result)},
+            tokens=tokens,
+            served_model=result.model,
+            summary=f"{result.provider}/{result.model} ({call.api}): {tokens} tokens",
+        )
+
+    async def _served(self, unit: str, serve: Callable[[], Awaitable[Served]]) -> Served:
+        _calling_unit.set(unit)
+        try:
+            result = await serve()
+        except OfflineError as exc:
+            await self._stop(MissionState.OFFLINE, exc.message)
+        except (PolicyPauseError, ProviderConfigError) as exc:
+            await self._stop(MissionState.PAUSED, exc.message)
+        except ProviderError as exc:
+            raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
+        self.active_model = f"{result.provider}/{result.model}"
+        return result
 
     async def _stop(self, state: MissionState, message: str) -> NoReturn:
         """Stop the mission (offline, or paused for policy). The agent hears ERR_PAUSING (the host is
@@ -155,3 +172,10 @@ class ModelCalls:
             model=self.active_model,
             at=round(time.time(), 3),
         )
+
+
+def _convert(params: Any, type_: type[P], method: str) -> P:
+    try:
+        return msgspec.convert(params or {}, type_)
+    except msgspec.ValidationError as exc:
+        raise HandlerError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None

@@ -44,3 +44,9 @@ def sandbox_path(store_path: Path, mission_id: str) -> Path:
 def unit_sandbox_path(store_path: Path, mission_id: str, lane: str) -> Path:
     """A unit's own sandbox (one per journal lane): `.keel/sandboxes/<mission>-units/<lane>`."""
     return keel_dir(store_path) / "sandboxes" / f"{mission_id}-units" / lane.replace("#", "-e")
+
+
+def unit_home_path(store_path: Path, mission_id: str, lane: str) -> Path:
+    """A unit's own folder outside its sandbox, kept across its runs (an outside agent's HOME and session
+    files live there): `.keel/homes/<mission>/<lane>`."""
+    return keel_dir(store_path) / "homes" / mission_id / lane.replace("#", "-e")

@@ -27,6 +27,7 @@ from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.errors import DiskFullError, KeelError
+from keel.protocol.modelwire import normalise
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
@@ -70,6 +71,7 @@ class UnitSession:
         self.sandbox = host.sandbox
         self._tree = Snapshotter()
         self.fatal: Exception | None = None
+        self.appending = False  # the agent journals by appending (InitializeResult.journal)
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -160,9 +162,23 @@ class UnitSession:
             goal=host.spec.goal,
             sandbox=str(self.sandbox),
         )
-        await asyncio.wait_for(proc.request("initialize", init), timeout=30)
+        hello = msgspec.convert(
+            await asyncio.wait_for(proc.request("initialize", init), timeout=60), ap.InitializeResult
+        )
+        self.appending = hello.journal == "append"
+        if self.appending:  # carry on after the last entry; nothing is answered by position
+            self.seq = max(self.entries, default=0)
+        home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
+        await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
         params = ap.UnitRunParams(
-            unit=self.unit, attempt=start, state=self._saved_state(), replaying=bool(self.entries)
+            unit=self.unit,
+            attempt=start,
+            state=self._saved_state(),
+            replaying=bool(self.entries),
+            home=str(home),
+            history=tuple(_history_line(e) for e in sorted(self.entries.values(), key=lambda e: e.seq))
+            if self.appending
+            else (),
         )
         try:
             result = await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
@@ -223,7 +239,7 @@ class UnitSession:
             await asyncio.Event().wait()  # never answered: the agent is about to be stopped
         self.seq += 1
         seq = self.seq
-        fp = fingerprint(method, params)
+        fp = fingerprint(method, fingerprint_basis(method, params))
         entry = self.entries.get(seq)
         if entry is not None:
             if entry.fingerprint != fp:
@@ -245,6 +261,25 @@ class UnitSession:
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
+
+    def forwarded(self, params: Any, fp: str) -> JournalEntry | None:
+        """The recorded answer to this very model request (same outside session, same request number, same
+        normalised fingerprint), if an earlier run of this unit paid for it already."""
+        if not self.appending or not isinstance(params, dict) or not params.get("session"):
+            return None
+        for entry in self.entries.values():
+            result = entry.result if isinstance(entry.result, dict) else {}
+            if (
+                entry.kind == "model/forward"
+                and entry.phase == "done"
+                and not entry.error
+                and entry.fingerprint == fp
+                and result.get("body")
+                and result.get("session") == params["session"]
+                and result.get("ordinal") == params.get("ordinal")
+            ):
+                return entry
+        return None
 
     def _nondeterminism(self, seq: int, entry: JournalEntry, method: str) -> None:
         error = NondeterminismError(
@@ -366,6 +401,52 @@ async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
     return await session.tools.run(msgspec.convert(params, ap.ToolRunParams), step)
 
 
+async def _model_forward(session: UnitSession, step: Step, params: Any) -> Any:
+    if (earlier := session.forwarded(params, step.fingerprint)) is not None:
+        return await _replay_forward(session, step, earlier)
+    return await session.record(step, await session.models.forward(session.unit.id, params))
+
+
+async def _replay_forward(session: UnitSession, step: Step, earlier: JournalEntry) -> Any:
+    """A model request an earlier run already paid for: answered from that entry; the new entry names it."""
+    value = dict(earlier.result, replayed_from=earlier.seq)
+    note = {k: v for k, v in value.items() if k != "body"}
+    await session.record(step, StepResult(note, summary=f"answered from entry {earlier.seq}: no request made"))
+    session.replayed += 1
+    session.host.stats["replayed"] += 1
+    return value
+
+
+async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
+    """An outside agent's effect, asked before it is made: allowed when the mission's permissions allow the
+    keel tool it counts as. The entry is the effect's intent; the agent reports the outcome as evidence."""
+    ask = msgspec.convert(params, ap.EffectAskParams)
+    allowed = session.host.spec.permissions.tools
+    allow = ask.tool in allowed
+    reason = (
+        "" if allow else f"{ask.tool!r} is not allowed by this mission's permissions (allowed: {', '.join(allowed)})"
+    )
+    verdict = "allowed" if allow else "denied"
+    result = ap.EffectAskResult(allow=allow, reason=reason)
+    return await session.record(
+        step, StepResult(msgspec.to_builtins(result), summary=f"{verdict} {ask.tool}: {ask.title}"[:200])
+    )
+
+
+def fingerprint_basis(method: str, params: Any) -> Any:
+    """What a request's fingerprint is taken over: the params, or for a proxied model request its body
+    without the fields that differ between identical runs (modelwire.normalise)."""
+    if method != "model/forward" or not isinstance(params, dict):
+        return params
+    return {"api": params.get("api"), "path": params.get("path"), "body": normalise(params.get("body"))}
+
+
+def _history_line(entry: JournalEntry) -> str:
+    """One journal entry in words, for an appending agent picking up its unit again."""
+    state = "" if entry.phase == "done" else " (started, no result recorded)"
+    return f"{entry.seq} {entry.kind}: {entry.summary or entry.error or ''}{state}".strip()
+
+
 HANDLERS: dict[str, Handler] = {
     "human/ask": _human_ask,
     "now": _now,
@@ -375,5 +456,7 @@ HANDLERS: dict[str, Handler] = {
     "plan/add": _plan_add,
     "model/complete": _model_complete,
     "tool/run": _tool_run,
+    "model/forward": _model_forward,
+    "effect/ask": _effect_ask,
 }
 WAITS_FOR_A_PERSON = frozenset({"human/ask"})

@@ -21,7 +21,7 @@ import msgspec
 from keel.protocol.missionfile import locate_field
 from keel.server.providers.errors import ProviderConfigError
 
-ProviderKind = Literal["openai-compatible", "anthropic"]
+ProviderKind = Literal["openai-compatible", "anthropic", "gemini"]  # gemini: only for agents that speak it
 DataRetention = Literal["none", "retained"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SECTIONS = ("providers", "network")

@@ -1,4 +1,5 @@
-"""ProviderRouter: serve one `model/complete` under a mission's ModelPolicy, with retry and failover.
+"""ProviderRouter: serve one `model/complete` (or a `model/forward` in a provider's own format) under a
+mission's ModelPolicy, with retry and failover.
 
 For each candidate (policy.py) and each of its endpoints that is not cooling down: call it, retrying
 what retry.CLASSIFICATION says to retry; on a failover-class failure move on to the next endpoint or
@@ -16,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import httpx
 
-from keel.protocol.agent import ModelCompleteParams, ModelCompleteResult
+from keel.protocol.agent import ModelCompleteParams, ModelCompleteResult, ModelForwardParams, ModelForwardResult
 from keel.protocol.spec import ModelPolicy
-from keel.server.providers import anthropic, openai
+from keel.server.providers import anthropic, openai, passthrough
 from keel.server.providers.config import ProviderConfig, ProviderSettings
 from keel.server.providers.errors import OfflineError, PolicyPauseError, ProviderError, redact
 from keel.server.providers.health import EndpointHealth, EndpointTracker, ProviderEvent
@@ -36,6 +38,8 @@ from keel.storage.errors import StoreError
 
 log = logging.getLogger("keel.providers")
 ADAPTERS = {"openai-compatible": openai.complete, "anthropic": anthropic.complete}
+R = TypeVar("R")
+Call = Callable[[ProviderConfig, httpx.AsyncClient, str, "str | None"], Awaitable[R]]
 
 
 class ProviderRouter:
@@ -76,12 +80,39 @@ class ProviderRouter:
     # -- the public interface ---------------------------------------------------------------------
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
         """Serve the call or raise OfflineError / PolicyPauseError / ProviderError (see docs/providers.md)."""
+        adapters = ADAPTERS
+
+        async def call(
+            provider: ProviderConfig, client: httpx.AsyncClient, url: str, key: str | None
+        ) -> ModelCompleteResult:
+            return await adapters[provider.kind](client, provider, url, key, params)
+
+        return await self._serve(set(ADAPTERS), bool(params.tools), call)
+
+    async def forward(self, params: ModelForwardParams) -> ModelForwardResult:
+        """Serve a request in a provider's own format (passthrough.py) with a provider of that format, under
+        the same policy, retry and failover as `complete`; the same errors."""
+
+        async def call(
+            provider: ProviderConfig, client: httpx.AsyncClient, url: str, key: str | None
+        ) -> ModelForwardResult:
+            return await passthrough.forward(client, provider, url, key, params)
+
+        return await self._serve({passthrough.KIND_OF_API[params.api]}, False, call, api=params.api)
+
+    async def _serve(self, kinds: set[str], needs_tools: bool, call: Call[R], api: str = "") -> R:
         if not self.config.providers:
             raise PolicyPauseError(
                 "no providers are configured: add [[providers]] to .keel/config.toml "
                 "or ~/.config/keel/config.toml (see docs/providers.md)"
             )
-        chosen, rejected = candidates(self.config.providers, self.policy, needs_tools=bool(params.tools))
+        usable = tuple(p for p in self.config.providers if p.kind in kinds)
+        if not usable:
+            raise PolicyPauseError(
+                f"no configured provider speaks the {api} API the agent uses: add a provider of kind "
+                f"{' or '.join(sorted(kinds))} to .keel/config.toml (see docs/acp-agents.md)"
+            )
+        chosen, rejected = candidates(usable, self.policy, needs_tools=needs_tools)
         if not chosen:
             raise PolicyPauseError(
                 "no configured model meets the mission's requirements"
@@ -99,7 +130,7 @@ class ProviderRouter:
                 if previous is not None:
                     self._failover(previous[0], tracker, previous[1])
                 try:
-                    result = await self._call_endpoint(provider, tracker, params)
+                    result = await self._call_endpoint(provider, tracker, call)
                 except AttemptFailure as failure:
                     failures.append((tracker.name, failure))
                     previous = (tracker, failure)
@@ -133,16 +164,13 @@ class ProviderRouter:
         await self._client.aclose()
 
     # -- one endpoint -------------------------------------------------------------------------------
-    async def _call_endpoint(
-        self, provider: ProviderConfig, tracker: EndpointTracker, params: ModelCompleteParams
-    ) -> ModelCompleteResult:
+    async def _call_endpoint(self, provider: ProviderConfig, tracker: EndpointTracker, call: Call[R]) -> R:
         key, missing = self._key(provider)
-        adapter = ADAPTERS[provider.kind]
         url = tracker.health.url
 
-        async def attempt() -> ModelCompleteResult:
+        async def attempt() -> R:
             try:
-                result = await adapter(self._client, provider, url, key, params)
+                result = await call(provider, self._client, url, key)
             except AttemptFailure as failure:
                 if failure.kind is FailureKind.AUTH and key is None:
                     failure = AttemptFailure(failure.kind, f"{failure.message} ({missing})", failure.status)

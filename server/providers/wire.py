@@ -39,7 +39,7 @@ async def post(
     try:
         async with client.stream("POST", url, headers=headers, json=body) as response:
             if response.status_code >= 400:
-                raise _http_failure(url, response, await response.aread())
+                raise http_failure(url, response, await response.aread())
             if parse_stream is not None:
                 streaming = True
                 return await parse_stream(sse_events(response))
@@ -65,7 +65,7 @@ def describe(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _http_failure(url: str, response: httpx.Response, raw: bytes) -> AttemptFailure:
+def http_failure(url: str, response: httpx.Response, raw: bytes) -> AttemptFailure:
     try:
         body: Any = json.loads(raw)
     except ValueError:

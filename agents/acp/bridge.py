@@ -1,0 +1,247 @@
+"""One unit done by an outside ACP agent (Claude Code, Gemini CLI, Codex, or any ACP command), with keel as
+its client.
+
+    run(ctx, preset, command)
+
+The agent works in the unit's sandbox with its own HOME in the unit's home folder (kept across runs, so
+its session files survive a crash), keel's model proxy as its provider and no provider key. What it does
+reaches the host as journaled steps:
+- every model request, through the proxy, as `model/forward` (served under the mission's policy; a
+  request an earlier run already paid for is answered from the journal);
+- every effect it asks permission for (edits, commands) as `effect/ask` before it happens: the intent,
+  allowed or denied under the mission's permissions;
+- every file it writes through the client (`fs/write_text_file`, Gemini CLI) as keel's `write_file` tool;
+- every finished tool call and the final answer as evidence (`acp.tool`, `acp.message`).
+Its session id is saved (`state/save`) as soon as it exists. A run after a crash `session/load`s that
+session and prompts it to continue, telling it which of its effects were started without an outcome;
+if loading fails it starts a new session with the goal and the journal so far. The unit's result is
+the agent's stop reason and final message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from keel.agents.acp.connection import AcpError, Connection
+from keel.agents.acp.presets import Preset
+from keel.agents.acp.proxy import Proxy
+from keel.agents.sdk import Context, HostError
+from keel.protocol import agent as ap
+
+PROTOCOL_VERSION = 1
+TOOL_OF_KIND = {"edit": "write_file", "delete": "write_file", "move": "write_file", "execute": "run", "fetch": "fetch"}
+_EVIDENCE_TEXT = 4000
+
+
+class UnitBridge:
+    def __init__(self, ctx: Context, preset: Preset, command: list[str]) -> None:
+        self.ctx = ctx
+        self.preset = preset
+        self.command = command
+        self.sandbox = Path.cwd().resolve()
+        self.home = Path(ctx.home or self.sandbox / ".keel-agent-home")
+        self.conn: Connection | None = None
+        self.session = ""
+        self.loading = False
+        self.message: list[str] = []
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.usage: Any = None
+
+    # -- the unit -----------------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        token = secrets.token_hex(16)
+        proxy = await Proxy(token, self._forward).start()
+        self.preset.prepare(self.home, proxy.url)
+        try:
+            self.conn = await Connection.start(
+                self.command,
+                cwd=self.sandbox,
+                env=self.preset.environment(self.home, proxy.url, token),
+                log=self.home / "logs" / "agent.log",
+                on_request=self._on_request,
+                on_notify=self._on_notify,
+            )
+            hello = await self._call("initialize", self._initialize())
+            prompt = await self._open_session(hello or {})
+            answer = await self._call(
+                "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": prompt}]}
+            )
+            await self.conn.drained()
+            text = "".join(self.message).strip()
+            stop = str((answer or {}).get("stopReason", ""))
+            await self.ctx.evidence(
+                "acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop}
+            )
+            if stop not in ("end_turn", ""):
+                raise RuntimeError(f"{self.preset.title} stopped with {stop!r}: {text[:300]}")
+            return {"stop_reason": stop, "message": text, "session": self.session}
+        finally:
+            if self.conn is not None:
+                await self.conn.close()
+            await proxy.close()
+
+    def _initialize(self) -> dict[str, Any]:
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {
+                # Gemini CLI 0.61 cannot create files when reads go through the client: advertise writes only
+                "fs": {"readTextFile": False, "writeTextFile": self.preset.fs_write},
+                "terminal": False,
+            },
+            "clientInfo": {"name": "keel", "version": "1"},
+        }
+
+    async def _open_session(self, hello: dict[str, Any]) -> str:
+        saved = self.ctx.state if isinstance(self.ctx.state, dict) else {}
+        can_load = bool((hello.get("agentCapabilities") or {}).get("loadSession"))
+        goal = self._goal()
+        if saved.get("session") and can_load:
+            self.loading = True
+            try:
+                await self._call(
+                    "session/load", {"sessionId": saved["session"], "cwd": str(self.sandbox), "mcpServers": []}
+                )
+                self.session = str(saved["session"])
+                return self._continue_prompt()
+            except AcpError as exc:
+                await self.ctx.evidence("acp.resume", summary=f"session/load failed, starting afresh: {exc}"[:200])
+            finally:
+                self.loading = False
+        created = await self._call("session/new", {"cwd": str(self.sandbox), "mcpServers": []})
+        self.session = str((created or {}).get("sessionId", ""))
+        await self.ctx.save_state({"session": self.session, "agent": self.preset.name})
+        if self.ctx.history:
+            return goal + "\n\n" + _journal_note(self.ctx.history)
+        return goal
+
+    def _goal(self) -> str:
+        unit = self.ctx.unit
+        parts = [self.ctx.goal, unit.title, str(self.ctx.params.get("prompt", ""))]
+        return "\n\n".join(p for p in parts if p) or f"Do unit {unit.id}."
+
+    def _continue_prompt(self) -> str:
+        return (
+            "Continue the task. Your previous turn was interrupted (the process running you stopped); "
+            "everything you completed is in this session.\n" + _journal_note(self.ctx.history)
+        )
+
+    async def _call(self, method: str, params: Any) -> Any:
+        assert self.conn is not None
+        return await self.conn.request(method, params)
+
+    # -- the agent's requests -------------------------------------------------------------------------
+    async def _on_request(self, method: str, params: Any) -> Any:
+        params = params if isinstance(params, dict) else {}
+        if method == "session/request_permission":
+            return await self._permission(params)
+        if method == "fs/write_text_file" and self.preset.fs_write:
+            return await self._write(params)
+        raise AcpError(-32601, f"keel does not offer {method}")
+
+    async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        call = params.get("toolCall") or {}
+        kind = str(call.get("kind") or "other")
+        tool = TOOL_OF_KIND.get(kind, "run")  # an effect keel cannot classify counts as a command
+        title = str(call.get("title") or kind)
+        detail = {"kind": kind, "rawInput": call.get("rawInput"), "content": call.get("content")}
+        try:
+            verdict = await self.ctx.effect(tool, title, str(call.get("toolCallId", "")), detail)
+        except HostError:
+            return {"outcome": {"outcome": "cancelled"}}
+        options = params.get("options") or []
+        wanted = ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always")
+        for want in wanted:
+            for option in options:
+                if option.get("kind") == want:
+                    return {"outcome": {"outcome": "selected", "optionId": option.get("optionId")}}
+        return {"outcome": {"outcome": "cancelled"}}
+
+    async def _write(self, params: dict[str, Any]) -> dict[str, Any]:
+        path = Path(str(params.get("path", "")))
+        try:
+            resolved = await asyncio.to_thread(path.resolve)
+            relative = resolved.relative_to(self.sandbox) if path.is_absolute() else path
+        except ValueError:
+            raise AcpError(-32602, f"keel writes only inside the unit's sandbox, not {path}") from None
+        result = await self.ctx.tool("write_file", path=str(relative), content=str(params.get("content", "")))
+        if not result.ok:
+            raise AcpError(-32603, result.error or "write failed")
+        return {}
+
+    async def _forward(self, api: ap.ForwardApi, path: str, body: dict[str, Any]) -> ap.ModelForwardResult:
+        params = ap.ModelForwardParams(api=api, body=body, path=path, session=self.session, ordinal=_ordinal(api, body))
+        try:
+            return await self.ctx.forward(params)
+        except HostError as exc:
+            return ap.ModelForwardResult(
+                status=503,
+                content_type="application/json",
+                body=json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": exc.message}}),
+            )
+
+    # -- what the agent reports ------------------------------------------------------------------------
+    async def _on_notify(self, method: str, params: Any) -> None:
+        if method != "session/update" or self.loading or not isinstance(params, dict):
+            return
+        update = params.get("update") or {}
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            content = update.get("content") or {}
+            if content.get("type") == "text":
+                self.message.append(str(content.get("text", "")))
+        elif kind in ("tool_call", "tool_call_update"):
+            await self._tool_update(update)
+        elif kind == "usage_update":
+            self.usage = update
+        elif kind == "plan":
+            entries = [str(e.get("content", "")) for e in update.get("entries") or []]
+            await self.ctx.evidence("acp.plan", summary="; ".join(entries)[:200], data={"entries": entries})
+
+    async def _tool_update(self, update: dict[str, Any]) -> None:
+        call_id = str(update.get("toolCallId", ""))
+        call = self.calls.setdefault(call_id, {})
+        call.update({k: v for k, v in update.items() if v is not None and k != "sessionUpdate"})
+        status = call.get("status")
+        if status not in ("completed", "failed"):
+            return
+        del self.calls[call_id]
+        diffs = [c for c in call.get("content") or [] if isinstance(c, dict) and c.get("type") == "diff"]
+        output = call.get("rawOutput")
+        data = {
+            "call_id": call_id,
+            "kind": call.get("kind"),
+            "title": call.get("title"),
+            "status": status,
+            "diffs": diffs,
+            "output": str(output)[:_EVIDENCE_TEXT] if output is not None else None,
+        }
+        await self.ctx.evidence(
+            "acp.tool", summary=f"{status}: {call.get('title') or call.get('kind')}"[:200], data=data
+        )
+
+
+def _ordinal(api: ap.ForwardApi, body: dict[str, Any]) -> int:
+    """A request's place in its conversation: how many turns its history holds (stable across restarts)."""
+    history = (
+        body.get("messages")
+        if api == "anthropic"
+        else body.get("input")
+        if api == "openai-responses"
+        else body.get("contents")
+    )
+    return len(history) if isinstance(history, list) else 0
+
+
+def _journal_note(history: tuple[str, ...]) -> str:
+    started = [line for line in history if "effect/ask" in line and "allowed" in line]
+    lines = "\n".join(f"- {line}" for line in started[-20:])
+    if not lines:
+        return ""
+    return (
+        "keel's journal of this task records these effects you were allowed to make (the last may not have "
+        "completed; check the files before repeating it):\n" + lines
+    )

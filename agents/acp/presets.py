@@ -1,0 +1,128 @@
+"""The outside agents keel knows how to run through ACP: their npm package, command, model API and setup.
+
+Each preset turns (the unit's home folder, keel's model proxy URL, the unit's proxy token) into the
+agent's environment and configuration files. The environment is built from an allowlist, never from
+keel's own: the agent sees the proxy URL and its token, never a provider key. Versions are pinned to what
+keel is tested with (docs/acp-agents.md). Depends on the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from keel.protocol.agent import ForwardApi
+
+PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "SYSTEMROOT")
+OFFLINE_ENV = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", "NO_COLOR": "1"}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    title: str
+    package: str  # npm name@version
+    binary: str  # its executable in node_modules/.bin
+    args: tuple[str, ...]
+    api: ForwardApi
+    fs_write: bool = False  # advertise fs.writeTextFile: the agent writes files through keel
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def install(self) -> str:
+        return f"npm install --prefix {default_agents_dir()} {self.package}"
+
+    def environment(self, home: Path, proxy_url: str, token: str) -> dict[str, str]:
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env.update(OFFLINE_ENV)
+        env.update(self.env_vars)
+        env["HOME"] = str(home)
+        env["XDG_CONFIG_HOME"] = str(home / ".config")
+        if self.api == "anthropic":
+            env.update(
+                ANTHROPIC_BASE_URL=proxy_url,
+                ANTHROPIC_API_KEY=token,
+                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            )
+            if os.geteuid() == 0:  # Claude Code refuses to run its tools unasked as root unless told exactly this
+                env["IS_SANDBOX"] = "1"
+        elif self.api == "gemini":
+            env.update(GOOGLE_GEMINI_BASE_URL=proxy_url, GEMINI_API_KEY=token)
+        else:
+            env.update(CODEX_HOME=str(home / "codex"), KEEL_PROXY_TOKEN=token)
+        return env
+
+    def prepare(self, home: Path, proxy_url: str) -> None:
+        """Write the agent's own configuration under `home` (again on every run: the proxy port changes)."""
+        home.mkdir(parents=True, exist_ok=True)
+        if self.api == "gemini":
+            settings = home / ".gemini" / "settings.json"
+            settings.parent.mkdir(parents=True, exist_ok=True)
+            settings.write_text(
+                json.dumps(
+                    {
+                        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                        "privacy": {"usageStatisticsEnabled": False},
+                        "telemetry": {"enabled": False},
+                        "security": {"auth": {"selectedType": "gemini-api-key"}},
+                    },
+                    indent=2,
+                )
+            )
+        elif self.api == "openai-responses":
+            codex = home / "codex"
+            codex.mkdir(parents=True, exist_ok=True)
+            (codex / "config.toml").write_text(
+                'model = "keel"\n'
+                'model_provider = "keel"\n'
+                'approval_policy = "untrusted"\n'  # every patch and command asks: keel records each as an intent
+                'sandbox_mode = "danger-full-access"\n'  # keel's sandbox is the unit's own folder
+                "check_for_update_on_startup = false\n"
+                "[analytics]\nenabled = false\n"
+                "[model_providers.keel]\n"
+                'name = "keel"\n'
+                f'base_url = "{proxy_url}/v1"\n'
+                'wire_api = "responses"\n'
+                'env_key = "KEEL_PROXY_TOKEN"\n'
+                "requires_openai_auth = false\n"
+                "supports_websockets = false\n"
+            )
+
+
+PRESETS: dict[str, Preset] = {
+    "claude": Preset(
+        "claude", "Claude Code", "@zed-industries/claude-agent-acp@0.23.1", "claude-agent-acp", (), "anthropic"
+    ),
+    "gemini": Preset(
+        "gemini", "Gemini CLI", "@google/gemini-cli@0.61.0", "gemini", ("--acp",), "gemini", fs_write=True
+    ),
+    "codex": Preset("codex", "Codex", "@zed-industries/codex-acp@0.16.0", "codex-acp", (), "openai-responses"),
+}
+
+
+def default_agents_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "keel" / "agents"
+
+
+def search_path() -> list[Path]:
+    """Where agent executables are looked for: $KEEL_ACP_AGENTS (an npm prefix or its .bin), keel's own
+    agents folder, then PATH."""
+    dirs: list[Path] = []
+    if extra := os.environ.get("KEEL_ACP_AGENTS"):
+        for part in extra.split(os.pathsep):
+            dirs += [Path(part) / "node_modules" / ".bin", Path(part)]
+    dirs.append(default_agents_dir() / "node_modules" / ".bin")
+    return dirs
+
+
+def find(preset: Preset) -> str | None:
+    """The full path of the preset's executable, or None when it is not installed."""
+    for folder in search_path():
+        candidate = folder / preset.binary
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which(preset.binary)
