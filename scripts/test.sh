@@ -7,4 +7,5 @@ source .venv/bin/activate
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
 echo "== editor tools"; bash scripts/editor-tools.sh >/dev/null
+echo "== acp agents"; bash scripts/acp-agents.sh >/dev/null
 echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@"

@@ -44,6 +44,7 @@ VERBS: dict[str, Verb] = {
     "serve": Verb("serve", "run the language server on stdio (LSP)"),
     "log": Verb("log", "show what a mission's agents did, step by step"),
     "init": Verb("init", "write a starter .keel/config.toml and mission.toml"),
+    "agents": Verb("agents", "list the outside ACP agents (Claude Code, Gemini CLI, Codex) installed here"),
 }
 
 
