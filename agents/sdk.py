@@ -77,8 +77,11 @@ class _Connection:
 class Context:
     """What a unit handler may do; every call goes through the host and its journal."""
 
-    def __init__(self, conn: _Connection, params: ap.UnitRunParams, init: ap.InitializeParams) -> None:
+    def __init__(
+        self, conn: _Connection, params: ap.UnitRunParams, init: ap.InitializeParams, appending: bool = False
+    ) -> None:
         self._conn = conn
+        self.appending = appending
         self._lock = asyncio.Lock()
         self.unit: UnitSpec = params.unit
         self.params: dict[str, Any] = dict(params.unit.params)
@@ -90,8 +93,11 @@ class Context:
         self.history = params.history  # an appending agent's journal so far, in words
 
     async def _call(self, method: str, params: Any = None) -> Any:
+        payload = None if params is None else msgspec.to_builtins(params)
+        if self.appending:  # nothing is replayed by position: requests may overlap
+            return await self._conn.request(method, payload)
         async with self._lock:  # one journaled request at a time: replay order is request order
-            return await self._conn.request(method, None if params is None else msgspec.to_builtins(params))
+            return await self._conn.request(method, payload)
 
     async def model(
         self,
@@ -226,6 +232,6 @@ class Agent:
             handler = self.handlers.get(run.unit.kind) or self.handlers.get("*")
             if handler is None:
                 raise LookupError(f"agent {self.name} has no handler for unit kind {run.unit.kind!r}")
-            result = await handler(Context(conn, run, self._init))
+            result = await handler(Context(conn, run, self._init, appending=self.journal == "append"))
             return ap.UnitRunResult(result=result)
         raise LookupError(f"unknown method {method!r}")

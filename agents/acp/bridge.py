@@ -26,7 +26,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from keel.agents.acp.connection import AcpError, Connection
+from keel.agents.acp.connection import AcpError, AgentGone, Connection
 from keel.agents.acp.presets import Preset
 from keel.agents.acp.proxy import Proxy
 from keel.agents.sdk import Context, HostError
@@ -35,6 +35,7 @@ from keel.protocol import agent as ap
 PROTOCOL_VERSION = 1
 TOOL_OF_KIND = {"edit": "write_file", "delete": "write_file", "move": "write_file", "execute": "run", "fetch": "fetch"}
 _EVIDENCE_TEXT = 4000
+MAX_STARTS = 3  # an outside agent that dies mid-unit is started again (load, continue) this often per run
 
 
 class UnitBridge:
@@ -50,6 +51,7 @@ class UnitBridge:
         self.message: list[str] = []
         self.calls: dict[str, dict[str, Any]] = {}
         self.usage: Any = None
+        self.restarts: list[str] = []
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -57,32 +59,42 @@ class UnitBridge:
         proxy = await Proxy(token, self._forward).start()
         self.preset.prepare(self.home, proxy.url)
         try:
-            self.conn = await Connection.start(
-                self.command,
-                cwd=self.sandbox,
-                env=self.preset.environment(self.home, proxy.url, token),
-                log=self.home / "logs" / "agent.log",
-                on_request=self._on_request,
-                on_notify=self._on_notify,
-            )
-            hello = await self._call("initialize", self._initialize())
-            prompt = await self._open_session(hello or {})
-            answer = await self._call(
-                "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": prompt}]}
-            )
-            await self.conn.drained()
-            text = "".join(self.message).strip()
-            stop = str((answer or {}).get("stopReason", ""))
-            await self.ctx.evidence(
-                "acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop}
-            )
-            if stop not in ("end_turn", ""):
-                raise RuntimeError(f"{self.preset.title} stopped with {stop!r}: {text[:300]}")
-            return {"stop_reason": stop, "message": text, "session": self.session}
+            for start in range(1, MAX_STARTS + 1):
+                try:
+                    return await self._run_once(proxy, token)
+                except AgentGone as exc:  # the outside agent died mid-turn: start it again, load, continue
+                    self.restarts.append(str(exc))
+                    await self.ctx.evidence("acp.restart", summary=f"{self.preset.title}: {exc}; start {start + 1}")
+                finally:
+                    if self.conn is not None:
+                        await self.conn.close()
+                        self.conn = None
+            raise RuntimeError(f"{self.preset.title} died {MAX_STARTS} times: {'; '.join(self.restarts)}")
         finally:
-            if self.conn is not None:
-                await self.conn.close()
             await proxy.close()
+
+    async def _run_once(self, proxy: Proxy, token: str) -> dict[str, Any]:
+        self.message.clear()
+        self.conn = await Connection.start(
+            self.command,
+            cwd=self.sandbox,
+            env=self.preset.environment(self.home, proxy.url, token),
+            log=self.home / "logs" / "agent.log",
+            on_request=self._on_request,
+            on_notify=self._on_notify,
+        )
+        hello = await self._call("initialize", self._initialize())
+        prompt = await self._open_session(hello or {})
+        answer = await self._call(
+            "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": prompt}]}
+        )
+        await self.conn.drained()
+        text = "".join(self.message).strip()
+        stop = str((answer or {}).get("stopReason", ""))
+        await self.ctx.evidence("acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop})
+        if stop not in ("end_turn", ""):
+            raise RuntimeError(f"{self.preset.title} stopped with {stop!r}: {text[:300]}")
+        return {"stop_reason": stop, "message": text, "session": self.session, "restarts": len(self.restarts)}
 
     def _initialize(self) -> dict[str, Any]:
         return {
@@ -97,6 +109,8 @@ class UnitBridge:
 
     async def _open_session(self, hello: dict[str, Any]) -> str:
         saved = self.ctx.state if isinstance(self.ctx.state, dict) else {}
+        if self.session:  # this run made a session already: the agent died mid-turn
+            saved = {"session": self.session}
         can_load = bool((hello.get("agentCapabilities") or {}).get("loadSession"))
         goal = self._goal()
         if saved.get("session") and can_load:
@@ -127,7 +141,7 @@ class UnitBridge:
         return (
             "Continue the task. Your previous turn was interrupted (the process running you stopped); "
             "everything you completed is in this session.\n" + _journal_note(self.ctx.history)
-        )
+        ).strip()
 
     async def _call(self, method: str, params: Any) -> Any:
         assert self.conn is not None

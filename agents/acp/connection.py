@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -18,7 +19,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
-LINE_LIMIT = 64 * 1024 * 1024  # a session/load replays whole histories in single lines
+LINE_LIMIT = 64 * 1024 * 1024
+PR_SET_PDEATHSIG = 1  # a session/load replays whole histories in single lines
 
 
 class AcpError(Exception):
@@ -79,6 +81,7 @@ class Connection:
                 stderr=err,
                 limit=LINE_LIMIT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         return cls(proc, on_request, on_notify, transcript)
 
@@ -191,6 +194,12 @@ class Connection:
         for task in (self._reader, self._notifier, *self._tasks):
             task.cancel()
         self._transcript.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the bridge dies (Linux), so a killed bridge leaves no agent."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _open_logs(log: Path) -> tuple[IO[bytes], IO[str]]:

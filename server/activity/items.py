@@ -93,8 +93,12 @@ def journal_item(
         failed=bool(entry.error),
     )
     match entry.kind:
-        case "model/complete":
+        case "model/complete" | "model/forward":  # model/forward: an outside agent's request via keel's proxy
             return _model(base, entry, copied, prices)
+        case "effect/ask":  # an outside agent's effect, asked before it made it (the intent)
+            allowed = isinstance(entry.result, dict) and bool(entry.result.get("allow"))
+            verdict = "allowed" if allowed else "denied"
+            return msgspec.structs.replace(base, kind="tool", effect="intent", status=verdict, result=verdict)
         case "tool/run":
             return _tool(base, entry, next((e for e in linked if e.kind == "tool"), None))
         case "human/ask":

@@ -410,7 +410,7 @@ async def _model_forward(session: UnitSession, step: Step, params: Any) -> Any:
 async def _replay_forward(session: UnitSession, step: Step, earlier: JournalEntry) -> Any:
     """A model request an earlier run already paid for: answered from that entry; the new entry names it."""
     value = dict(earlier.result, replayed_from=earlier.seq)
-    note = {k: v for k, v in value.items() if k != "body"}
+    note = {k: v for k, v in value.items() if k not in ("body", "usage")}  # nothing paid for this one
     await session.record(step, StepResult(note, summary=f"answered from entry {earlier.seq}: no request made"))
     session.replayed += 1
     session.host.stats["replayed"] += 1
