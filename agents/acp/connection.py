@@ -3,8 +3,9 @@
 keel is the client. `request` sends and awaits an answer; the agent's own requests go to `on_request`
 (its answer or an AcpError is sent back), its notifications to `on_notify`, in the order they arrive.
 Every message both ways is appended to a transcript file (one JSON line each, with its direction). The
-agent runs in its own process group, so `kill` takes its children too (Claude Code runs under its
-adapter). Depends on the standard library only.
+agent stays in the bridge's process group (a worker stopping the bridge by its group stops the agent and
+its children too) and dies with the bridge (PR_SET_PDEATHSIG); `close` kills it and everything below it
+(Claude Code runs under its adapter). Depends on the standard library only.
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ class Connection:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
                 limit=LINE_LIMIT,
-                start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         return cls(proc, on_request, on_notify, transcript)
@@ -183,17 +183,34 @@ class Connection:
         await done.wait()
 
     async def close(self, grace: float = 2.0) -> None:
-        """End the agent: close its input, then its whole process group after `grace` seconds."""
+        """End the agent: close its input, then kill it and its descendants after `grace` seconds."""
         if self.proc.stdin is not None and not self.proc.stdin.is_closing():
             self.proc.stdin.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.proc.wait(), grace)
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # its children too, if any are left
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_descendants(self.proc.pid)  # its children too (Claude Code runs under its adapter)
         await self.proc.wait()
         for task in (self._reader, self._notifier, *self._tasks):
             task.cancel()
         self._transcript.close()
+
+
+def kill_descendants(pid: int) -> None:
+    """SIGKILL `pid` and every process below it (read from /proc; elsewhere only `pid`). The agent stays in
+    the bridge's process group, so that whoever stops the bridge by its group stops the agent too."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, doomed = [pid], []
+    while todo:
+        current = todo.pop()
+        doomed.append(current)
+        todo.extend(children.get(current, []))
+    for victim in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(victim, signal.SIGKILL)
 
 
 def _die_with_parent() -> None:

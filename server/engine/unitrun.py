@@ -321,7 +321,9 @@ class UnitSession:
         epoch = self.epoch
         changes: dict[str, Any] = {"last_checkpoint": step.seq}
         done = result.phase == "done"
-        if done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
+        if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
+            changes["tree"] = ""
+        elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
 
         def write(txn: Txn) -> None:
