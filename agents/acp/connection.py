@@ -4,8 +4,9 @@ keel is the client. `request` sends and awaits an answer; the agent's own reques
 (its answer or an AcpError is sent back), its notifications to `on_notify`, in the order they arrive.
 Every message both ways is appended to a transcript file (one JSON line each, with its direction). The
 agent stays in the bridge's process group (a worker stopping the bridge by its group stops the agent and
-its children too) and dies with the bridge (PR_SET_PDEATHSIG); `close` kills it and everything below it
-(Claude Code runs under its adapter). Depends on the standard library only.
+its children too) and dies with the bridge (PR_SET_PDEATHSIG); the bridge adopts its orphans, and `close`
+kills every process below the bridge (Claude Code's CLI runs under its adapter and outlives it otherwise).
+Depends on the standard library only.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import IO, Any
 
 LINE_LIMIT = 64 * 1024 * 1024
-PR_SET_PDEATHSIG = 1  # a session/load replays whole histories in single lines
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36  # a session/load replays whole histories in single lines
 
 
 class AcpError(Exception):
@@ -71,6 +73,7 @@ class Connection:
         on_request: RequestHandler,
         on_notify: NotifyHandler,
     ) -> Connection:
+        adopt_orphans()
         err, transcript = _open_logs(log)
         with err:
             proc = await asyncio.create_subprocess_exec(
@@ -188,22 +191,28 @@ class Connection:
             self.proc.stdin.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.proc.wait(), grace)
-        kill_descendants(self.proc.pid)  # its children too (Claude Code runs under its adapter)
+        kill_descendants(os.getpid())  # the agent and whatever it left: orphans are ours (adopt_orphans)
         await self.proc.wait()
         for task in (self._reader, self._notifier, *self._tasks):
             task.cancel()
         self._transcript.close()
 
 
+def adopt_orphans() -> None:
+    """Make this process the reaper of its orphaned descendants (Linux): a child of the agent whose parent
+    died (Claude Code's CLI when its adapter is killed) is then still below the bridge, and `close` ends it."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
 def kill_descendants(pid: int) -> None:
-    """SIGKILL `pid` and every process below it (read from /proc; elsewhere only `pid`). The agent stays in
-    the bridge's process group, so that whoever stops the bridge by its group stops the agent too."""
+    """SIGKILL every process below `pid`, not `pid` itself (read from /proc)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
             children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    todo, doomed = [pid], []
+    todo, doomed = list(children.get(pid, [])), []
     while todo:
         current = todo.pop()
         doomed.append(current)

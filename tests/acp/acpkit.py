@@ -1,0 +1,159 @@
+"""Helpers for the ACP tests: find the installed agents, make a workspace whose mission an outside agent
+does against the scripted model server, run and kill real hosts, agents and both, read the outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scripted import CALC, NEW_CALC, TEST_CALC, ScriptedModel
+
+from keel.agents.acp.presets import PRESETS, find
+
+ROOT = Path(__file__).resolve().parents[2]
+KEEL = str(Path(sys.executable).with_name("keel"))
+KEY = "sk-acp-provider-Zq81mWv3"  # a made-up provider key, only ever sent to 127.0.0.1
+KIND = {"claude": "anthropic", "gemini": "gemini", "codex": "openai-compatible"}
+__all__ = ["CALC", "NEW_CALC", "TEST_CALC", "ScriptedModel"]
+
+
+def agents_dir() -> str:
+    return os.environ.get("KEEL_ACP_AGENTS") or str(ROOT / ".tools" / "acp-agents")
+
+
+def require_agent(name: str) -> None:
+    """Skip (with the reason) when the agent's npm package could not be installed here."""
+    os.environ.setdefault("KEEL_ACP_AGENTS", agents_dir())
+    if find(PRESETS[name]) is None:
+        log = Path(agents_dir()) / f"npm-{PRESETS[name].package.split('/')[-1].split('@')[0]}.log"
+        why = log.read_text()[-300:] if log.exists() else "run scripts/acp-agents.sh"
+        pytest.skip(f"{PRESETS[name].title} is not installed in {agents_dir()}: {why}")
+
+
+@dataclass
+class Workspace:
+    root: Path
+    store: Path
+    env: dict[str, str]
+
+    def keel(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KEEL, *args], cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def start(self, mission: str = "task.mission.toml") -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [KEEL, "run", mission],
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    def mission_id(self) -> str:
+        rows = json.loads(self.keel("missions", "--json").stdout or "[]")
+        assert rows, "no mission in the store"
+        return str(rows[-1]["id"])
+
+    def state(self, mission: str) -> str:
+        return str(json.loads(self.keel("status", mission, "--json").stdout)["mission"]["state"])
+
+    def sandbox(self, mission: str) -> Path:
+        """The mission's sandbox: where finished units' files are merged."""
+        return self.root / ".keel" / "sandboxes" / mission
+
+    def unit_sandbox(self, mission: str, unit: str = "u1") -> Path:
+        """Where a unit works while it runs."""
+        return self.root / ".keel" / "sandboxes" / f"{mission}-units" / unit
+
+
+def workspace(tmp: Path, agent: str, servers: list[ScriptedModel], permissions: str = "") -> Workspace:
+    root = tmp / "ws"
+    root.mkdir()
+    (root / "calc.py").write_text(CALC)
+    providers = "".join(
+        f'[[providers]]\nname = "p{i}"\nkind = "{KIND[agent]}"\nmodel = "scripted-{i}"\n'
+        'api_key_env = "KEEL_ACP_TEST_PASS"\n'
+        f'endpoints = [{{ url = "{s.url}{"/v1" if agent == "codex" else ""}" }}]\n\n'
+        for i, s in enumerate(servers)
+    )
+    network = "[network]\nbase_delay_s = 0.01\nmax_delay_s = 0.05\nmax_attempts = 2\nread_timeout_s = 60\n\n"
+    (root / ".keel").mkdir()
+    (root / ".keel" / "config.toml").write_text(network + providers)
+    (root / "task.mission.toml").write_text(
+        '[mission]\nname = "add-mul"\ngoal = "Add a mul function to calc.py with a unittest, and run the tests."\n'
+        f'agent = {{ acp = "{agent}" }}\n{permissions}\n[[units]]\nid = "u1"\ntitle = "add mul"\ntimeout_s = 240\n'
+    )
+    env = dict(
+        os.environ,
+        KEEL_ACP_AGENTS=agents_dir(),
+        KEEL_ACP_TEST_PASS=KEY,
+        PYTHON_KEYRING_BACKEND="keyring.backends.null.Keyring",
+    )
+    return Workspace(root, root / ".keel" / "store", env)
+
+
+def wait_for(what: str, probe: Callable[[], object], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def agent_pids(name: str) -> list[int]:
+    """Processes of the outside agent (its command line names the preset's executable)."""
+    binary = PRESETS[name].binary
+    out = subprocess.run(["pgrep", "-f", f"acp-agents/node_modules/.bin/{binary}"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def kill_agent(name: str) -> list[int]:
+    """SIGKILL the outside agent: its process and every process below it (Claude Code's CLI runs under
+    its adapter), all at once, as a crash of the agent would."""
+    pids = agent_pids(name)
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    victims, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        victims.append(pid)
+        todo.extend(tree.get(pid, []))
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return victims
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    return out
+
+
+def kill_host(proc: subprocess.Popen[str]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def settle(name: str, timeout: float = 15) -> None:
+    """Every process of the killed host goes (worker, bridge, agent)."""
+    wait_for(f"the {name} agent's processes to end", lambda: not agent_pids(name), timeout)

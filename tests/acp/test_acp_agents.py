@@ -1,0 +1,137 @@
+"""Claude Code, Gemini CLI and Codex as keel agents, each the real npm package, against a scripted model
+server on 127.0.0.1: a unit that reads, edits, creates a file and runs the tests completes; SIGKILL of the
+agent, of the host and of both mid-prompt, then resume: the mission completes, the files equal an
+undisturbed run's, no request is paid twice beyond the one in flight, the test command ran once; a denied
+permission; a failover mid-session through the proxy; the agent's environment holds no key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from acpkit import (
+    KEY,
+    NEW_CALC,
+    TEST_CALC,
+    ScriptedModel,
+    Workspace,
+    agent_pids,
+    finish,
+    kill_agent,
+    kill_host,
+    require_agent,
+    settle,
+    wait_for,
+    workspace,
+)
+
+AGENTS = ["claude", "gemini", "codex"]
+pytestmark = pytest.mark.timeout(300)
+
+
+def check_files(ws: Workspace, mission: str) -> None:
+    sandbox = ws.sandbox(mission)
+    assert (sandbox / "calc.py").read_text() == NEW_CALC
+    assert (sandbox / "test_calc.py").read_text() == TEST_CALC
+    assert (sandbox / "runs.log").read_text() == "ran\n", "the test command must run exactly once"
+
+
+def journal(ws: Workspace, mission: str) -> list[dict[str, object]]:
+    out = ws.keel("log", mission, "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    server = ScriptedModel().start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_unit_reads_edits_creates_and_runs_tests(agent: str, model: ScriptedModel, tmp_path: Path) -> None:
+    require_agent(agent)
+    ws = workspace(tmp_path, agent, [model])
+    proc = ws.start()
+    out = finish(proc)
+    assert proc.returncode == 0, out
+    mission = ws.mission_id()
+    check_files(ws, mission)
+    assert model.steps()[-5:] == ["read", "edit", "create", "test", "done"], model.steps()
+    assert not model.paid_twice()
+    items = journal(ws, mission)
+    assert any(i["kind"] == "model" for i in items)
+    # the agent held only keel's per-unit token; the provider's key went out from the host alone
+    assert {
+        s.headers.get("x-api-key") or s.headers.get("x-goog-api-key") or s.headers.get("authorization", "")[7:]
+        for s in model.served
+    } == {KEY}
+    assert KEY not in (ws.sandbox(mission) / "runs.log").read_text()
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("strike", ["agent", "host", "both"])
+def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: ScriptedModel, tmp_path: Path) -> None:
+    require_agent(agent)
+    ws = workspace(tmp_path, agent, [model])
+    model.stall_at("test")  # the answer that would run the tests: its stream hangs half-way
+    proc = ws.start()
+    wait_for("the model to stall mid-answer", model.stalled.is_set)
+    mission = ws.mission_id()
+    assert (ws.unit_sandbox(mission) / "test_calc.py").exists(), "the strike must come after the agent's edits"
+    assert agent_pids(agent), "the agent must be running when it is killed"
+    if strike in ("agent", "both"):
+        assert kill_agent(agent)
+    if strike in ("host", "both"):
+        kill_host(proc)
+        settle(agent)
+    model.release()
+    if strike == "agent":
+        out = finish(proc)
+    else:
+        resumed = ws.keel("resume", mission)
+        out = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, out
+    assert ws.state(mission) == "completed", out
+    check_files(ws, mission)
+    assert model.steps()[-1] == "done"
+    assert model.paid_twice() == [], "no request may be paid twice (beyond the one in flight)"
+    kinds = [i["title"] for i in journal(ws, mission)]
+    assert sum("allowed run" in t for t in kinds) == 1, kinds
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_denied_permission_keeps_the_effect_from_happening(agent: str, model: ScriptedModel, tmp_path: Path) -> None:
+    require_agent(agent)
+    ws = workspace(tmp_path, agent, [model], permissions='[permissions]\ntools = ["read_file", "write_file"]\n')
+    out = finish(ws.start())
+    mission = ws.mission_id()
+    assert not (ws.sandbox(mission) / "runs.log").exists(), out
+    titles = [i["title"] for i in journal(ws, mission)]
+    assert any(t.startswith("denied run") for t in titles), titles
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_provider_fails_over_mid_session(agent: str, tmp_path: Path) -> None:
+    require_agent(agent)
+    first, second = ScriptedModel().start(), ScriptedModel().start()
+    try:
+        ws = workspace(tmp_path, agent, [first, second])
+        first.stall_at("create")  # the first provider breaks mid-session: stalls, then answers 529s
+        proc = ws.start()
+        wait_for("the first provider to reach the third step", first.stalled.is_set)
+        first.fail_next(50, 529)
+        first.release()
+        out = finish(proc)
+        assert proc.returncode == 0, out
+        mission = ws.mission_id()
+        check_files(ws, mission)
+        assert "create" in second.steps() and "read" in first.steps()
+        items = journal(ws, mission)
+        assert any("failover" in str(i.get("title", "")) for i in items), [i["title"] for i in items]
+    finally:
+        first.stop()
+        second.stop()
