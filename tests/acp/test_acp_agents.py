@@ -100,7 +100,8 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     assert model.steps()[-1] == "done"
     assert model.paid_twice() == [], "no request may be paid twice (beyond the one in flight)"
     kinds = [i["title"] for i in journal(ws, mission)]
-    assert sum("allowed run" in t for t in kinds) == 1, kinds
+    runs = [t for t in kinds if t.startswith("allowed run") and "python3 -m unittest" in t]
+    assert len(runs) == 1, repr([t for t in kinds if t.startswith(("allowed", "denied"))])
 
 
 @pytest.mark.parametrize("agent", AGENTS)
