@@ -22,7 +22,9 @@ ALLOWED = {
 THIRD_PARTY = {
     "protocol": {"msgspec"},
     "storage": {"msgspec", "lmdb"},
-    "agents": {"msgspec"},
+    # h11 (pure Python, already under httpx) only for the ACP bridge's model proxy: an agent process
+    # carries no HTTP client or server framework.
+    "agents": {"msgspec", "h11"},
 }
 
 

@@ -146,8 +146,10 @@ SAMPLES: dict[type[Any], Any] = {
     ),
     records.Event: records.Event(kind="state", at=8.0, unit="u1", state="running", message="m"),
     agent.InitializeParams: agent.InitializeParams(protocol_version=1, mission_id="m1", goal="g", sandbox="/s"),
-    agent.InitializeResult: agent.InitializeResult(name="a", kinds=("shell",), version="1"),
-    agent.UnitRunParams: agent.UnitRunParams(unit=UNIT, attempt=2, state={"k": 1}, replaying=True),
+    agent.InitializeResult: agent.InitializeResult(name="a", kinds=("shell",), version="1", journal="append"),
+    agent.UnitRunParams: agent.UnitRunParams(
+        unit=UNIT, attempt=2, state={"k": 1}, replaying=True, home="/h", history=("1 tool write_file",)
+    ),
     agent.UnitRunResult: agent.UnitRunResult(result=[1, 2], summary="done"),
     agent.ToolCallSpec: TOOL,
     agent.ModelCompleteParams: agent.ModelCompleteParams(
@@ -161,6 +163,20 @@ SAMPLES: dict[type[Any], Any] = {
         finish_reason="stop",
         usage=agent.Usage(prompt_tokens=3, completion_tokens=4),
     ),
+    agent.ModelForwardParams: agent.ModelForwardParams(
+        api="anthropic", body={"model": "m"}, path="models/m:generateContent", session="s1", ordinal=2
+    ),
+    agent.ModelForwardResult: agent.ModelForwardResult(
+        status=200,
+        content_type="text/event-stream",
+        body="event: message_stop",
+        model="m",
+        provider="p",
+        usage=agent.Usage(prompt_tokens=3, completion_tokens=4),
+        replayed_from=7,
+    ),
+    agent.EffectAskParams: agent.EffectAskParams(tool="run", title="t", call_id="c1", detail={"cmd": "ls"}),
+    agent.EffectAskResult: agent.EffectAskResult(allow=True, reason="allowed by [permissions]"),
     agent.ToolRunParams: agent.ToolRunParams(tool="run", args={"cmd": "ls"}),
     agent.ToolRunResult: agent.ToolRunResult(ok=False, output="o", error="e"),
     agent.HumanAskParams: agent.HumanAskParams(question="q", choices=("y", "n")),
