@@ -52,6 +52,7 @@ class UnitBridge:
         self.calls: dict[str, dict[str, Any]] = {}
         self.usage: Any = None
         self.restarts: list[str] = []
+        self.allowed: list[str] = []  # effects allowed in this run (the journal's lines cover earlier runs)
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -113,13 +114,17 @@ class UnitBridge:
             saved = {"session": self.session}
         can_load = bool((hello.get("agentCapabilities") or {}).get("loadSession"))
         goal = self._goal()
-        if saved.get("session") and can_load:
+        if saved.get("session") and not (can_load and self.preset.loads_sessions):
+            why = "does not offer session/load" if not can_load else "cannot load its sessions reliably"
+            await self.ctx.evidence("acp.resume", summary=f"{self.preset.title} {why}: a new session with the journal")
+        elif saved.get("session"):
             self.loading = True
             try:
                 await self._call(
                     "session/load", {"sessionId": saved["session"], "cwd": str(self.sandbox), "mcpServers": []}
                 )
                 self.session = str(saved["session"])
+                await self.ctx.evidence("acp.resume", summary=f"session {self.session} loaded; prompted to continue")
                 return self._continue_prompt()
             except AcpError as exc:
                 await self.ctx.evidence("acp.resume", summary=f"session/load failed, starting afresh: {exc}"[:200])
@@ -128,9 +133,12 @@ class UnitBridge:
         created = await self._call("session/new", {"cwd": str(self.sandbox), "mcpServers": []})
         self.session = str((created or {}).get("sessionId", ""))
         await self.ctx.save_state({"session": self.session, "agent": self.preset.name})
-        if self.ctx.history:
-            return goal + "\n\n" + _journal_note(self.ctx.history)
+        if note := _journal_note(self._history()):
+            return goal + "\n\n" + note
         return goal
+
+    def _history(self) -> tuple[str, ...]:
+        return (*self.ctx.history, *self.allowed)
 
     def _goal(self) -> str:
         unit = self.ctx.unit
@@ -140,7 +148,7 @@ class UnitBridge:
     def _continue_prompt(self) -> str:
         return (
             "Continue the task. Your previous turn was interrupted (the process running you stopped); "
-            "everything you completed is in this session.\n" + _journal_note(self.ctx.history)
+            "everything you completed is in this session.\n" + _journal_note(self._history())
         ).strip()
 
     async def _call(self, method: str, params: Any) -> Any:
@@ -164,6 +172,8 @@ class UnitBridge:
         detail = {"kind": kind, "rawInput": call.get("rawInput"), "content": call.get("content")}
         try:
             verdict = await self.ctx.effect(tool, title, str(call.get("toolCallId", "")), detail)
+            if verdict.allow:
+                self.allowed.append(f"effect/ask: allowed {tool}: {title}")
         except HostError:
             return {"outcome": {"outcome": "cancelled"}}
         options = params.get("options") or []

@@ -29,6 +29,9 @@ class Preset:
     args: tuple[str, ...]
     api: ForwardApi
     fs_write: bool = False  # advertise fs.writeTextFile: the agent writes files through keel
+    # False: a run after a crash starts a new session with the goal and the journal instead of loading the
+    # old one (docs/acp-agents.md says why, per agent)
+    loads_sessions: bool = True
     env_vars: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -96,8 +99,17 @@ PRESETS: dict[str, Preset] = {
     "claude": Preset(
         "claude", "Claude Code", "@zed-industries/claude-agent-acp@0.23.1", "claude-agent-acp", (), "anthropic"
     ),
+    # Gemini CLI 0.61's session/load first starts a recording for the session id, whose opening record
+    # replaces the history in the very file it then reads: "No previous sessions found", or an empty history
     "gemini": Preset(
-        "gemini", "Gemini CLI", "@google/gemini-cli@0.61.0", "gemini", ("--acp",), "gemini", fs_write=True
+        "gemini",
+        "Gemini CLI",
+        "@google/gemini-cli@0.61.0",
+        "gemini",
+        ("--acp",),
+        "gemini",
+        fs_write=True,
+        loads_sessions=False,
     ),
     "codex": Preset("codex", "Codex", "@zed-industries/codex-acp@0.16.0", "codex-acp", (), "openai-responses"),
 }

@@ -306,8 +306,8 @@ def event_item(seq: int, event: Event, *, question: str = "", replayed: int = 0)
         case "unit" if event.state == "running":
             if replayed:
                 title = (
-                    f"unit {event.unit} started again ({event.message}): {replayed} recorded step(s) replayed "
-                    "from the journal, not run or paid again"
+                    f"unit {event.unit} started again ({event.message}): {replayed} recorded step(s) kept "
+                    "from the journal, none run or paid again"
                 )
                 return msgspec.structs.replace(base, kind="restart", title=title, status="restart")
             return msgspec.structs.replace(base, kind="unit", title=f"unit {event.unit} started ({event.message})")

@@ -32,9 +32,8 @@ def run_agents(args: argparse.Namespace) -> int:
     else:
         print(f"node: {node or 'not found on PATH (the agents need Node.js ' + str(MIN_NODE) + '+)'}")
         for row in rows:
-            where = row["path"] or "not installed"
             version = f" {row['version']}" if row["version"] else ""
-            print(f"{row['name']:<8} {row['title']:<12} {row['status']:<13} {where}{version}")
+            print(f"{row['name']:<8} {row['title']:<12} {row['status']:<13} {row['path']}{version}".rstrip())
             if row["status"] != "runnable":
                 print(f"{'':<8} {row['fix']}")
         print('use one in a mission file: agent = { acp = "claude" }')

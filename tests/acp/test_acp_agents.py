@@ -44,6 +44,16 @@ def journal(ws: Workspace, mission: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
+def report(agent: str, strike: str, model: ScriptedModel, items: list[dict[str, object]]) -> None:
+    """One line per strike (shown with `pytest -s`): what the resume cost against an undisturbed run."""
+    titles = [str(i.get("title", "")) for i in items]
+    resume = [t.split(": ", 1)[1] for t in titles if t.startswith("acp.resume")]
+    print(
+        f"\nacp: {agent:<6} {strike:<13}: {len(model.steps())} model requests served {model.steps()}; "
+        f"{sum(i['kind'] == 'model' for i in items)} journaled; {'; '.join(r[:70] for r in resume) or 'no resume'}"
+    )
+
+
 @pytest.fixture
 def model() -> ScriptedModel:
     server = ScriptedModel().start()
@@ -63,6 +73,7 @@ def test_unit_reads_edits_creates_and_runs_tests(agent: str, model: ScriptedMode
     assert model.steps()[-5:] == ["read", "edit", "create", "test", "done"], model.steps()
     assert not model.paid_twice()
     items = journal(ws, mission)
+    report(agent, "undisturbed", model, items)
     assert any(i["kind"] == "model" for i in items)
     # the agent held only keel's per-unit token; the provider's key went out from the host alone
     assert {
@@ -99,7 +110,9 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     check_files(ws, mission)
     assert model.steps()[-1] == "done"
     assert model.paid_twice() == [], "no request may be paid twice (beyond the one in flight)"
-    kinds = [i["title"] for i in journal(ws, mission)]
+    items = journal(ws, mission)
+    report(agent, f"SIGKILL {strike}", model, items)
+    kinds = [i["title"] for i in items]
     runs = [t for t in kinds if t.startswith("allowed run") and "python3 -m unittest" in t]
     assert len(runs) == 1, repr([t for t in kinds if t.startswith(("allowed", "denied"))])
 
