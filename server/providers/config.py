@@ -159,7 +159,7 @@ def _field_error(detail: str, filename: str, text: str) -> ProviderConfigError:
         if found:
             path, message = (f"{path}.{found.group(1)}" if path else found.group(1)), meaning
     if path.endswith(".kind") and message.startswith("Invalid enum value"):
-        message += " (use 'openai-compatible' or 'anthropic')"
+        message += " (use 'openai-compatible', 'anthropic' or 'gemini')"
     return _error(filename, text, path, message)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from keel.protocol.missionfile import parse_mission
 from keel.protocol.modelwire import normalise
 from keel.server.engine.journal import fingerprint
 from keel.server.engine.unitrun import fingerprint_basis
+from keel.server.providers.config import parse_provider_file
 from keel.server.providers.passthrough import usage_of
 
 HEAD = '[mission]\nname = "m"\n'
@@ -50,6 +52,22 @@ def test_bad_acp_agent_is_named_with_its_line(agent: str, expected: str) -> None
     with pytest.raises(MissionFileError) as info:
         parse_mission(HEAD + f"agent = {agent}\n" + UNIT, "m.toml")
     assert info.value.message.startswith(expected), info.value.message
+
+
+def _readme_block_after(marker: str) -> str:
+    lines = (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if marker in line)
+    fence = next(i for i in range(start, len(lines)) if lines[i].startswith("```toml"))
+    end = next(i for i in range(fence + 1, len(lines)) if lines[i].startswith("```"))
+    return "\n".join(lines[fence + 1 : end]) + "\n"
+
+
+def test_readme_claude_code_mission_and_provider_are_valid_as_printed() -> None:
+    spec = parse_mission(_readme_block_after("`add-mul.mission.toml`:"), "add-mul.mission.toml")
+    assert spec.agent == ("python", "-m", "keel.agents.acp", "claude")
+    assert spec.permissions is not None and "run" in spec.permissions.tools
+    providers, _ = parse_provider_file(_readme_block_after("`.keel/config.toml` names").encode(), "config.toml")
+    assert [(p.name, p.kind) for p in providers] == [("anthropic", "anthropic")]
 
 
 def test_normalised_fingerprint_ignores_only_the_volatile_fields() -> None:
