@@ -84,7 +84,8 @@ def test_xdg_config_home_is_the_default_user_file(tmp_path: Path, monkeypatch: p
     [
         (
             ('kind = "openai-compatible"\nmodel = "gpt-4o"', 'kind = "openai"\nmodel = "gpt-4o"'),
-            r":8: providers\[0\]\.kind: Invalid enum value 'openai' \(use 'openai-compatible', 'anthropic' or 'gemini'\)",
+            r":8: providers\[0\]\.kind: Invalid enum value 'openai' "
+            r"\(use 'openai-compatible', 'anthropic' or 'gemini'\)",
         ),
         (("context_window = 128000", 'context_window = "big"'), r"providers\[0\]\.capabilities\.context_window"),
         (("vision = true", "vision = true\ncolour = true"), r"providers\[0\]\.capabilities\.colour: unknown key"),
