@@ -144,6 +144,23 @@ def kill_agent(name: str) -> list[int]:
     return victims
 
 
+def kill_keel_process(module: str, root: Path) -> list[int]:
+    """SIGKILL the keel process running `module` (the unit's worker, or the ACP bridge) in the workspace
+    `root`, and only it."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            cwd = os.readlink(cmdline.parent / "cwd")
+            # its own `-m MODULE`: a worker's argv also holds the agent's command line
+            if b"-m" in argv and argv[argv.index(b"-m") + 1] == module.encode() and cwd.startswith(str(root)):
+                pids.append(int(cmdline.parent.name))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
 def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     out, _ = proc.communicate(timeout=timeout)
     return out

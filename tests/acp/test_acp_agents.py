@@ -1,7 +1,7 @@
 """Claude Code, Gemini CLI and Codex as keel agents, each the real npm package, against a scripted model
 server on 127.0.0.1: a unit that reads, edits, creates a file and runs the tests completes; SIGKILL of the
-agent, of the host and of both mid-prompt, then resume: the mission completes, the files equal an
-undisturbed run's, no request is paid twice beyond the one in flight, the test command ran once; a denied
+agent, of the host, of both, of the unit's worker and of the ACP bridge mid-prompt, then resume: the
+mission completes, the files equal an undisturbed run's, no request is paid twice beyond the one in flight, the test command ran once; a denied
 permission; a failover mid-session through the proxy; the agent's environment holds no key.
 """
 
@@ -21,6 +21,7 @@ from acpkit import (
     finish,
     kill_agent,
     kill_host,
+    kill_keel_process,
     require_agent,
     settle,
     wait_for,
@@ -84,7 +85,7 @@ def test_unit_reads_edits_creates_and_runs_tests(agent: str, model: ScriptedMode
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-@pytest.mark.parametrize("strike", ["agent", "host", "both"])
+@pytest.mark.parametrize("strike", ["agent", "host", "both", "worker", "bridge"])
 def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: ScriptedModel, tmp_path: Path) -> None:
     require_agent(agent)
     ws = workspace(tmp_path, agent, [model])
@@ -99,8 +100,12 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     if strike in ("host", "both"):
         kill_host(proc)
         settle(agent)
+    if strike in ("worker", "bridge"):  # the host lives and starts the unit's worker or agent again
+        module = "keel.server.engine.subagent" if strike == "worker" else "keel.agents.acp"
+        assert len(kill_keel_process(module, ws.root)) == 1, f"exactly one {strike} must be running"
+        settle(agent)
     model.release()
-    if strike == "agent":
+    if strike in ("agent", "worker", "bridge"):
         out = finish(proc)
     else:
         resumed = ws.keel("resume", mission)
