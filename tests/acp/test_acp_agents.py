@@ -1,8 +1,9 @@
 """Claude Code, Gemini CLI and Codex as keel agents, each the real npm package, against a scripted model
 server on 127.0.0.1: a unit that reads, edits, creates a file and runs the tests completes; SIGKILL of the
 agent, of the host, of both, of the unit's worker and of the ACP bridge mid-prompt, then resume: the
-mission completes, the files equal an undisturbed run's, no request is paid twice beyond the one in flight, the test command ran once; a denied
-permission; a failover mid-session through the proxy; the agent's environment holds no key.
+mission completes, the files equal an undisturbed run's, no request is paid twice beyond the one in flight,
+the test command ran once; a denied permission; a failover mid-session through the proxy; the agent's
+environment holds no key.
 """
 
 from __future__ import annotations
