@@ -96,6 +96,9 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     mission = ws.mission_id()
     assert (ws.unit_sandbox(mission) / "test_calc.py").exists(), "the strike must come after the agent's edits"
     assert agent_pids(agent), "the agent must be running when it is killed"
+    for pid in agent_pids(agent):  # the running agent holds keel's proxy token, never the provider's key
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        assert KEY.encode() not in environ and b"KEEL_ACP_TEST_PASS" not in environ
     if strike in ("agent", "both"):
         assert kill_agent(agent)
     if strike in ("host", "both"):
