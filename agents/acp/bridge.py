@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from keel.agents.acp.connection import AcpError, AgentGone, Connection
+from keel.agents.acp.mcp import SERVER as MCP_SERVER
+from keel.agents.acp.mcp import McpTools
 from keel.agents.acp.presets import Preset
 from keel.agents.acp.proxy import Proxy
 from keel.agents.sdk import Context, HostError
@@ -52,12 +54,15 @@ class UnitBridge:
         self.calls: dict[str, dict[str, Any]] = {}
         self.usage: Any = None
         self.restarts: list[str] = []
+        self.session_params: dict[str, Any] = {}
         self.allowed: list[str] = []  # effects allowed in this run (the journal's lines cover earlier runs)
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         token = secrets.token_hex(16)
-        proxy = await Proxy(token, self._forward).start()
+        tools = McpTools(self.ctx) if self.preset.keel_tools else None
+        proxy = await Proxy(token, self._forward, tools.handle if tools else None).start()
+        self.session_params = self._session_params(proxy.url, token)
         self.preset.prepare(self.home, proxy.url)
         try:
             for start in range(1, MAX_STARTS + 1):
@@ -120,9 +125,7 @@ class UnitBridge:
         elif saved.get("session"):
             self.loading = True
             try:
-                await self._call(
-                    "session/load", {"sessionId": saved["session"], "cwd": str(self.sandbox), "mcpServers": []}
-                )
+                await self._call("session/load", {"sessionId": saved["session"], **self.session_params})
                 self.session = str(saved["session"])
                 await self.ctx.evidence("acp.resume", summary=f"session {self.session} loaded; prompted to continue")
                 return self._continue_prompt()
@@ -130,12 +133,22 @@ class UnitBridge:
                 await self.ctx.evidence("acp.resume", summary=f"session/load failed, starting afresh: {exc}"[:200])
             finally:
                 self.loading = False
-        created = await self._call("session/new", {"cwd": str(self.sandbox), "mcpServers": []})
+        created = await self._call("session/new", self.session_params)
         self.session = str((created or {}).get("sessionId", ""))
         await self.ctx.save_state({"session": self.session, "agent": self.preset.name})
         if note := _journal_note(self._history()):
             return goal + "\n\n" + note
         return goal
+
+    def _session_params(self, proxy_url: str, token: str) -> dict[str, Any]:
+        """`session/new` and `session/load` params: the sandbox, and keel's tools in place of the agent's
+        own effectful ones where the preset says so."""
+        params: dict[str, Any] = {"cwd": str(self.sandbox), "mcpServers": []}
+        if self.preset.keel_tools:
+            auth = [{"name": "authorization", "value": f"Bearer {token}"}]
+            params["mcpServers"] = [{"type": "http", "name": MCP_SERVER, "url": f"{proxy_url}/mcp", "headers": auth}]
+            params["_meta"] = {"claudeCode": {"options": {"disallowedTools": list(self.preset.keel_tools)}}}
+        return params
 
     def _history(self) -> tuple[str, ...]:
         return (*self.ctx.history, *self.allowed)
@@ -166,6 +179,8 @@ class UnitBridge:
 
     async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
         call = params.get("toolCall") or {}
+        if str(call.get("title", "")).startswith(f"mcp__{MCP_SERVER}__"):
+            return _selected(params, ("allow_once", "allow_always"))  # a keel tool call: journaled and checked there
         kind = str(call.get("kind") or "other")
         tool = TOOL_OF_KIND.get(kind, "run")  # an effect keel cannot classify counts as a command
         title = str(call.get("title") or kind)
@@ -176,13 +191,7 @@ class UnitBridge:
                 self.allowed.append(f"effect/ask: allowed {tool}: {title}")
         except HostError:
             return {"outcome": {"outcome": "cancelled"}}
-        options = params.get("options") or []
-        wanted = ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always")
-        for want in wanted:
-            for option in options:
-                if option.get("kind") == want:
-                    return {"outcome": {"outcome": "selected", "optionId": option.get("optionId")}}
-        return {"outcome": {"outcome": "cancelled"}}
+        return _selected(params, ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always"))
 
     async def _write(self, params: dict[str, Any]) -> dict[str, Any]:
         path = Path(str(params.get("path", "")))
@@ -258,6 +267,15 @@ def _ordinal(api: ap.ForwardApi, body: dict[str, Any]) -> int:
         else body.get("contents")
     )
     return len(history) if isinstance(history, list) else 0
+
+
+def _selected(params: dict[str, Any], wanted: tuple[str, ...]) -> dict[str, Any]:
+    """The permission answer choosing the first offered option of the wanted kinds (else cancelled)."""
+    for want in wanted:
+        for option in params.get("options") or []:
+            if option.get("kind") == want:
+                return {"outcome": {"outcome": "selected", "optionId": option.get("optionId")}}
+    return {"outcome": {"outcome": "cancelled"}}
 
 
 def _journal_note(history: tuple[str, ...]) -> str:

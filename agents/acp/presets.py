@@ -32,6 +32,8 @@ class Preset:
     # False: a run after a crash starts a new session with the goal and the journal instead of loading the
     # old one (docs/acp-agents.md says why, per agent)
     loads_sessions: bool = True
+    # the agent's own effectful tools that keel's (write_file, apply_diff, run; agents/acp/mcp.py) replace
+    keel_tools: tuple[str, ...] = ()
     env_vars: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -97,7 +99,13 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "claude": Preset(
-        "claude", "Claude Code", "@zed-industries/claude-agent-acp@0.23.1", "claude-agent-acp", (), "anthropic"
+        "claude",
+        "Claude Code",
+        "@zed-industries/claude-agent-acp@0.23.1",
+        "claude-agent-acp",
+        (),
+        "anthropic",
+        keel_tools=("Edit", "MultiEdit", "Write", "NotebookEdit", "Bash"),
     ),
     # Gemini CLI 0.61's session/load first starts a recording for the session id, whose opening record
     # replaces the history in the very file it then reads: "No previous sessions found", or an empty history

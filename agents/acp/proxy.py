@@ -6,7 +6,8 @@ Each request must carry the unit's token (as `x-api-key`, `x-goog-api-key`, `Aut
 `/v1beta/models/<m>:<method>`: Gemini). The body goes to `serve` (the bridge hands it to the host as a
 journaled `model/forward`) and the answer, JSON or a whole event stream, goes back as the provider sent it.
 A `GET`/`HEAD` (a reachability check) gets 200. Errors the host reports become 503 with the reason, so
-the agent's turn fails visibly rather than hanging. HTTP/1.1 by h11; one request per connection.
+the agent's turn fails visibly rather than hanging. `POST /mcp` (with the token) is keel's tools as an MCP
+server, when the bridge offers them (`mcp.py`). HTTP/1.1 by h11; one request per connection.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import h11
 from keel.protocol.agent import ForwardApi, ModelForwardResult
 
 Serve = Callable[[ForwardApi, str, dict[str, Any]], Awaitable[ModelForwardResult]]
+Mcp = Callable[[dict[str, Any]], Awaitable["dict[str, Any] | None"]]
 _GEMINI = re.compile(r"^/v1(beta|alpha)?/(models/[^/:]+:\w+)$")
 MAX_BODY = 256 * 1024 * 1024
 
@@ -35,9 +37,10 @@ class ProxyError(Exception):
 
 
 class Proxy:
-    def __init__(self, token: str, serve: Serve) -> None:
+    def __init__(self, token: str, serve: Serve, mcp: Mcp | None = None) -> None:
         self.token = token
         self._serve = serve
+        self._mcp = mcp
         self._server: asyncio.Server | None = None
         self.url = ""
         self.requests = 0
@@ -82,21 +85,35 @@ class Proxy:
 
     async def _answer(self, request: h11.Request, body: bytes) -> tuple[int, str, str]:
         target = urlsplit(request.target.decode("latin-1"))
+        if target.path == "/mcp" and self._mcp is not None and request.method != b"POST":
+            raise ProxyError(405, "keel's MCP server answers POST only (no event stream)")
         if request.method in (b"GET", b"HEAD"):
             return 200, "application/json", "{}"
         headers = {k.decode().lower(): v.decode("latin-1") for k, v in request.headers}
         if self.token not in _credentials(headers, target.query):
             raise ProxyError(401, "keel's model proxy: missing or wrong token for this unit")
-        api, path = _route(target.path)
         try:
             doc = json.loads(body or b"{}")
         except ValueError as exc:
             raise ProxyError(400, f"keel's model proxy: the body is not JSON: {exc}") from None
+        if target.path == "/mcp" and self._mcp is not None:
+            return await self._mcp_answer(doc)
+        api, path = _route(target.path)
         if not isinstance(doc, dict):
             raise ProxyError(400, "keel's model proxy: the body is not a JSON object")
         self.requests += 1
         result = await self._serve(api, path, doc)
         return result.status, result.content_type, result.body
+
+    async def _mcp_answer(self, doc: Any) -> tuple[int, str, str]:
+        assert self._mcp is not None
+        messages = doc if isinstance(doc, list) else [doc]
+        if not all(isinstance(m, dict) for m in messages):
+            raise ProxyError(400, "keel's MCP server: a message is not a JSON object")
+        answers = [a for a in [await self._mcp(m) for m in messages] if a is not None]
+        if not answers:
+            return 202, "application/json", ""
+        return 200, "application/json", json.dumps(answers if isinstance(doc, list) else answers[0])
 
 
 async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[h11.Request, bytes]:

@@ -102,6 +102,13 @@ class ScriptedModel:
     def call(self, step: str, tools: list[str]) -> tuple[str, dict[str, Any]]:
         """The tool call for a step, in the tool vocabulary the agent offered."""
         calc, test = "calc.py", "test_calc.py"  # relative: every agent resolves them in its working folder
+        if "mcp__keel__write_file" in tools:  # Claude Code with keel's tools in place of Edit, Write and Bash
+            return {
+                "read": ("Read", {"file_path": calc}),
+                "edit": ("mcp__keel__write_file", {"path": calc, "content": NEW_CALC}),
+                "create": ("mcp__keel__write_file", {"path": test, "content": TEST_CALC}),
+                "test": ("mcp__keel__run", {"cmd": RUN_TESTS}),
+            }[step]
         if "Write" in tools:  # Claude Code
             return {
                 "read": ("Read", {"file_path": calc}),

@@ -122,7 +122,8 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     items = journal(ws, mission)
     report(agent, f"SIGKILL {strike}", model, items)
     kinds = [i["title"] for i in items]
-    runs = [t for t in kinds if t.startswith("allowed run") and "python3 -m unittest" in t]
+    # the command as an effect the agent asked for (`allowed run: ...`) or as keel's run tool (`run ...`)
+    runs = [t for t in kinds if t.startswith(("allowed run", "run ")) and "python3 -m unittest" in t]
     assert len(runs) == 1, repr([t for t in kinds if t.startswith(("allowed", "denied"))])
 
 
@@ -134,7 +135,8 @@ def test_denied_permission_keeps_the_effect_from_happening(agent: str, model: Sc
     mission = ws.mission_id()
     assert not (ws.sandbox(mission) / "runs.log").exists(), out
     titles = [i["title"] for i in journal(ws, mission)]
-    assert any(t.startswith("denied run") for t in titles), titles
+    # an effect the agent asked for (`denied run: ...`), or keel's run tool refused (`run denied`)
+    assert any(t.startswith(("denied run", "run denied")) for t in titles), titles
 
 
 @pytest.mark.parametrize("agent", AGENTS)

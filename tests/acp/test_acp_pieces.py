@@ -148,3 +148,36 @@ def test_proxy_routes_each_api_and_refuses_a_wrong_token() -> None:
     ]
     assert "wrong token" in answers[3].json()["error"]["message"]
     assert "not /v1/chat/completions" in answers[4].json()["error"]["message"]
+
+
+def test_proxy_serves_mcp_under_the_unit_token_and_post_only() -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def serve(api: ap.ForwardApi, path: str, body: dict[str, Any]) -> ap.ModelForwardResult:
+        raise AssertionError("an MCP message is not a model request")
+
+    async def mcp(message: dict[str, Any]) -> dict[str, Any] | None:
+        seen.append(message)
+        return None if "id" not in message else {"jsonrpc": "2.0", "id": message["id"], "result": {"ok": 1}}
+
+    async def scenario() -> list[httpx.Response]:
+        proxy = await Proxy("tok", serve, mcp).start()
+        bearer = {"authorization": "Bearer tok"}
+        try:
+            async with httpx.AsyncClient(base_url=proxy.url) as client:
+                return [
+                    await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=bearer),
+                    await client.post(
+                        "/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=bearer
+                    ),
+                    await client.get("/mcp", headers=bearer),
+                    await client.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+                    await client.post("/mcp", json=[1], headers=bearer),
+                ]
+        finally:
+            await proxy.close()
+
+    answers = asyncio.run(scenario())
+    assert [r.status_code for r in answers] == [200, 202, 405, 401, 400]
+    assert answers[0].json() == {"jsonrpc": "2.0", "id": 1, "result": {"ok": 1}}
+    assert [m.get("method") for m in seen] == ["tools/list", "notifications/initialized"]
