@@ -279,11 +279,11 @@ def _selected(params: dict[str, Any], wanted: tuple[str, ...]) -> dict[str, Any]
 
 
 def _journal_note(history: tuple[str, ...]) -> str:
-    started = [line for line in history if "effect/ask" in line and "allowed" in line]
+    started = [line for line in history if ("effect/ask" in line and "allowed" in line) or "tool/run:" in line]
     lines = "\n".join(f"- {line}" for line in started[-20:])
     if not lines:
         return ""
     return (
-        "keel's journal of this task records these effects you were allowed to make (the last may not have "
-        "completed; check the files before repeating it):\n" + lines
+        "keel's journal of this task records these effects; one marked (started, no result recorded) was "
+        "interrupted and may or may not have happened: check before repeating it.\n" + lines
     )

@@ -17,7 +17,7 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class UnitSession:
         self._tree = Snapshotter()
         self.fatal: Exception | None = None
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
+        # an appending agent's effects that an earlier run started and never got the outcome of, by fingerprint
+        self.unsettled: dict[str, JournalEntry] = {}
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -168,6 +170,7 @@ class UnitSession:
         self.appending = hello.journal == "append"
         if self.appending:  # carry on after the last entry; nothing is answered by position
             self.seq = max(self.entries, default=0)
+            self.unsettled = unsettled_effects(self.entries.values())
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
         params = ap.UnitRunParams(
@@ -241,6 +244,15 @@ class UnitSession:
         seq = self.seq
         fp = fingerprint(method, fingerprint_basis(method, params))
         entry = self.entries.get(seq)
+        if self.appending:  # nothing is answered by position; an effect in doubt is settled by its own entry
+            entry = self.unsettled.pop(fp, None) if method == "tool/run" else None
+            if entry is not None and entry.phase == "intent":
+                self.seq -= 1  # (no await since the increment: no other request took a number)
+                seq = entry.seq
+            elif entry is not None:  # a person said it had happened: the agent gets that, recorded again
+                step = Step(seq, method, fp, time.monotonic())
+                summary = f"{entry.summary}: the effect of entry {entry.seq}, which a person said had happened"
+                return await self.record(step, StepResult(entry.result, tool_class=entry.tool_class, summary=summary))
         if entry is not None:
             if entry.fingerprint != fp:
                 self._nondeterminism(seq, entry, method)
@@ -319,7 +331,9 @@ class UnitSession:
         host = self.host
         mission_id = host.mission_id
         epoch = self.epoch
-        changes: dict[str, Any] = {"last_checkpoint": step.seq}
+        # an appending agent's effect in doubt is settled at its earlier entry: the high-water mark stays
+        hwm = max(step.seq, max(self.entries, default=0)) if self.appending else step.seq
+        changes: dict[str, Any] = {"last_checkpoint": hwm}
         done = result.phase == "done"
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
@@ -340,7 +354,7 @@ class UnitSession:
         if done:
             self.executed += 1
             host.stats["executed"] += 1
-            host.graph.update(self.unit.id, journal_hwm=step.seq)
+            host.graph.update(self.unit.id, journal_hwm=hwm)
             host.step_recorded(self.unit.id, step.method, result.summary, wall_ms)
         return answer(entry)
 
@@ -441,6 +455,22 @@ def fingerprint_basis(method: str, params: Any) -> Any:
     if method != "model/forward" or not isinstance(params, dict):
         return params
     return {"api": params.get("api"), "path": params.get("path"), "body": normalise(params.get("body"))}
+
+
+def unsettled_effects(entries: Iterable[JournalEntry]) -> dict[str, JournalEntry]:
+    """An appending agent's tool calls whose outcome it may never have received, by fingerprint: an intent
+    without a result (the run stopped mid-effect; settled like a replay: reconciled with the sandbox, or a
+    question for a person), or an effect a person answered "skip" for. Each counts until a later entry
+    has the same fingerprint (the call was made again and answered)."""
+    seen: set[str] = set()
+    found: dict[str, JournalEntry] = {}
+    for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+        if entry.fingerprint in seen:
+            continue
+        seen.add(entry.fingerprint)
+        if entry.kind == "tool/run" and (entry.phase == "intent" or entry.summary == "skipped"):
+            found[entry.fingerprint] = entry
+    return found
 
 
 def _history_line(entry: JournalEntry) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripted import CALC, NEW_CALC, TEST_CALC, ScriptedModel
+from scripted import CALC, NEW_CALC, RUN_TESTS, TEST_CALC, ScriptedModel
 
 from keel.agents.acp.presets import PRESETS, find
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KEEL = str(Path(sys.executable).with_name("keel"))
 KEY = "sk-acp-provider-Zq81mWv3"  # a made-up provider key, only ever sent to 127.0.0.1
 KIND = {"claude": "anthropic", "gemini": "gemini", "codex": "openai-compatible"}
-__all__ = ["CALC", "NEW_CALC", "TEST_CALC", "ScriptedModel"]
+__all__ = ["CALC", "NEW_CALC", "RUN_TESTS", "TEST_CALC", "ScriptedModel"]
 
 
 def agents_dir() -> str:

@@ -59,6 +59,7 @@ class ScriptedModel:
         self._released = threading.Event()
         self.stalled = threading.Event()
         self._failures: list[int] = []
+        self.run_tests = RUN_TESTS  # the test command the script runs (a test may make it slow)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
 
@@ -107,27 +108,27 @@ class ScriptedModel:
                 "read": ("Read", {"file_path": calc}),
                 "edit": ("mcp__keel__write_file", {"path": calc, "content": NEW_CALC}),
                 "create": ("mcp__keel__write_file", {"path": test, "content": TEST_CALC}),
-                "test": ("mcp__keel__run", {"cmd": RUN_TESTS}),
+                "test": ("mcp__keel__run", {"cmd": self.run_tests}),
             }[step]
         if "Write" in tools:  # Claude Code
             return {
                 "read": ("Read", {"file_path": calc}),
                 "edit": ("Write", {"file_path": calc, "content": NEW_CALC}),
                 "create": ("Write", {"file_path": test, "content": TEST_CALC}),
-                "test": ("Bash", {"command": RUN_TESTS, "description": "run the tests"}),
+                "test": ("Bash", {"command": self.run_tests, "description": "run the tests"}),
             }[step]
         if "write_file" in tools:  # Gemini CLI
             return {
                 "read": ("read_file", {"file_path": calc, "absolute_path": calc}),
                 "edit": ("write_file", {"file_path": calc, "content": NEW_CALC}),
                 "create": ("write_file", {"file_path": test, "content": TEST_CALC}),
-                "test": ("run_shell_command", {"command": RUN_TESTS, "description": "run the tests"}),
+                "test": ("run_shell_command", {"command": self.run_tests, "description": "run the tests"}),
             }[step]
         shell = {  # Codex: everything through exec_command
             "read": "cat calc.py",
             "edit": f"cat > calc.py <<'EOF'\n{NEW_CALC}EOF",
             "create": f"cat > test_calc.py <<'EOF'\n{TEST_CALC}EOF",
-            "test": RUN_TESTS,
+            "test": self.run_tests,
         }[step]
         return "exec_command", {"cmd": shell}
 

@@ -15,6 +15,7 @@ import pytest
 from acpkit import (
     KEY,
     NEW_CALC,
+    RUN_TESTS,
     TEST_CALC,
     ScriptedModel,
     Workspace,
@@ -125,6 +126,39 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     # the command as an effect the agent asked for (`allowed run: ...`) or as keel's run tool (`run ...`)
     runs = [t for t in kinds if t.startswith(("allowed run", "run ")) and "python3 -m unittest" in t]
     assert len(runs) == 1, repr([t for t in kinds if t.startswith(("allowed", "denied"))])
+
+
+def test_claude_command_in_doubt_after_a_crash_is_never_run_twice(model: ScriptedModel, tmp_path: Path) -> None:
+    """Claude Code runs the tests through keel's run tool; the host dies while the command runs (it has
+    already written runs.log). On resume the agent makes the same call again: keel takes it for the call
+    in doubt and asks a person, who says it happened ("skip"); the command never runs a second time."""
+    require_agent("claude")
+    ws = workspace(tmp_path, "claude", [model])
+    model.run_tests = RUN_TESTS + "; sleep 60"
+    proc = ws.start()
+    mission = ""
+
+    def ran() -> bool:
+        nonlocal mission
+        mission = mission or (ws.mission_id() if ws.keel("missions", "--json").stdout.strip() != "[]" else "")
+        return bool(mission) and (ws.unit_sandbox(mission) / "runs.log").exists()
+
+    wait_for("the test command to have run (runs.log written)", ran)
+    kill_host(proc)
+    settle("claude")
+    assert [i["title"] for i in journal(ws, mission) if str(i["title"]).startswith("run ")][-1].endswith(
+        "[intent only]"
+    )
+    resumed = ws.keel("resume", mission)
+    assert ws.state(mission) == "waiting_input", resumed.stdout + resumed.stderr
+    question = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]["question"]
+    assert question["kind"] == "uncertain-effect" and "python3 -m unittest" in question["text"], question
+    answered = ws.keel("answer", mission, "skip")
+    assert answered.returncode == 0, answered.stderr
+    resumed = ws.keel("resume", mission)
+    assert ws.state(mission) == "completed", resumed.stdout + resumed.stderr
+    check_files(ws, mission)  # runs.log holds one "ran": the command ran once
+    assert model.steps()[-1] == "done"
 
 
 @pytest.mark.parametrize("agent", AGENTS)
