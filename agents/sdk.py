@@ -122,6 +122,10 @@ class Context:
         params = ap.EffectAskParams(tool=tool, title=title, call_id=call_id, detail=detail)
         return msgspec.convert(await self._call("effect/ask", params), ap.EffectAskResult)
 
+    async def effect_done(self, call_id: str, status: Literal["completed", "failed"] = "completed") -> None:
+        """Report that the effect `effect(..., call_id)` allowed has finished."""
+        await self._call("effect/done", ap.EffectDoneParams(call_id=call_id, status=status))
+
     async def tool(self, name: str, **args: Any) -> ap.ToolRunResult:
         result = await self._call("tool/run", ap.ToolRunParams(tool=name, args=args))
         return msgspec.convert(result, ap.ToolRunResult)

@@ -126,6 +126,14 @@ class EffectAskResult(msgspec.Struct, frozen=True, omit_defaults=True):
     reason: str = ""
 
 
+class EffectDoneParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The outcome of an effect allowed by `effect/ask` (same `call_id`): the outside agent reported the
+    call finished. An allowed effect without one stays in doubt after a crash."""
+
+    call_id: str
+    status: Literal["completed", "failed"] = "completed"
+
+
 class ToolRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: str
     args: dict[str, Any] = {}
@@ -177,6 +185,7 @@ AgentMethod = Literal[
     "model/forward",
     "tool/run",
     "effect/ask",
+    "effect/done",
     "human/ask",
     "evidence/add",
     "state/save",
@@ -191,6 +200,7 @@ AGENT_METHODS: dict[str, type[Any] | None] = {
     "model/forward": ModelForwardParams,
     "tool/run": ToolRunParams,
     "effect/ask": EffectAskParams,
+    "effect/done": EffectDoneParams,
     "human/ask": HumanAskParams,
     "evidence/add": EvidenceAddParams,
     "state/save": StateSaveParams,

@@ -56,6 +56,7 @@ class UnitBridge:
         self.restarts: list[str] = []
         self.session_params: dict[str, Any] = {}
         self.allowed: list[str] = []  # effects allowed in this run (the journal's lines cover earlier runs)
+        self.effects: set[str] = set()  # call ids of allowed effects whose outcome is not reported yet
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -189,6 +190,7 @@ class UnitBridge:
             verdict = await self.ctx.effect(tool, title, str(call.get("toolCallId", "")), detail)
             if verdict.allow:
                 self.allowed.append(f"effect/ask: allowed {tool}: {title}")
+                self.effects.add(str(call.get("toolCallId", "")))
         except HostError:
             return {"outcome": {"outcome": "cancelled"}}
         return _selected(params, ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always"))
@@ -255,6 +257,9 @@ class UnitBridge:
         await self.ctx.evidence(
             "acp.tool", summary=f"{status}: {call.get('title') or call.get('kind')}"[:200], data=data
         )
+        if call_id in self.effects:  # the allowed effect's intent gets its outcome
+            self.effects.discard(call_id)
+            await self.ctx.effect_done(call_id, "completed" if status == "completed" else "failed")
 
 
 def _ordinal(api: ap.ForwardApi, body: dict[str, Any]) -> int:

@@ -98,7 +98,10 @@ def journal_item(
         case "effect/ask":  # an outside agent's effect, asked before it made it (the intent)
             allowed = isinstance(entry.result, dict) and bool(entry.result.get("allow"))
             verdict = "allowed" if allowed else "denied"
-            return msgspec.structs.replace(base, kind="tool", effect="intent", status=verdict, result=verdict)
+            effect = "intent only" if entry.phase == "intent" else "done"  # done: the agent reported its outcome
+            return msgspec.structs.replace(base, kind="tool", effect=effect, status=verdict, result=verdict)
+        case "effect/done":  # shown on the effect/ask entry it settles
+            return None
         case "tool/run":
             return _tool(base, entry, next((e for e in linked if e.kind == "tool"), None))
         case "human/ask":

@@ -74,6 +74,7 @@ class UnitSession:
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
         # an appending agent's effects that an earlier run started and never got the outcome of, by fingerprint
         self.unsettled: dict[str, JournalEntry] = {}
+        self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -171,6 +172,7 @@ class UnitSession:
         if self.appending:  # carry on after the last entry; nothing is answered by position
             self.seq = max(self.entries, default=0)
             self.unsettled = unsettled_effects(self.entries.values())
+            self.asked = {}
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
         params = ap.UnitRunParams(
@@ -245,14 +247,12 @@ class UnitSession:
         fp = fingerprint(method, fingerprint_basis(method, params))
         entry = self.entries.get(seq)
         if self.appending:  # nothing is answered by position; an effect in doubt is settled by its own entry
-            entry = self.unsettled.pop(fp, None) if method == "tool/run" else None
+            entry = self.unsettled.pop(fp, None) if method in ("tool/run", "effect/ask") else None
             if entry is not None and entry.phase == "intent":
                 self.seq -= 1  # (no await since the increment: no other request took a number)
                 seq = entry.seq
             elif entry is not None:  # a person said it had happened: the agent gets that, recorded again
-                step = Step(seq, method, fp, time.monotonic())
-                summary = f"{entry.summary}: the effect of entry {entry.seq}, which a person said had happened"
-                return await self.record(step, StepResult(entry.result, tool_class=entry.tool_class, summary=summary))
+                return await self._skipped(Step(seq, method, fp, time.monotonic()), entry)
         if entry is not None:
             if entry.fingerprint != fp:
                 self._nondeterminism(seq, entry, method)
@@ -273,6 +273,15 @@ class UnitSession:
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
+
+    async def _skipped(self, step: Step, entry: JournalEntry) -> Any:
+        """The answer to an appending agent's effect that a person said had already happened ("skip")."""
+        summary = f"{entry.summary}: entry {entry.seq}'s effect, which a person said had happened"[:200]
+        if step.method == "effect/ask":
+            reason = "a person said this effect had already happened before keel stopped: do not make it again"
+            value = msgspec.to_builtins(ap.EffectAskResult(allow=False, reason=reason))
+            return await self.record(step, StepResult(value, summary=f"denied {summary}"[:200]))
+        return await self.record(step, StepResult(entry.result, tool_class=entry.tool_class, summary=summary))
 
     def forwarded(self, params: Any, fp: str) -> JournalEntry | None:
         """The recorded answer to this very model request (same outside session, same request number, same
@@ -435,23 +444,68 @@ async def _replay_forward(session: UnitSession, step: Step, earlier: JournalEntr
 
 async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
     """An outside agent's effect, asked before it is made: allowed when the mission's permissions allow the
-    keel tool it counts as. The entry is the effect's intent; the agent reports the outcome as evidence."""
+    keel tool it counts as. An allowed effect is recorded as an intent until the agent reports its outcome
+    (`effect/done`). The same effect asked again after a crash while its intent has no outcome (`step.intent`)
+    is in doubt: a question for a person (rerun or skip), as an uncertain tool call is."""
     ask = msgspec.convert(params, ap.EffectAskParams)
     allowed = session.host.spec.permissions.tools
     allow = ask.tool in allowed
     reason = (
         "" if allow else f"{ask.tool!r} is not allowed by this mission's permissions (allowed: {', '.join(allowed)})"
     )
-    verdict = "allowed" if allow else "denied"
-    result = ap.EffectAskResult(allow=allow, reason=reason)
-    return await session.record(
-        step, StepResult(msgspec.to_builtins(result), summary=f"{verdict} {ask.tool}: {ask.title}"[:200])
+    summary = f"{'allowed' if allow else 'denied'} {ask.tool}: {ask.title}"[:200]
+    intent = step.intent
+    if intent is not None and not intent.rerun_approved:
+        question = Question(
+            unit=session.unit.id,
+            seq=step.seq,
+            kind="uncertain-effect",
+            fingerprint=step.fingerprint,
+            lane=session.lane,
+            choices=("rerun", "skip"),
+            text=f"unit {session.unit.id}: the agent's {ask.tool} {ask.title[:120]!r} may or may not have happened "
+            "before keel stopped (the agent never reported its outcome). Let it run again (rerun), or keep going "
+            "without it because it did happen (skip)?",
+        )
+        await session.host.wait_for_input(question)
+        raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
+    result = StepResult(
+        msgspec.to_builtins(ap.EffectAskResult(allow=allow, reason=reason)),
+        phase="intent" if allow else "done",
+        summary=summary if intent is None else f"{summary} (again: a person said rerun)"[:200],
     )
+    answered = await session.record(step, result)
+    if allow and ask.call_id:
+        session.asked[ask.call_id] = step.seq
+    return answered
+
+
+async def _effect_done(session: UnitSession, step: Step, params: Any) -> Any:
+    """The outcome of an allowed effect: its intent becomes done, in the same transaction as this entry."""
+    done = msgspec.convert(params, ap.EffectDoneParams)
+    seq = session.asked.pop(done.call_id, 0)
+    intent = session.entries.get(seq)
+    settled = None
+    if intent is not None and intent.phase == "intent":
+        settled = msgspec.structs.replace(intent, phase="done", summary=f"{intent.summary} ({done.status})"[:200])
+    mission, lane_ = session.host.mission_id, session.lane
+
+    def settle(txn: Txn) -> None:
+        if settled is not None:
+            m.journal_put(txn, mission, lane_, settled)
+
+    summary = f"{done.status}: the effect of entry {seq}" if settled else f"{done.status}: {done.call_id}"
+    answered = await session.record(step, StepResult({}, summary=summary[:200], extra=settle))
+    if settled is not None:
+        session.entries[seq] = settled
+    return answered
 
 
 def fingerprint_basis(method: str, params: Any) -> Any:
     """What a request's fingerprint is taken over: the params, or for a proxied model request its body
     without the fields that differ between identical runs (modelwire.normalise)."""
+    if method == "effect/ask" and isinstance(params, dict):  # the agent mints a new call id for the same effect
+        return {k: v for k, v in params.items() if k != "call_id"}
     if method != "model/forward" or not isinstance(params, dict):
         return params
     return {"api": params.get("api"), "path": params.get("path"), "body": normalise(params.get("body"))}
@@ -468,7 +522,7 @@ def unsettled_effects(entries: Iterable[JournalEntry]) -> dict[str, JournalEntry
         if entry.fingerprint in seen:
             continue
         seen.add(entry.fingerprint)
-        if entry.kind == "tool/run" and (entry.phase == "intent" or entry.summary == "skipped"):
+        if entry.kind in ("tool/run", "effect/ask") and (entry.phase == "intent" or entry.summary == "skipped"):
             found[entry.fingerprint] = entry
     return found
 
@@ -490,5 +544,6 @@ HANDLERS: dict[str, Handler] = {
     "tool/run": _tool_run,
     "model/forward": _model_forward,
     "effect/ask": _effect_ask,
+    "effect/done": _effect_done,
 }
 WAITS_FOR_A_PERSON = frozenset({"human/ask"})

@@ -128,12 +128,14 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     assert len(runs) == 1, repr([t for t in kinds if t.startswith(("allowed", "denied"))])
 
 
-def test_claude_command_in_doubt_after_a_crash_is_never_run_twice(model: ScriptedModel, tmp_path: Path) -> None:
-    """Claude Code runs the tests through keel's run tool; the host dies while the command runs (it has
-    already written runs.log). On resume the agent makes the same call again: keel takes it for the call
-    in doubt and asks a person, who says it happened ("skip"); the command never runs a second time."""
-    require_agent("claude")
-    ws = workspace(tmp_path, "claude", [model])
+@pytest.mark.parametrize("agent", AGENTS)
+def test_command_in_doubt_after_a_crash_is_never_run_twice(agent: str, model: ScriptedModel, tmp_path: Path) -> None:
+    """The host dies while the agent's test command runs (it has already written runs.log): Claude Code runs
+    it through keel's run tool, Gemini CLI and Codex themselves after `effect/ask`. Its intent has no
+    outcome. On resume the agent makes the same call again: keel takes it for the effect in doubt and asks
+    a person, who says it happened ("skip"); the command never runs a second time."""
+    require_agent(agent)
+    ws = workspace(tmp_path, agent, [model])
     model.run_tests = RUN_TESTS + "; sleep 60"
     proc = ws.start()
     mission = ""
@@ -145,17 +147,20 @@ def test_claude_command_in_doubt_after_a_crash_is_never_run_twice(model: Scripte
 
     wait_for("the test command to have run (runs.log written)", ran)
     kill_host(proc)
-    settle("claude")
-    assert [i["title"] for i in journal(ws, mission) if str(i["title"]).startswith("run ")][-1].endswith(
-        "[intent only]"
-    )
+    settle(agent)
+    runs = [i for i in journal(ws, mission) if i["kind"] == "tool" and "python3 -m unittest" in str(i["title"])]
+    assert runs[-1]["effect"] == "intent only", "the strike must come while the command runs"
     resumed = ws.keel("resume", mission)
-    assert ws.state(mission) == "waiting_input", resumed.stdout + resumed.stderr
-    question = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]["question"]
-    assert question["kind"] == "uncertain-effect" and "python3 -m unittest" in question["text"], question
-    answered = ws.keel("answer", mission, "skip")
-    assert answered.returncode == 0, answered.stderr
-    resumed = ws.keel("resume", mission)
+    asked = ws.state(mission) == "waiting_input"
+    if asked:
+        question = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]["question"]
+        assert question["kind"] == "uncertain-effect" and "python3 -m unittest" in question["text"], question
+        answered = ws.keel("answer", mission, "skip")  # the answer starts a host for the mission
+        assert answered.returncode == 0, answered.stderr
+        wait_for("the mission to complete after the answer", lambda: ws.state(mission) == "completed")
+    # Codex's loaded session holds an "aborted" result for the interrupted call, so its model need not make
+    # it again; Claude Code's and Gemini CLI's histories lack it, and their models make the same call
+    assert asked or agent == "codex", f"{agent} must have made the call again: " + resumed.stdout + resumed.stderr
     assert ws.state(mission) == "completed", resumed.stdout + resumed.stderr
     check_files(ws, mission)  # runs.log holds one "ran": the command ran once
     assert model.steps()[-1] == "done"

@@ -177,6 +177,7 @@ SAMPLES: dict[type[Any], Any] = {
     ),
     agent.EffectAskParams: agent.EffectAskParams(tool="run", title="t", call_id="c1", detail={"cmd": "ls"}),
     agent.EffectAskResult: agent.EffectAskResult(allow=True, reason="allowed by [permissions]"),
+    agent.EffectDoneParams: agent.EffectDoneParams(call_id="c1", status="failed"),
     agent.ToolRunParams: agent.ToolRunParams(tool="run", args={"cmd": "ls"}),
     agent.ToolRunResult: agent.ToolRunResult(ok=False, output="o", error="e"),
     agent.HumanAskParams: agent.HumanAskParams(question="q", choices=("y", "n")),
