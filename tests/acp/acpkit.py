@@ -115,17 +115,23 @@ def wait_for(what: str, probe: Callable[[], object], timeout: float = 120) -> No
         time.sleep(0.05)
 
 
-def agent_pids(name: str) -> list[int]:
-    """Processes of the outside agent (its command line names the preset's executable)."""
-    binary = PRESETS[name].binary
-    out = subprocess.run(["pgrep", "-f", f"acp-agents/node_modules/.bin/{binary}"], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+def agent_pids(name: str, root: Path) -> list[int]:
+    """Processes of the outside agent working in the workspace `root` (their command line names the
+    preset's executable; their working folder is the unit's sandbox)."""
+    binary = f"acp-agents/node_modules/.bin/{PRESETS[name].binary}"
+    out = subprocess.run(["pgrep", "-f", binary], capture_output=True, text=True)
+    pids = []
+    for pid in (int(p) for p in out.stdout.split()):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(root)):
+                pids.append(pid)
+    return pids
 
 
-def kill_agent(name: str) -> list[int]:
+def kill_agent(name: str, root: Path) -> list[int]:
     """SIGKILL the outside agent: its process and every process below it (Claude Code's CLI runs under
     its adapter), all at once, as a crash of the agent would."""
-    pids = agent_pids(name)
+    pids = agent_pids(name, root)
     tree: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -171,6 +177,6 @@ def kill_host(proc: subprocess.Popen[str]) -> None:
     proc.wait()
 
 
-def settle(name: str, timeout: float = 15) -> None:
+def settle(name: str, root: Path, timeout: float = 15) -> None:
     """Every process of the killed host goes (worker, bridge, agent)."""
-    wait_for(f"the {name} agent's processes to end", lambda: not agent_pids(name), timeout)
+    wait_for(f"the {name} agent's processes to end", lambda: not agent_pids(name, root), timeout)

@@ -96,19 +96,19 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
     wait_for("the model to stall mid-answer", model.stalled.is_set)
     mission = ws.mission_id()
     assert (ws.unit_sandbox(mission) / "test_calc.py").exists(), "the strike must come after the agent's edits"
-    assert agent_pids(agent), "the agent must be running when it is killed"
-    for pid in agent_pids(agent):  # the running agent holds keel's proxy token, never the provider's key
+    assert agent_pids(agent, ws.root), "the agent must be running when it is killed"
+    for pid in agent_pids(agent, ws.root):  # the running agent holds keel's proxy token, never the provider's key
         environ = Path(f"/proc/{pid}/environ").read_bytes()
         assert KEY.encode() not in environ and b"KEEL_ACP_TEST_PASS" not in environ
     if strike in ("agent", "both"):
-        assert kill_agent(agent)
+        assert kill_agent(agent, ws.root)
     if strike in ("host", "both"):
         kill_host(proc)
-        settle(agent)
+        settle(agent, ws.root)
     if strike in ("worker", "bridge"):  # the host lives and starts the unit's worker or agent again
         module = "keel.server.engine.subagent" if strike == "worker" else "keel.agents.acp"
         assert len(kill_keel_process(module, ws.root)) == 1, f"exactly one {strike} must be running"
-        settle(agent)
+        settle(agent, ws.root)
     model.release()
     if strike in ("agent", "worker", "bridge"):
         out = finish(proc)
@@ -147,7 +147,7 @@ def test_command_in_doubt_after_a_crash_is_never_run_twice(agent: str, model: Sc
 
     wait_for("the test command to have run (runs.log written)", ran)
     kill_host(proc)
-    settle(agent)
+    settle(agent, ws.root)
     runs = [i for i in journal(ws, mission) if i["kind"] == "tool" and "python3 -m unittest" in str(i["title"])]
     assert runs[-1]["effect"] == "intent only", "the strike must come while the command runs"
     resumed = ws.keel("resume", mission)
