@@ -117,6 +117,6 @@ def test_failovers_restarts_and_reexecutions_say_why(tmp_path: Path) -> None:
         items = {i.kind: i for i in read_page(store, "mx").items}
         assert items["failover"].failed and items["failover"].title == "failover a/0 -> b/0 (auth)"
         assert items["reexecuted"].text == "its sandbox is gone"
-        assert items["restart"].title.startswith("unit u1 started again (attempt 2): 2 recorded step(s) replayed")
+        assert items["restart"].title.startswith("unit u1 started again (attempt 2): 2 recorded step(s) kept")
         only = read_page(store, "mx", filter=Filter(failures_only=True)).items
         assert [i.kind for i in only] == ["failover"]

@@ -107,7 +107,7 @@ async def test_a_question_and_its_answer(env: Env) -> None:
     answers = await whole(env, mid, 100, kinds=["answer"])
     assert [(a["result"], a["text"]) for a in answers] == [("b", "Which logger?")]
     restarts = await whole(env, mid, 100, kinds=["restart"])
-    assert restarts and "1 recorded step(s) replayed" in restarts[-1]["title"]  # the answer, from the journal
+    assert restarts and "1 recorded step(s) kept" in restarts[-1]["title"]  # the answer, from the journal
 
 
 async def test_bad_activity_requests_say_what_was_wrong(env: Env) -> None:
