@@ -186,11 +186,12 @@ class UnitBridge:
         tool = TOOL_OF_KIND.get(kind, "run")  # an effect keel cannot classify counts as a command
         title = str(call.get("title") or kind)
         detail = {"kind": kind, "rawInput": call.get("rawInput"), "content": call.get("content")}
+        call_id = str(call.get("toolCallId", ""))
         try:
-            verdict = await self.ctx.effect(tool, title, str(call.get("toolCallId", "")), detail)
+            verdict = await self.ctx.effect(tool, title, call_id, detail)
             if verdict.allow:
                 self.allowed.append(f"effect/ask: allowed {tool}: {title}")
-                self.effects.add(str(call.get("toolCallId", "")))
+                self.effects.add(call_id)
         except HostError:
             return {"outcome": {"outcome": "cancelled"}}
         return _selected(params, ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always"))

@@ -85,7 +85,8 @@ class Proxy:
 
     async def _answer(self, request: h11.Request, body: bytes) -> tuple[int, str, str]:
         target = urlsplit(request.target.decode("latin-1"))
-        if target.path == "/mcp" and self._mcp is not None and request.method != b"POST":
+        mcp = target.path == "/mcp" and self._mcp is not None
+        if mcp and request.method != b"POST":
             raise ProxyError(405, "keel's MCP server answers POST only (no event stream)")
         if request.method in (b"GET", b"HEAD"):
             return 200, "application/json", "{}"
@@ -96,7 +97,7 @@ class Proxy:
             doc = json.loads(body or b"{}")
         except ValueError as exc:
             raise ProxyError(400, f"keel's model proxy: the body is not JSON: {exc}") from None
-        if target.path == "/mcp" and self._mcp is not None:
+        if mcp:
             return await self._mcp_answer(doc)
         api, path = _route(target.path)
         if not isinstance(doc, dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -131,19 +131,29 @@ class ToolCalls:
             return await self._done(tool, call, step, verdict.result, effect="reconciled")
         if verdict.done is False:
             return await self._finish(tool, ctx, call, step)
-        question = Question(
-            unit=s.unit_id,
-            seq=step.seq,
-            kind="uncertain-effect",
-            fingerprint=step.fingerprint,
-            lane=s.lane,
-            choices=("rerun", "skip"),
-            text=f"unit {s.unit_id}: the call {_describe(call)} may or may not have happened before keel stopped "
+        await ask_rerun_or_skip(
+            s,
+            step,
+            f"unit {s.unit_id}: the call {_describe(call)} may or may not have happened before keel stopped "
             f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
             f"running it again because it did happen (skip)?",
         )
-        await s.host.wait_for_input(question)
-        raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
+
+
+async def ask_rerun_or_skip(session: UnitSteps, step: Step, text: str) -> NoReturn:
+    """An effect in doubt (step.seq holds its intent): the mission waits for a person's "rerun" or "skip"
+    (recovery.apply_answer turns the answer into the intent's entry), and the agent is told to stop."""
+    question = Question(
+        unit=session.unit_id,
+        seq=step.seq,
+        kind="uncertain-effect",
+        fingerprint=step.fingerprint,
+        lane=session.lane,
+        choices=("rerun", "skip"),
+        text=text,
+    )
+    await session.host.wait_for_input(question)
+    raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
 
 
 def _describe(call: ap.ToolRunParams) -> str:

@@ -37,7 +37,7 @@ from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, fingerprint, lane
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Registry
-from keel.server.engine.toolcalls import ToolCalls
+from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Snapshotter
 from keel.storage import Txn, leases
 from keel.storage import missions as m
@@ -75,6 +75,7 @@ class UnitSession:
         # an appending agent's effects that an earlier run started and never got the outcome of, by fingerprint
         self.unsettled: dict[str, JournalEntry] = {}
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
+        self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -127,6 +128,7 @@ class UnitSession:
             self.host.store.read, lambda t: m.journal_entries(t, self.host.mission_id, self.lane)
         )
         self.entries = {e.seq: e for e in entries}
+        self.top = max(self.entries, default=0)
         self.seq = 0
         host = self.host
         worker = (
@@ -170,7 +172,7 @@ class UnitSession:
         )
         self.appending = hello.journal == "append"
         if self.appending:  # carry on after the last entry; nothing is answered by position
-            self.seq = max(self.entries, default=0)
+            self.seq = self.top
             self.unsettled = unsettled_effects(self.entries.values())
             self.asked = {}
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
@@ -341,7 +343,8 @@ class UnitSession:
         mission_id = host.mission_id
         epoch = self.epoch
         # an appending agent's effect in doubt is settled at its earlier entry: the high-water mark stays
-        hwm = max(step.seq, max(self.entries, default=0)) if self.appending else step.seq
+        self.top = max(self.top, step.seq)
+        hwm = self.top if self.appending else step.seq
         changes: dict[str, Any] = {"last_checkpoint": hwm}
         done = result.phase == "done"
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
@@ -456,19 +459,13 @@ async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
     summary = f"{'allowed' if allow else 'denied'} {ask.tool}: {ask.title}"[:200]
     intent = step.intent
     if intent is not None and not intent.rerun_approved:
-        question = Question(
-            unit=session.unit.id,
-            seq=step.seq,
-            kind="uncertain-effect",
-            fingerprint=step.fingerprint,
-            lane=session.lane,
-            choices=("rerun", "skip"),
-            text=f"unit {session.unit.id}: the agent's {ask.tool} {ask.title[:120]!r} may or may not have happened "
+        await ask_rerun_or_skip(
+            session,
+            step,
+            f"unit {session.unit.id}: the agent's {ask.tool} {ask.title[:120]!r} may or may not have happened "
             "before keel stopped (the agent never reported its outcome). Let it run again (rerun), or keep going "
             "without it because it did happen (skip)?",
         )
-        await session.host.wait_for_input(question)
-        raise HandlerError(ap.ERR_PAUSING, "the mission waits for a person's decision")
     result = StepResult(
         msgspec.to_builtins(ap.EffectAskResult(allow=allow, reason=reason)),
         phase="intent" if allow else "done",

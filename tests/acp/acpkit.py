@@ -115,17 +115,23 @@ def wait_for(what: str, probe: Callable[[], object], timeout: float = 120) -> No
         time.sleep(0.05)
 
 
+def processes_in(root: Path, match: Callable[[list[bytes]], bool]) -> list[int]:
+    """Processes working under the workspace `root` whose argv `match` accepts (the tests' strikes never
+    touch another workspace's processes)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = cmdline.read_bytes().split(b"\0")
+            if os.readlink(cmdline.parent / "cwd").startswith(str(root)) and match(argv):
+                pids.append(int(cmdline.parent.name))
+    return pids
+
+
 def agent_pids(name: str, root: Path) -> list[int]:
     """Processes of the outside agent working in the workspace `root` (their command line names the
-    preset's executable; their working folder is the unit's sandbox)."""
-    binary = f"acp-agents/node_modules/.bin/{PRESETS[name].binary}"
-    out = subprocess.run(["pgrep", "-f", binary], capture_output=True, text=True)
-    pids = []
-    for pid in (int(p) for p in out.stdout.split()):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/cwd").startswith(str(root)):
-                pids.append(pid)
-    return pids
+    preset's executable)."""
+    binary = f"acp-agents/node_modules/.bin/{PRESETS[name].binary}".encode()
+    return processes_in(root, lambda argv: any(binary in arg for arg in argv))
 
 
 def kill_agent(name: str, root: Path) -> list[int]:
@@ -153,14 +159,11 @@ def kill_agent(name: str, root: Path) -> list[int]:
 def kill_keel_process(module: str, root: Path) -> list[int]:
     """SIGKILL the keel process running `module` (the unit's worker, or the ACP bridge) in the workspace
     `root`, and only it."""
-    pids = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            argv = cmdline.read_bytes().split(b"\0")
-            cwd = os.readlink(cmdline.parent / "cwd")
-            # its own `-m MODULE`: a worker's argv also holds the agent's command line
-            if b"-m" in argv and argv[argv.index(b"-m") + 1] == module.encode() and cwd.startswith(str(root)):
-                pids.append(int(cmdline.parent.name))
+
+    def runs_module(argv: list[bytes]) -> bool:  # its own `-m MODULE`: a worker's argv also holds the agent's
+        return b"-m" in argv and argv[argv.index(b"-m") + 1 :][:1] == [module.encode()]
+
+    pids = processes_in(root, runs_module)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
