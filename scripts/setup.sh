@@ -7,7 +7,7 @@ ROOT=$PWD
 
 if [[ "${1:-}" == "--system" ]]; then
   need=()
-  for pkg in neovim vim emacs-nox elpa-eglot dbus gnome-keyring libsecret-tools chromium libkrb5-dev; do
+  for pkg in neovim vim emacs-nox elpa-eglot dbus gnome-keyring libsecret-tools chromium libkrb5-dev postgresql iproute2; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if ((${#need[@]})); then

@@ -1,7 +1,7 @@
-"""The LMDB environment: opening, schema, transactions, map growth and full disks.
+"""The LMDB backend: opening, transactions, map growth and full disks.
 
-Every access goes through `read(fn)` or `write(fn)`: the transaction lives exactly as long as `fn`.
-`write` retries `fn` on a grown map when LMDB reports MapFullError (up to `max_map_size`), and turns a
+Every access goes through `read(fn)` or `write(fn)` (`base.py`): the transaction lives exactly as long as
+`fn`. `write` retries `fn` on a grown map when LMDB reports MapFullError (up to `max_map_size`), and turns a
 full disk (ENOSPC, or the EIO LMDB makes of a short write when almost no space is left) or the ceiling
 into StoreFullError after aborting, so what was committed before is intact.
 
@@ -31,22 +31,20 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from keel.protocol import __version__
 from keel.protocol.diskspace import NEARLY_FULL_BYTES, disk_full, free_bytes, is_disk_full
-from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError, StoreTooNewError
+from keel.storage.base import Store
+from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError
 from keel.storage.keys import DB
 from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
 from keel.storage.lmdbwalk import check_data_file
-from keel.storage.location import prepare_keel_dir
-from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
-from keel.storage.txn import Txn
+from keel.storage.location import DATA_FILE, prepare_keel_dir
+from keel.storage.txn import LmdbTxn, Txn
 from keel.storage.writelock import WriterLock, default_timeout
 
 T = TypeVar("T")
 
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
-_SCHEMA_KEY = b"schema"
 _RESIZE_RETRIES = 10
 RESERVE_NAME = "reserve"
 DEFAULT_RESERVE_BYTES = 1024 * 1024
@@ -76,7 +74,7 @@ def _writer_lock(path: Path) -> WriterLock:
         return _Shared.writers.setdefault(key, WriterLock(path))
 
 
-class Store:
+class LmdbStore(Store):
     """One open LMDB store. Safe to share between threads; several processes may open the same path.
 
     Opening the same path again in one process shares the environment; it closes with its last user."""
@@ -101,6 +99,8 @@ class Store:
         self._writer = _writer_lock(path)
         self._closed = False
 
+    backend = "lmdb"
+
     @property
     def _env(self) -> lmdb.Environment:
         return self._shared.env
@@ -110,7 +110,7 @@ class Store:
         return self._shared.dbs
 
     @classmethod
-    def open(
+    def open_folder(
         cls,
         path: str | os.PathLike[str],
         *,
@@ -120,14 +120,14 @@ class Store:
         write_timeout: float | None = None,
         readonly: bool = False,
         reserve_bytes: int = DEFAULT_RESERVE_BYTES,
-    ) -> Store:
+    ) -> LmdbStore:
         """Open (or, with `create` and no data.mdb, make) the store.
 
         `readonly`: an existing store for reading only; opening it never waits on a writer (it is
         opened read-write after all when its schema must be migrated). `write_timeout` bounds how long
         a write waits for another writer (default $KEEL_WRITE_LOCK_TIMEOUT_S or 10 s)."""
         path = Path(path)
-        creating = not (path / "data.mdb").exists()
+        creating = not (path / DATA_FILE).exists()
         if creating and not create:
             raise StoreError(f"no keel store at {path}")
         size = max(max_map_size, map_size)
@@ -142,7 +142,7 @@ class Store:
         timeout = default_timeout() if write_timeout is None else write_timeout
         if creating:
             with writer.held(timeout):  # another process may be creating it right now: let it finish
-                if not (path / "data.mdb").exists():
+                if not (path / DATA_FILE).exists():
                     store = cls._adopt(
                         _lmdb_open(path, map_size, False), path, size, write_timeout, False, reserve_bytes
                     )
@@ -177,7 +177,7 @@ class Store:
         write_timeout: float | None,
         readonly: bool,
         reserve_bytes: int,
-    ) -> Store:
+    ) -> LmdbStore:
         try:
             env.reader_check()  # clear reader slots left by killed processes
             shared = _Env(env, readonly)
@@ -269,17 +269,11 @@ class Store:
             return False
         return True
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- transactions ---------------------------------------------------------------------------
     def read(self, fn: Callable[[Txn], T]) -> T:
         txn = self._begin(write=False)
         try:
-            return fn(Txn(txn, self._dbs, write=False))
+            return fn(LmdbTxn(txn, self._dbs, write=False))
         except lmdb.Error as exc:
             raise _translate(exc, "read failed", self.path) from None
         finally:
@@ -301,7 +295,7 @@ class Store:
         while True:
             txn = self._begin(write=True)
             try:
-                result = fn(Txn(txn, self._dbs, write=True))
+                result = fn(LmdbTxn(txn, self._dbs, write=True))
                 txn.commit()
                 return result
             except lmdb.MapFullError:
@@ -362,41 +356,7 @@ class Store:
         return {int(row.split()[0]) for row in rows if row.strip()}
 
     def stat(self) -> dict[str, Any]:
-        return {"path": str(self.path), **self._env.info(), **self._env.stat()}
-
-    def schema(self) -> SchemaInfo:
-        info = self.read(lambda t: t.get(DB.META, _SCHEMA_KEY, SchemaInfo))
-        assert info is not None
-        return info
-
-    def _ensure_schema(self) -> None:
-        def run(txn: Txn) -> None:
-            info = txn.get(DB.META, _SCHEMA_KEY, SchemaInfo)
-            if info is None:
-                txn.put(DB.META, _SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
-                return
-            if info.version > SCHEMA_VERSION:
-                raise StoreTooNewError(
-                    f"store at {self.path} has schema {info.version}, written by keel {info.written_by}; "
-                    f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel"
-                )
-            for version in range(info.version, SCHEMA_VERSION):
-                MIGRATIONS[version](txn)
-            if info.version < SCHEMA_VERSION:
-                txn.put(DB.META, _SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
-
-        if not self._schema_current():
-            self.write(run)
-
-    def _schema_current(self) -> bool:
-        """Whether the schema is this keel's; a newer one is StoreTooNewError."""
-        current = self.read(lambda t: t.get(DB.META, _SCHEMA_KEY, SchemaInfo))
-        if current is not None and current.version > SCHEMA_VERSION:
-            raise StoreTooNewError(
-                f"store at {self.path} has schema {current.version}, written by keel {current.written_by}; "
-                f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel"
-            )
-        return current is not None and current.version == SCHEMA_VERSION
+        return {"path": str(self.path), "backend": self.backend, **self._env.info(), **self._env.stat()}
 
     def _open_dbs(self, env: lmdb.Environment) -> dict[DB, Any]:
         """Open the named databases. py-lmdb opens one in a write transaction unless the environment is

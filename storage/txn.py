@@ -1,7 +1,9 @@
-"""Typed operations inside one LMDB transaction.
+"""Typed operations inside one store transaction, on either backend.
 
 A `Txn` never outlives the function that `Store.read`/`Store.write` hands it to. Values are msgspec
-objects encoded as msgpack inside sealed records; blobs are raw bytes named by their digest.
+objects encoded as msgpack inside sealed records; blobs are raw bytes named by their digest. `Txn` holds
+every typed operation over five raw ones (`get_raw`, `put_raw`, `delete`, `scan_raw`, `snapshot_id`);
+`LmdbTxn` here and `storage/pg.py`'s `PgTxn` implement them, so both backends store the same bytes.
 """
 
 from __future__ import annotations
@@ -45,30 +47,44 @@ def _undecodable(db: str, key: bytes, type_: Any, exc: Exception) -> CorruptReco
 
 
 class Txn:
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[DB, Any], write: bool) -> None:
-        self._txn = txn
-        self._dbs = dbs
-        self.write = write
+    """Typed operations over a backend's raw ones. `write` says whether this transaction may write."""
 
+    write: bool
+
+    # -- what a backend implements ----------------------------------------------------------------
     def snapshot_id(self) -> int:
         """The id of the committed transaction this one sees (a read may briefly trail Store.txn_id())."""
-        return int(self._txn.id())
+        raise NotImplementedError
+
+    def get_raw(self, db: DB, key: bytes) -> bytes | None:
+        """A record's sealed bytes, unverified: callers open them with `storage/record.py`."""
+        raise NotImplementedError
+
+    def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
+        """Store sealed bytes; with overwrite=False an existing key is left alone and False returned."""
+        raise NotImplementedError
+
+    def delete(self, db: DB, key: bytes) -> bool:
+        raise NotImplementedError
+
+    def scan_raw(
+        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Keys starting with `prefix` and their sealed bytes, in key order (or reversed), from `start` on."""
+        raise NotImplementedError
 
     # -- single records -------------------------------------------------------------------------
     def get(self, db: DB, key: bytes, type_: type[T]) -> T | None:
-        data = self._txn.get(key, db=self._dbs[db])
-        return None if data is None else decode_value(db.value, key, bytes(data), type_)
+        data = self.get_raw(db, key)
+        return None if data is None else decode_value(db.value, key, data, type_)
 
     def put(self, db: DB, key: bytes, value: Any, *, overwrite: bool = True) -> bool:
         """Store `value`; with overwrite=False an existing key is left alone and False returned."""
         sealed = seal(db.value, key, _encoder.encode(value), Codec.MSGPACK)
-        return bool(self._txn.put(key, sealed, db=self._dbs[db], overwrite=overwrite))
-
-    def delete(self, db: DB, key: bytes) -> bool:
-        return bool(self._txn.delete(key, db=self._dbs[db]))
+        return self.put_raw(db, key, sealed, overwrite=overwrite)
 
     def exists(self, db: DB, key: bytes) -> bool:
-        return self._txn.get(key, db=self._dbs[db]) is not None
+        return self.get_raw(db, key) is not None
 
     def scan(
         self, db: DB, prefix: bytes, type_: type[T], *, reverse: bool = False, start: bytes | None = None
@@ -76,30 +92,6 @@ class Txn:
         """Records whose key starts with `prefix`, in key order (or reversed), from `start` on."""
         for key, raw in self.scan_raw(db, prefix, reverse=reverse, start=start):
             yield key, decode_value(db.value, key, raw, type_)
-
-    def scan_raw(
-        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
-    ) -> Iterator[tuple[bytes, bytes]]:
-        with self._txn.cursor(db=self._dbs[db]) as cur:
-            if reverse:
-                upper = _prefix_end(prefix)
-                if upper is not None and cur.set_range(upper):
-                    positioned = cur.prev()
-                else:
-                    positioned = cur.last()
-                while positioned:
-                    key = bytes(cur.key())
-                    if not key.startswith(prefix):
-                        break
-                    yield key, bytes(cur.value())
-                    positioned = cur.prev()
-                return
-            if not cur.set_range(start if start is not None and start > prefix else prefix):
-                return
-            for key, value in cur.iternext():  # bytes: transactions are begun with buffers=False
-                if not key.startswith(prefix):
-                    break
-                yield key, value
 
     # -- append-only logs -----------------------------------------------------------------------
     def last_seq(self, db: DB, prefix: bytes) -> int:
@@ -119,42 +111,29 @@ class Txn:
     def read_log(
         self, db: DB, prefix: bytes, type_: type[T], after: int = 0, upto: int | None = None
     ) -> Iterator[tuple[int, T]]:
-        """A log's entries after `after` (up to `upto`), each verified and decoded. One loop over the cursor,
-        with no layer per record: a resume reads whole journal lanes through here."""
+        """A log's entries after `after` (up to `upto`), each verified and decoded."""
         cut, name, decoder = len(prefix), db.value, _decoder(type_)
-        with self._txn.cursor(db=self._dbs[db]) as cur:
-            if not cur.set_range(log_key(prefix, after + 1)):
+        for key, raw in self.scan_raw(db, prefix, start=log_key(prefix, after + 1)):
+            seq = int.from_bytes(key[cut:], "big")
+            if upto is not None and seq > upto:
                 return
-            for key, raw in cur.iternext():
-                if not key.startswith(prefix):
-                    return
-                seq = int.from_bytes(key[cut:], "big")
-                if upto is not None and seq > upto:
-                    return
-                codec, payload = open_view(name, key, raw)
-                if codec is not _MSGPACK:
-                    raise CorruptRecordError(name, key, f"expected a msgpack record, found codec {codec.name}")
-                try:
-                    value = decoder.decode(payload)
-                except msgspec.DecodeError as exc:
-                    raise _undecodable(name, key, type_, exc) from None
-                yield seq, value
+            yield seq, _decode_log_value(name, key, raw, decoder, type_)
 
     # -- content-addressed blobs ------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
         """Store bytes once under their digest; an existing blob is shared, not rewritten."""
         digest = content_digest(data)
         key = digest.encode()
-        if self._txn.get(key, db=self._dbs[DB.BLOBS]) is None:
-            self._txn.put(key, seal(DB.BLOBS.value, key, data, Codec.RAW), db=self._dbs[DB.BLOBS])
+        if self.get_raw(DB.BLOBS, key) is None:
+            self.put_raw(DB.BLOBS, key, seal(DB.BLOBS.value, key, data, Codec.RAW))
         return digest
 
     def get_blob(self, digest: str) -> bytes | None:
         key = digest.encode()
-        data = self._txn.get(key, db=self._dbs[DB.BLOBS])
+        data = self.get_raw(DB.BLOBS, key)
         if data is None:
             return None
-        _, payload = open_record(DB.BLOBS.value, key, bytes(data))
+        _, payload = open_record(DB.BLOBS.value, key, data)
         if content_digest(payload) != digest:
             raise CorruptRecordError(DB.BLOBS.value, key, "blob content does not match its name")
         return payload
@@ -172,7 +151,80 @@ class Txn:
             raise CorruptRecordError(DB.BLOBS.value, digest.encode(), f"does not decode: {exc}") from None
 
 
-def _prefix_end(prefix: bytes) -> bytes | None:
+class LmdbTxn(Txn):
+    """A transaction of the LMDB backend (`storage/store.py`)."""
+
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[DB, Any], write: bool) -> None:
+        self._txn = txn
+        self._dbs = dbs
+        self.write = write
+
+    def snapshot_id(self) -> int:
+        return int(self._txn.id())
+
+    def get_raw(self, db: DB, key: bytes) -> bytes | None:
+        data = self._txn.get(key, db=self._dbs[db])
+        return None if data is None else bytes(data)
+
+    def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
+        return bool(self._txn.put(key, sealed, db=self._dbs[db], overwrite=overwrite))
+
+    def delete(self, db: DB, key: bytes) -> bool:
+        return bool(self._txn.delete(key, db=self._dbs[db]))
+
+    def scan_raw(
+        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        with self._txn.cursor(db=self._dbs[db]) as cur:
+            if reverse:
+                upper = prefix_end(prefix)
+                if upper is not None and cur.set_range(upper):
+                    positioned = cur.prev()
+                else:
+                    positioned = cur.last()
+                while positioned:
+                    key = bytes(cur.key())
+                    if not key.startswith(prefix):
+                        break
+                    yield key, bytes(cur.value())
+                    positioned = cur.prev()
+                return
+            if not cur.set_range(start if start is not None and start > prefix else prefix):
+                return
+            for key, value in cur.iternext():  # bytes: transactions are begun with buffers=False
+                if not key.startswith(prefix):
+                    break
+                yield key, value
+
+    def read_log(
+        self, db: DB, prefix: bytes, type_: type[T], after: int = 0, upto: int | None = None
+    ) -> Iterator[tuple[int, T]]:
+        """A log's entries after `after` (up to `upto`), each verified and decoded. One loop over the cursor,
+        with no layer per record: a resume reads whole journal lanes through here."""
+        cut, name, decoder = len(prefix), db.value, _decoder(type_)
+        with self._txn.cursor(db=self._dbs[db]) as cur:
+            if not cur.set_range(log_key(prefix, after + 1)):
+                return
+            for key, raw in cur.iternext():
+                if not key.startswith(prefix):
+                    return
+                seq = int.from_bytes(key[cut:], "big")
+                if upto is not None and seq > upto:
+                    return
+                yield seq, _decode_log_value(name, key, raw, decoder, type_)
+
+
+def _decode_log_value(name: str, key: bytes, raw: bytes, decoder: msgspec.msgpack.Decoder[T], type_: Any) -> T:
+    codec, payload = open_view(name, key, raw)
+    if codec is not _MSGPACK:
+        raise CorruptRecordError(name, key, f"expected a msgpack record, found codec {codec.name}")
+    try:
+        return decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise _undecodable(name, key, type_, exc) from None
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key with this prefix (None: no such key)."""
     trimmed = prefix.rstrip(b"\xff")
     if not trimmed:

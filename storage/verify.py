@@ -28,13 +28,13 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
 )
+from keel.storage.base import Store
 from keel.storage.errors import CorruptRecordError, StoreError, render_key
 from keel.storage.keys import DB
 from keel.storage.lmdbwalk import walk
 from keel.storage.migrations import SchemaInfo
 from keel.storage.record import Codec, content_digest, open_record
 from keel.storage.snapshots import is_tree_ref, tree_refs
-from keel.storage.store import Store
 from keel.storage.txn import Txn, decode_value
 
 

@@ -27,7 +27,7 @@ from keel.server.exits import Exit
 from keel.storage import Store
 from keel.storage import bundle as b
 from keel.storage import missions as m
-from keel.storage.location import prepare_keel_dir
+from keel.storage.location import prepare_keel_dir, store_exists
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -123,7 +123,7 @@ def run_import(args: argparse.Namespace) -> int:
     if not workspace.is_dir():
         raise b.BundleError(f"workspace {workspace} is not a folder")
     mission_id = bundle.mission_id
-    if (path / "data.mdb").exists():
+    if store_exists(path):
         with Store.open(path, create=False) as store:
             if store.read(lambda t: m.find_mission(t, mission_id)) is not None:
                 raise b.BundleError(

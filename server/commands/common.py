@@ -12,22 +12,24 @@ import msgspec
 
 from keel.protocol.errors import NotFoundError
 from keel.storage import Store
-from keel.storage.location import default_store_path
+from keel.storage.location import resolve_store
+from keel.storage.location import store_exists as _store_exists
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    """The store's folder, absolute: processes keel starts (hosts, workers in a sandbox) run elsewhere."""
-    return (Path(args.store) if getattr(args, "store", None) else default_store_path()).absolute()
+    """The store's folder, absolute: processes keel starts (hosts, workers in a sandbox) run elsewhere.
+    A PostgreSQL URL names a local folder holding only the URL (storage/location.py)."""
+    return resolve_store(getattr(args, "store", None))
 
 
 def store_exists(args: argparse.Namespace) -> bool:
-    return (store_path(args) / "data.mdb").exists()
+    return _store_exists(store_path(args))
 
 
 def require_store(args: argparse.Namespace) -> Path:
     """The store's folder; a missing store is NotFoundError (exit 6), said plainly."""
     path = store_path(args)
-    if not (path / "data.mdb").exists():
+    if not _store_exists(path):
         raise NotFoundError(f"no keel store at {path} (run a mission first, or pass --store DIR)")
     return path
 

@@ -20,6 +20,7 @@ from keel.server.providers.config import load_provider_config
 from keel.server.providers.health import EndpointHealth
 from keel.server.providers.view import provider_rows, stored_health
 from keel.storage import Store
+from keel.storage.location import store_exists
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _stored_health(args: argparse.Namespace) -> list[EndpointHealth]:
     path = store_path(args)
-    if not (path / "data.mdb").exists():
+    if not store_exists(path):
         return []
     with Store.open(path, create=False, readonly=True) as store:
         return stored_health(store)

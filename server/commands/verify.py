@@ -26,6 +26,7 @@ from keel.server.commands.common import print_json, require_store
 from keel.server.exits import Exit
 from keel.storage import Store
 from keel.storage.errors import CorruptRecordError, StoreDamagedError, render_key
+from keel.storage.location import DATA_FILE
 from keel.storage.verify import Problem, Report, verify_all, verify_structure
 
 _CHILD = "import sys; from keel.server.commands.verify import child_main; sys.exit(child_main(sys.argv[1]))"
@@ -45,12 +46,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = require_store(args)
-    timeout = args.timeout or 60.0 + (path / "data.mdb").stat().st_size / 10e6
-    structure = verify_structure(path / "data.mdb")  # plain reads: safe on any damage
-    if structure:  # LMDB would read these pages too: its records are not read
-        report = Report(problems=structure)
+    data = path / DATA_FILE
+    if not data.exists():  # a PostgreSQL store: the server keeps its own pages; every record is read and checked
+        with Store.open(path, create=False, readonly=True) as store:
+            report = verify_all(store)
     else:
-        report = verify_in_child(path, timeout)
+        timeout = args.timeout or 60.0 + data.stat().st_size / 10e6
+        structure = verify_structure(data)  # plain reads: safe on any damage
+        # LMDB would read damaged pages too: then its records are not read
+        report = Report(problems=structure) if structure else verify_in_child(path, timeout)
     if args.json:
         print_json({"ok": report.ok, "records": report.records, "problems": report.problems})
     else:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.storage.location import store_exists
 
 
 class SandboxError(KeelError):
@@ -117,7 +118,7 @@ def _keel_files(target: Path) -> Callable[[str, list[str]], set[str]]:
         skipped = {n for n in names if n == ".keel"}
         for name in names:
             path = Path(folder, name)
-            if path.resolve() in own or (path / "data.mdb").exists():
+            if path.resolve() in own or store_exists(path):
                 skipped.add(name)
         return skipped
 

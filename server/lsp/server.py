@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -32,7 +31,7 @@ from keel.server.lsp import errors, wire
 from keel.server.lsp.rpc import KeelProtocol
 from keel.server.lsp.watch import MissionHub, StoreWatcher
 from keel.storage import Store
-from keel.storage.location import prepare_keel_dir
+from keel.storage.location import prepare_keel_dir, resolve_store, store_exists
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -43,7 +42,7 @@ class KeelServer(LanguageServer):
     def __init__(self, store_arg: str | None = None) -> None:
         super().__init__("keel", __version__, protocol_cls=KeelProtocol)
         self.store_arg = store_arg
-        self.store_path = Path(store_arg) if store_arg else Path.cwd() / ".keel" / "store"
+        self.store_path = resolve_store(store_arg)
         self.workspace_root = Path.cwd()
         self.options: dict[str, Any] = {}
         self.hub = MissionHub()
@@ -76,21 +75,15 @@ class KeelServer(LanguageServer):
             self.workspace_root = root
         if self.store_arg:
             return
-        if isinstance(self.options.get("store"), str) and self.options["store"]:
-            self.store_path = Path(self.options["store"]).expanduser()
-        elif os.environ.get("KEEL_STORE"):
-            self.store_path = Path(os.environ["KEEL_STORE"])
-        else:
-            self.store_path = self.workspace_root / ".keel" / "store"
-        if not self.store_path.is_absolute():
-            self.store_path = self.workspace_root / self.store_path
+        option = self.options.get("store")
+        self.store_path = resolve_store(option if isinstance(option, str) and option else None, self.workspace_root)
 
     def store(self, *, create: bool = False) -> Store | None:
         """The open store; None while it does not exist (unless `create`)."""
         if self._store is not None:
             return self._store
         with self._store_lock:
-            if self._store is None and (create or (self.store_path / "data.mdb").exists()):
+            if self._store is None and (create or store_exists(self.store_path)):
                 prepare_keel_dir(self.store_path)
                 self._store = Store.open(self.store_path)
             return self._store

@@ -11,7 +11,7 @@ from pathlib import Path
 from keel.storage import DB, Store
 from keel.storage.keys import log_key, unit_prefix
 from keel.storage.migrations import SCHEMA_VERSION, SchemaInfo
-from tests.storage.rawlmdb import flip_byte
+from tests.storage.raw import flip_byte
 from tests.storage.test_verify import make_mission
 
 

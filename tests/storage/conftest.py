@@ -1,8 +1,8 @@
-"""Fixtures for storage tests: real stores in tmp_path."""
+"""Fixtures for storage tests: real stores in tmp_path, one per backend (LMDB, PostgreSQL)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,6 @@ from keel.storage import Store
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store.open(tmp_path / "store") as s:
+def store(tmp_path: Path, store_folder: Callable[[Path], Path]) -> Iterator[Store]:
+    with Store.open(store_folder(tmp_path / "store")) as s:
         yield s

@@ -32,10 +32,3 @@ def raw_put(path: Path, db: DB, key: bytes, value: bytes) -> None:
             txn.put(key, value)
     finally:
         env.close()
-
-
-def flip_byte(path: Path, db: DB, key: bytes, position: int, mask: int = 0x01) -> None:
-    """Flip bits of one byte of a stored record, in place, as a bad disk would."""
-    data = bytearray(raw_get(path, db, key))
-    data[position % len(data)] ^= mask
-    raw_put(path, db, key, bytes(data))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from keel.protocol.states import MissionState, PauseReason, UnitState
 from keel.storage import CorruptRecordError, Store
 from keel.storage.keys import DB, log_key, unit_prefix
 from keel.storage.record import FORMAT_VERSION, HEADER_SIZE, MAGIC, Codec, open_record, seal
-from tests.storage.rawlmdb import flip_byte, raw_get, raw_put
+from tests.storage.raw import flip_byte, raw_get, raw_put
 
 UNIT = spec.UnitSpec(id="u1", kind="shell", title="t", after=("u0",), params={"a": [1, "x"]}, timeout_s=3.5)
 MISSION_SPEC = spec.MissionSpec(
@@ -211,12 +212,15 @@ def test_every_struct_has_a_sample_with_no_default_field() -> None:
 
 
 @pytest.mark.parametrize("type_", list(SAMPLES), ids=lambda t: t.__name__)
-def test_round_trip_through_put_get_and_blobs(tmp_path: Path, type_: type[Any]) -> None:
+def test_round_trip_through_put_get_and_blobs(
+    tmp_path: Path, type_: type[Any], store_folder: Callable[[Path], Path]
+) -> None:
     sample = SAMPLES[type_]
     key = log_key(unit_prefix("m1", "u1"), 1)
-    with Store.open(tmp_path / "s") as store:
+    path = store_folder(tmp_path / "s")
+    with Store.open(path) as store:
         digest = store.write(lambda t: (t.put(DB.JOURNAL, key, sample), t.put_object(sample))[1])
-    with Store.open(tmp_path / "s", create=False) as store:  # a fresh open reads from disk
+    with Store.open(path, create=False) as store:  # a fresh open reads from disk
         got, blob = store.read(lambda t: (t.get(DB.JOURNAL, key, type_), t.get_object(digest, type_)))
     assert got == sample and blob == sample
 
@@ -280,8 +284,10 @@ def test_header_layout() -> None:
     assert sealed[:4] == MAGIC and len(sealed) == HEADER_SIZE + 3 and sealed[HEADER_SIZE:] == b"abc"
 
 
-def test_record_copied_to_another_key_or_db_does_not_verify(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_record_copied_to_another_key_or_db_does_not_verify(
+    tmp_path: Path, store_folder: Callable[[Path], Path]
+) -> None:
+    path = store_folder(tmp_path / "s")
     event = SAMPLES[records.Event]
     key1, key2 = log_key(b"m1\x00", 1), log_key(b"m1\x00", 2)
     with Store.open(path) as store:
@@ -297,9 +303,10 @@ def test_record_copied_to_another_key_or_db_does_not_verify(tmp_path: Path) -> N
             assert info.value.db == db.value and info.value.key == key
 
 
-def test_flipped_byte_in_the_store_is_detected_on_read(tmp_path: Path) -> None:
-    """Through the real LMDB file: every position of one stored record, flipped one at a time."""
-    path = tmp_path / "s"
+def test_flipped_byte_in_the_store_is_detected_on_read(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    """Through the real store (LMDB's file, or PostgreSQL's row): every position of one stored record, flipped
+    one at a time."""
+    path = store_folder(tmp_path / "s")
     entry = SAMPLES[records.JournalEntry]
     key = log_key(unit_prefix("m1", "u1"), 5)
     with Store.open(path) as store:
@@ -315,8 +322,8 @@ def test_flipped_byte_in_the_store_is_detected_on_read(tmp_path: Path) -> None:
         assert store.read(lambda t: t.get(DB.JOURNAL, key, records.JournalEntry)) == entry
 
 
-def test_blob_renamed_or_swapped_is_detected(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_blob_renamed_or_swapped_is_detected(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
     with Store.open(path) as store:
         a, b = store.write(lambda t: (t.put_blob(b"a" * 100), t.put_blob(b"b" * 100)))
     raw_put(path, DB.BLOBS, a.encode(), raw_get(path, DB.BLOBS, b.encode()))

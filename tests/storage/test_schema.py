@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from keel.storage import DB, Store, StoreTooNewError
 from keel.storage import migrations as mig
 from keel.storage.migrations import SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn, decode_value
+from tests.storage.raw import raw_get, raw_keys
 from tests.storage.rawlmdb import raw_env
 
 
@@ -20,22 +23,25 @@ def write_schema_record(path: Path, version: int, written_by: str) -> None:
         store.write(lambda t: t.put(DB.META, b"schema", SchemaInfo(version=version, written_by=written_by)))
 
 
-def test_newer_store_is_refused_with_a_clear_message(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_newer_store_is_refused_with_a_clear_message(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
     write_schema_record(path, SCHEMA_VERSION + 1, "9.9.9")
     with pytest.raises(StoreTooNewError) as info:
         Store.open(path)
-    assert info.value.message == (
-        f"store at {path} has schema {SCHEMA_VERSION + 1}, written by keel 9.9.9; this keel (0.1.0) reads "
-        f"schema {SCHEMA_VERSION} at most; upgrade keel"
-    )
-    raw_env(path).close()  # the refused open closed its environment (LMDB allows one per process)
+    where = re.escape(str(path))  # a PostgreSQL store is named by its server and database, then its folder
+    assert re.fullmatch(
+        rf"store at ({where}|postgresql://127\.0\.0\.1:\d+/postgres \({where}\)) has schema {SCHEMA_VERSION + 1}, "
+        rf"written by keel 9\.9\.9; this keel \(0\.1\.0\) reads schema {SCHEMA_VERSION} at most; upgrade keel",
+        info.value.message,
+    ), info.value.message
+    if not (path / "store.url").exists():
+        raw_env(path).close()  # the refused open closed its environment (LMDB allows one per process)
     with pytest.raises(StoreTooNewError):  # and refusing changed nothing
         Store.open(path)
 
 
-def test_schema_0_store_is_migrated_forward_on_open(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_schema_0_store_is_migrated_forward_on_open(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
     write_schema_record(path, 0, "")
     with Store.open(path) as store:
         store.write(lambda t: t.put(DB.EVENTS, b"old", Event(kind="before", at=1.0)))
@@ -46,8 +52,10 @@ def test_schema_0_store_is_migrated_forward_on_open(tmp_path: Path) -> None:
         assert store.read(lambda t: t.get(DB.EVENTS, b"old", Event)) == Event(kind="before", at=1.0)
 
 
-def test_migrations_run_in_order_inside_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "s"
+def test_migrations_run_in_order_inside_one_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_folder: Callable[[Path], Path]
+) -> None:
+    path = store_folder(tmp_path / "s")
     write_schema_record(path, 0, "")
     ran: list[int] = []
 
@@ -61,18 +69,16 @@ def test_migrations_run_in_order_inside_one_transaction(tmp_path: Path, monkeypa
         return migrate
 
     monkeypatch.setattr(mig, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr("keel.storage.store.SCHEMA_VERSION", 3)
+    monkeypatch.setattr("keel.storage.base.SCHEMA_VERSION", 3)
     monkeypatch.setitem(mig.MIGRATIONS, 0, step(0))
     monkeypatch.setitem(mig.MIGRATIONS, 1, step(1))
     monkeypatch.setitem(mig.MIGRATIONS, 2, step(2, fail=True))
     with pytest.raises(RuntimeError, match="migration 2 failed"):
         Store.open(path)
     assert ran == [0, 1, 2]
-    env = raw_env(path)  # the failed attempt left nothing behind: still schema 0, no migration's writes
-    with env.begin(db=env.open_db(b"meta")) as txn:
-        assert sorted(bytes(k) for k, _ in txn.cursor()) == [b"schema"]
-        assert decode_value("meta", b"schema", bytes(txn.get(b"schema")), SchemaInfo).version == 0
-    env.close()
+    # the failed attempt left nothing behind: still schema 0, no migration's writes
+    assert raw_keys(path, DB.META) == [b"schema"]
+    assert decode_value("meta", b"schema", raw_get(path, DB.META, b"schema"), SchemaInfo).version == 0
     monkeypatch.setitem(mig.MIGRATIONS, 2, step(2))
     ran.clear()
     with Store.open(path) as store:

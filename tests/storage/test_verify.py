@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from keel.protocol.records import CheckpointManifest, JournalEntry, MissionRecord, UnitMark
@@ -12,7 +13,7 @@ from keel.storage import DB, Store
 from keel.storage import missions as m
 from keel.storage.keys import log_key, unit_prefix
 from keel.storage.verify import verify_all
-from tests.storage.rawlmdb import flip_byte
+from tests.storage.raw import flip_byte
 
 
 def make_mission(store: Store, mission_id: str, checkpoints: int = 2) -> list[str]:
@@ -56,8 +57,9 @@ def make_mission(store: Store, mission_id: str, checkpoints: int = 2) -> list[st
     return store.write(build)  # type: ignore[arg-type]
 
 
-def test_healthy_store_verifies(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "s") as store:
+def test_healthy_store_verifies(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
+    with Store.open(path) as store:
         make_mission(store, "m1")
         report = verify_all(store)
     assert report.ok and report.problems == []
@@ -65,8 +67,8 @@ def test_healthy_store_verifies(tmp_path: Path) -> None:
     assert report.records >= 1 + 1 + 1 + 2 + 2 + 1 + 6
 
 
-def test_every_problem_is_reported_in_one_run(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_every_problem_is_reported_in_one_run(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
     with Store.open(path) as store:
         m1 = make_mission(store, "m1")  # journal entry 2 gets a flipped byte
         m2 = make_mission(store, "m2")  # HEAD's manifest goes missing
@@ -98,8 +100,10 @@ def test_every_problem_is_reported_in_one_run(tmp_path: Path) -> None:
     assert not report.ok and m1 and m5
 
 
-def test_corrupt_manifest_and_undecodable_records_are_reported(tmp_path: Path) -> None:
-    path = tmp_path / "s"
+def test_corrupt_manifest_and_undecodable_records_are_reported(
+    tmp_path: Path, store_folder: Callable[[Path], Path]
+) -> None:
+    path = store_folder(tmp_path / "s")
     with Store.open(path) as store:
         digests = make_mission(store, "m1")
         store.write(lambda t: t.put(DB.EVENTS, b"m1\x00junk", JournalEntry(seq=1, kind="x", fingerprint="")))

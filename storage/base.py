@@ -1,0 +1,141 @@
+"""What every store backend is: `Store`, opened by its local folder, with transactions as functions.
+
+A store's *folder* is local to each machine: for LMDB it holds data.mdb; for PostgreSQL it holds only
+`store.url`, the database's address (`location.py` makes it for `--store postgresql://…`). Logs, host locks
+and sandboxes live beside the folder either way, so everything above the storage layer addresses a store
+by one local path. `Store.open` picks the backend by what the folder holds; the backends' modules are
+imported only when used (psycopg is not loaded for an LMDB store).
+
+Every access goes through `read(fn)` or `write(fn)`; the transaction lives exactly as long as `fn`, and
+`write` may run `fn` more than once (map growth, a commit whose outcome had to be read back), so `fn`
+must not have effects outside the transaction. Both backends keep the same sealed records
+(`record.py`), verified on every read, and the same schema record (`migrations.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from keel.protocol import __version__
+from keel.storage.errors import StoreTooNewError
+from keel.storage.keys import DB
+from keel.storage.location import URL_FILE
+from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
+from keel.storage.txn import Txn
+
+T = TypeVar("T")
+
+SCHEMA_KEY = b"schema"
+
+
+class Store:
+    """One open store. Safe to share between threads; several processes (and, for PostgreSQL, machines)
+    may open the same store."""
+
+    backend = ""
+    path: Path
+    readonly: bool
+    write_timeout: float
+    reserve_bytes: int = 0
+    disk_full = ""  # set when a write of this Store met a full disk: the message naming it
+    reserve_owner = False  # may spend the reserve on a full disk (the mission host sets it)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        write_timeout: float | None = None,
+        **options: Any,
+    ) -> Store:
+        """Open the store in `path`: PostgreSQL where the folder names one, else LMDB (made there when
+        `create` and nothing is there yet). `readonly` opens never wait on a writer; `write_timeout`
+        bounds how long a write waits for another writer (default $KEEL_WRITE_LOCK_TIMEOUT_S or 10 s)."""
+        folder = Path(path)
+        if (folder / URL_FILE).exists():
+            from keel.storage.pg import PgStore
+
+            return PgStore.open_folder(folder, readonly=readonly, write_timeout=write_timeout)
+        from keel.storage.store import LmdbStore
+
+        return LmdbStore.open_folder(folder, create=create, readonly=readonly, write_timeout=write_timeout, **options)
+
+    # -- transactions ---------------------------------------------------------------------------
+    def read(self, fn: Callable[[Txn], T]) -> T:
+        raise NotImplementedError
+
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
+        """Run `fn` in a write transaction and commit it durably; `fn` may run more than once. Waits at
+        most `timeout` (default `write_timeout`) for another writer, then StoreBusyError."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- facts ----------------------------------------------------------------------------------
+    def txn_id(self) -> int:
+        """A number that grows with every committed write (any process): the change signal."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """Where the store is, for messages: its folder, or its database's address without secrets."""
+        return str(self.path)
+
+    def stat(self) -> dict[str, Any]:
+        return {"path": str(self.path), "backend": self.backend}
+
+    # -- a full disk (LMDB keeps a reserve file; a database server manages its own disk) ---------
+    def keep_reserve(self) -> bool:
+        return False
+
+    def full_disk(self) -> str:
+        """Why the store's disk counts as full now, or "": the caller should stop."""
+        return self.disk_full
+
+    # -- schema ---------------------------------------------------------------------------------
+    def schema(self) -> SchemaInfo:
+        info = self.read(lambda t: t.get(DB.META, SCHEMA_KEY, SchemaInfo))
+        assert info is not None
+        return info
+
+    def _ensure_schema(self) -> None:
+        """Write this keel's schema record into a new store, or migrate an older one forward in one write."""
+
+        def run(txn: Txn) -> None:
+            info = txn.get(DB.META, SCHEMA_KEY, SchemaInfo)
+            if info is None:
+                txn.put(DB.META, SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
+                return
+            self._refuse_newer(info)
+            for version in range(info.version, SCHEMA_VERSION):
+                MIGRATIONS[version](txn)
+            if info.version < SCHEMA_VERSION:
+                txn.put(DB.META, SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
+
+        if not self._schema_current():
+            self.write(run)
+
+    def _schema_current(self) -> bool:
+        """Whether the schema is this keel's; a newer one is StoreTooNewError."""
+        current = self.read(lambda t: t.get(DB.META, SCHEMA_KEY, SchemaInfo))
+        if current is not None:
+            self._refuse_newer(current)
+        return current is not None and current.version == SCHEMA_VERSION
+
+    def _refuse_newer(self, info: SchemaInfo) -> None:
+        if info.version > SCHEMA_VERSION:
+            raise StoreTooNewError(
+                f"store at {self.describe()} has schema {info.version}, written by keel {info.written_by}; "
+                f"this keel ({__version__}) reads schema {SCHEMA_VERSION} at most; upgrade keel"
+            )

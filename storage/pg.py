@@ -1,0 +1,408 @@
+"""The PostgreSQL backend: the same sealed records in one table, for stores shared by several machines.
+
+Layout (in the schema the URL's search_path names, `public` by default):
+
+    keel_records (db text, key bytea, value bytea, PRIMARY KEY (db, key))   every record, sealed
+    keel_clock   (txn bigint)                                               one row: the change signal
+
+`bytea` sorts bytewise, as LMDB's keys do, so prefix scans and logs read in the same order. A row's
+bytes are the sealed record LMDB would hold, verified on every read: a row changed behind keel's back
+is a CorruptRecordError naming its database and key, as on LMDB.
+
+Transactions: a read is one REPEATABLE READ READ ONLY transaction (a consistent snapshot, never waiting
+on a writer). A write takes the store's transaction-scoped advisory lock first, so writers follow one
+another as LMDB's do (on every machine at once), then bumps `keel_clock` (what `txn_id()` and the
+watchers see) and notes its transaction id. Waiting for the lock is bounded by `write_timeout`
+(`lock_timeout`); then StoreBusyError names the holder (its application name says which keel process on
+which machine). A connection lost before COMMIT was sent is retried; a connection lost during COMMIT
+leaves the outcome unknown, and keel reads it back (`pg_xact_status` of the noted transaction id) on a
+new connection: committed is success, anything else runs `fn` again. Never a guess.
+
+An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
+`reconnect_s` ($KEEL_STORE_RECONNECT_S, default 30 s), then StoreUnavailableError says for how long and
+why. The URL comes from `<folder>/store.url`; a password never does (libpq's ~/.pgpass or $PGPASSWORD).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from keel.storage.base import Store
+from keel.storage.errors import StoreBusyError, StoreError, StoreFullError
+from keel.storage.keys import DB
+from keel.storage.location import URL_FILE
+from keel.storage.txn import Txn, prefix_end
+from keel.storage.writelock import default_timeout
+
+T = TypeVar("T")
+
+RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
+DEFAULT_RECONNECT_S = 30.0
+_PAGE = 512  # rows per round trip of a scan
+_LOCK_CLASS = 0x6B65656C  # 'keel': the advisory lock's first key; the second is the schema's hash
+_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS keel_records (
+    db text COLLATE "C" NOT NULL,
+    key bytea NOT NULL,
+    value bytea NOT NULL,
+    PRIMARY KEY (db, key)
+);
+CREATE TABLE IF NOT EXISTS keel_clock (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    txn bigint NOT NULL
+);
+INSERT INTO keel_clock (txn) VALUES (0) ON CONFLICT DO NOTHING;
+"""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached within `reconnect_s`; nothing was written by the failed call."""
+
+
+def read_url(folder: Path) -> str:
+    try:
+        url = (folder / URL_FILE).read_text().strip()
+    except OSError as exc:
+        raise StoreError(f"cannot read {folder / URL_FILE}: {exc.strerror}") from None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise StoreError(f"{folder / URL_FILE} does not hold a postgresql:// URL")
+    return url
+
+
+def reconnect_limit() -> float:
+    raw = os.environ.get(RECONNECT_ENV, "")
+    try:
+        return float(raw) if raw else DEFAULT_RECONNECT_S
+    except ValueError:
+        return DEFAULT_RECONNECT_S
+
+
+class PgStore(Store):
+    backend = "postgresql"
+
+    def __init__(self, path: Path, url: str, readonly: bool, write_timeout: float | None) -> None:
+        self.path = path
+        self.url = url
+        self.readonly = readonly
+        self.write_timeout = default_timeout() if write_timeout is None else write_timeout
+        self.reconnect_s = reconnect_limit()
+        self.disk_full = ""
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._lock_key = 0
+        self.application = f"keel pid {os.getpid()} on {socket.gethostname()}"
+
+    @classmethod
+    def open_folder(cls, path: Path, *, readonly: bool = False, write_timeout: float | None = None) -> PgStore:
+        store = cls(path, read_url(path), readonly, write_timeout)
+        try:
+            store._prepare()
+            store._ensure_schema()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def describe(self) -> str:
+        info = psycopg.conninfo.conninfo_to_dict(self.url)
+        where = f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+        return f"postgresql://{where} ({self.path})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def stat(self) -> dict[str, Any]:
+        return {"path": str(self.path), "backend": self.backend, "url": self.describe(), "last_txnid": self.txn_id()}
+
+    # -- connections ----------------------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new connection, retried with backoff while the server cannot be reached."""
+        deadline = time.monotonic() + self.reconnect_s
+        for attempt in range(1_000_000):
+            try:
+                return psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
+            except psycopg.OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailableError(
+                        f"the PostgreSQL store {self.describe()} could not be reached for {self.reconnect_s:g} s: "
+                        f"{_first_line(exc)}"
+                    ) from None
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+        raise AssertionError("unreachable")
+
+    def _take(self) -> psycopg.Connection[Any]:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.describe()} is closed")
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return self._connect()
+
+    def _give(self, conn: psycopg.Connection[Any]) -> None:
+        healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with self._lock:
+            if healthy and not self._closed:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _prepare(self) -> None:
+        """Make the tables where they do not exist yet (under the store's lock: other machines may be
+        doing the same) and learn the lock's key."""
+
+        def run(conn: psycopg.Connection[Any]) -> None:
+            row = conn.execute("SELECT hashtext(current_schema()), to_regclass('keel_clock') IS NOT NULL").fetchone()
+            assert row is not None
+            self._lock_key = int(row[0])
+            if not row[1]:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
+                    conn.execute(_TABLES)
+
+        self._with_connection(run)
+
+    def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run `fn` on a pooled connection; when the connection breaks, again on a new one (`fn` must be
+        safe to repeat: it is a read, or a transaction that did not commit)."""
+        deadline = time.monotonic() + self.reconnect_s
+        attempt = 0
+        while True:
+            conn = self._take()
+            try:
+                return fn(conn)
+            except psycopg.OperationalError as exc:
+                if not conn.broken or time.monotonic() >= deadline:
+                    raise _translate(exc, self) from None
+                attempt += 1
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+            except psycopg.Error as exc:
+                raise _translate(exc, self) from None
+            finally:
+                self._give(conn)
+
+    # -- transactions ---------------------------------------------------------------------------
+    def read(self, fn: Callable[[Txn], T]) -> T:
+        def run(conn: psycopg.Connection[Any]) -> T:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            try:
+                return fn(PgTxn(conn, write=False))
+            finally:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+
+        return self._with_connection(run)
+
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
+        if self.readonly:
+            raise StoreError(f"store {self.describe()} was opened read-only")
+        limit = self.write_timeout if timeout is None else timeout
+        deadline = time.monotonic() + self.reconnect_s
+        attempt = 0
+        while True:
+            conn = self._take()
+            xid = ""
+            committing = False
+            try:
+                cur = conn.execute(  # one round trip: no parameters, so the simple query protocol
+                    f"BEGIN; SET LOCAL lock_timeout = {max(1, int(limit * 1000))};"
+                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key});"
+                    " UPDATE keel_clock SET txn = txn + 1 RETURNING pg_current_xact_id()::text"
+                )
+                while cur.nextset():
+                    pass  # to the last statement's result
+                row = cur.fetchone()
+                assert row is not None
+                xid = str(row[0])
+                result = fn(PgTxn(conn, write=True))
+                committing = True
+                conn.execute("COMMIT")
+                return result
+            except psycopg.OperationalError as exc:
+                if not conn.broken:
+                    _rollback(conn)
+                    raise _translate(exc, self) from None
+                if committing and self._committed(xid):
+                    return result
+                if time.monotonic() >= deadline:
+                    raise _translate(exc, self) from None
+                attempt += 1
+                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+            except pgerrors.LockNotAvailable:
+                _rollback(conn)
+                raise StoreBusyError(
+                    f"store {self.describe()} is being written by {self._holder()} for more than {limit:g} s; "
+                    "nothing was written"
+                ) from None
+            except psycopg.Error as exc:
+                _rollback(conn)
+                raise _translate(exc, self) from None
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                self._give(conn)
+
+    def _committed(self, xid: str) -> bool:
+        """Whether the transaction whose COMMIT got no answer committed: read back on a new connection
+        (waiting while the server still has it in progress), never guessed."""
+        while True:
+            conn = self._connect()
+            try:
+                row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            except pgerrors.InvalidParameterValue:
+                return False  # a transaction id the restarted server never reached: nothing of it is durable
+            except psycopg.OperationalError:
+                continue
+            finally:
+                conn.close()
+            status = None if row is None else row[0]
+            if status == "committed":
+                return True
+            if status == "aborted":
+                return False
+            if status is None:
+                raise StoreError(f"the outcome of transaction {xid} on {self.describe()} can no longer be read back")
+            time.sleep(0.05)  # in progress: its backend has not finished yet
+
+    def _holder(self) -> str:
+        """Who holds the store's write lock, for StoreBusyError."""
+
+        def run(conn: psycopg.Connection[Any]) -> str:
+            row = conn.execute(
+                "SELECT a.application_name, a.client_addr::text, a.state FROM pg_locks l"
+                " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+                " AND l.classid = %s::oid AND l.objid = %s::oid AND l.granted LIMIT 1",
+                (_LOCK_CLASS, self._lock_key & 0xFFFFFFFF),
+            ).fetchone()
+            if row is None:
+                return "another process"
+            name, addr, state = row
+            return f"{name or 'a client'} from {addr or 'a local socket'} ({state})"
+
+        try:
+            return self._with_connection(run)
+        except StoreError:
+            return "another process"
+
+    # -- facts ----------------------------------------------------------------------------------
+    def txn_id(self) -> int:
+        row = self._with_connection(lambda conn: conn.execute("SELECT txn FROM keel_clock").fetchone())
+        return 0 if row is None else int(row[0])
+
+
+class PgTxn(Txn):
+    """A transaction of the PostgreSQL backend: each operation is one statement on its connection."""
+
+    def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
+        self._conn = conn
+        self.write = write
+
+    def snapshot_id(self) -> int:
+        row = self._conn.execute("SELECT txn FROM keel_clock").fetchone()
+        return 0 if row is None else int(row[0])
+
+    def get_raw(self, db: DB, key: bytes) -> bytes | None:
+        row = self._conn.execute(
+            "SELECT value FROM keel_records WHERE db = %s AND key = %s", (db.value, key), binary=True
+        ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
+        if overwrite:
+            self._conn.execute(
+                "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s)"
+                " ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value",
+                (db.value, key, sealed),
+            )
+            return True
+        row = self._conn.execute(
+            "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+            (db.value, key, sealed),
+        ).fetchone()
+        return row is not None
+
+    def delete(self, db: DB, key: bytes) -> bool:
+        row = self._conn.execute(
+            "DELETE FROM keel_records WHERE db = %s AND key = %s RETURNING 1", (db.value, key)
+        ).fetchone()
+        return row is not None
+
+    def scan_raw(
+        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        upper = prefix_end(prefix)
+        lower = start if start is not None and start > prefix and not reverse else prefix
+        bound = "" if upper is None else " AND key < %(upper)s"
+        if reverse:
+            sql = (
+                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s AND key < %(after)s"
+                f" ORDER BY key DESC LIMIT {_PAGE}"
+            )
+            first = (
+                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s"
+                f"{bound} ORDER BY key DESC LIMIT {_PAGE}"
+            )
+        else:
+            sql = (
+                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key > %(after)s"
+                f"{bound} ORDER BY key LIMIT {_PAGE}"
+            )
+            first = (
+                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s"
+                f"{bound} ORDER BY key LIMIT {_PAGE}"
+            )
+        params: dict[str, Any] = {"db": db.value, "lower": lower, "upper": upper}
+        query = first
+        while True:
+            rows = self._conn.execute(query, params, binary=True).fetchall()
+            for key, value in rows:
+                yield bytes(key), bytes(value)
+            if len(rows) < _PAGE:
+                return
+            params["after"] = bytes(rows[-1][0])
+            query = sql
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    if conn.broken or conn.closed:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _translate(exc: psycopg.Error, store: PgStore) -> StoreError:
+    """A typed error for a database error: a full disk on the server is StoreFullError (the engine pauses
+    `disk_full`), a lost server StoreUnavailableError, anything else StoreError with the server's words."""
+    if isinstance(exc, pgerrors.DiskFull):
+        return StoreFullError(
+            f"the PostgreSQL server of {store.describe()} has no space left: {_first_line(exc)}; "
+            "nothing committed was lost"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"the PostgreSQL store {store.describe()} is unavailable: {_first_line(exc)}")
+    return StoreError(f"PostgreSQL store {store.describe()}: {_first_line(exc)}")
