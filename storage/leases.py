@@ -1,5 +1,8 @@
 """The subagent registry: one lease per (mission, unit) in DB.LEASES, with an epoch as fencing token.
 
+Heartbeats and expiry use the store's clock (`Txn.clock()`: the database server's on PostgreSQL), so a
+machine with a wrong clock can neither keep a dead worker's lease alive nor expire a live one.
+
 Every write a subagent's work makes (journal entries, heartbeats, its completion) runs `check` in the
 same transaction, so a worker whose lease was taken over (a new epoch granted) can never overwrite
 newer work: its write raises `StaleLeaseError` and commits nothing. Knows nothing of processes.
@@ -45,7 +48,7 @@ def grant(
 ) -> SubagentLease:
     """A new lease for the unit with the next epoch: every earlier holder is fenced off from now on."""
     old = get(txn, mission_id, unit_id)
-    now = time.time()
+    now = txn.clock()
     lease = SubagentLease(
         unit=unit_id,
         lane=lane,
@@ -100,7 +103,7 @@ def complete(
         result=result,
         commit=commit,
         tree=tree,
-        heartbeat=time.time(),
+        heartbeat=txn.clock(),
     )
 
 
@@ -108,6 +111,7 @@ STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting
 
 
 def expired(lease: SubagentLease, now: float | None = None) -> bool:
-    """A running lease whose heartbeat is older than its ttl (or than the start-up allowance)."""
+    """A running lease whose heartbeat is older than its ttl (or than the start-up allowance); `now` is
+    the store's clock (`Txn.clock()`), read in the transaction that read the lease."""
     allowed = lease.ttl_s if lease.pid else max(lease.ttl_s, STARTUP_S)
     return lease.state == LeaseState.RUNNING and ((now or time.time()) - lease.heartbeat) > allowed

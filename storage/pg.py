@@ -319,6 +319,12 @@ class PgTxn(Txn):
         row = self._conn.execute("SELECT txn FROM keel_clock").fetchone()
         return 0 if row is None else int(row[0])
 
+    def clock(self) -> float:
+        """The database server's clock (`clock_timestamp()`), the same for every machine."""
+        row = self._conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])
+
     def get_raw(self, db: DB, key: bytes) -> bytes | None:
         row = self._conn.execute(
             "SELECT value FROM keel_records WHERE db = %s AND key = %s", (db.value, key), binary=True

@@ -8,6 +8,7 @@ every typed operation over five raw ones (`get_raw`, `put_raw`, `delete`, `scan_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -59,6 +60,11 @@ class Txn:
     def get_raw(self, db: DB, key: bytes) -> bytes | None:
         """A record's sealed bytes, unverified: callers open them with `storage/record.py`."""
         raise NotImplementedError
+
+    def clock(self) -> float:
+        """Seconds since the epoch by the store's clock: lease heartbeats and expiry are judged by it, so
+        on a shared database no machine's clock decides whether another machine's worker is alive."""
+        return time.time()
 
     def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
         """Store sealed bytes; with overwrite=False an existing key is left alone and False returned."""

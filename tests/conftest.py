@@ -10,6 +10,7 @@ import pytest
 from tests.pgserver import PgServer
 
 BACKENDS = ("lmdb", "postgresql")
+STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundle tests keep their stores
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +40,19 @@ def store_folder(backend: str, request: pytest.FixtureRequest) -> Callable[[Path
         return folder
 
     return make
+
+
+@pytest.fixture
+def store_backend(
+    backend: str, store_folder: Callable[[Path], Path], request: pytest.FixtureRequest, tmp_path: Path
+) -> str:
+    """A whole suite on both backends (its conftest makes this autouse): for PostgreSQL, the store folders
+    the suite's tests use are made to name a fresh schema on the run's server before the test starts
+    (`store_folder` makes any other). A test marked `lmdb_only("why")` runs on LMDB alone."""
+    if backend == "postgresql":
+        marker = request.node.get_closest_marker("lmdb_only")
+        if marker is not None:
+            pytest.skip(f"LMDB only: {marker.args[0]}")
+        for folder in STORE_FOLDERS:
+            store_folder(tmp_path / folder)
+    return backend

@@ -70,7 +70,8 @@ class PgServer:
 
     def restart_immediate(self) -> None:
         """A crash and restart: `pg_ctl restart -m immediate` (no shutdown checkpoint; recovery replays WAL)."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "restart")
+        log = str(self.root / "log")  # the new server must not write to (and hold open) our pipe
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-l", log, "-w", "restart")
 
     def stop(self) -> None:
         try:

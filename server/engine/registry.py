@@ -110,17 +110,16 @@ class Registry:
         """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
         while True:
             await asyncio.sleep(max(0.05, self.ttl / 4))
-            current = {
-                x.unit: x
-                for x in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
-            }
-            now = time.time()
+            held_now, now = await asyncio.to_thread(
+                self.host.store.read, lambda t: (leases.list_leases(t, self.mission_id), t.clock())
+            )
+            current = {x.unit: x for x in held_now}
             for uid, session in list(self.host.sessions.items()):
                 held = current.get(uid)
                 if held and held.epoch == session.epoch and session.proc is not None and leases.expired(held, now):
-                    await self._take_over(session, held)
+                    await self._take_over(session, held, now - held.heartbeat)
 
-    async def _take_over(self, session: LeasedWorker, held: SubagentLease) -> None:
+    async def _take_over(self, session: LeasedWorker, held: SubagentLease, silent_s: float) -> None:
         proc = session.expire()
         if proc is not None:
             self.zombies.append(proc)
@@ -130,7 +129,7 @@ class Registry:
             unit=held.unit,
             state="expired",
             message=f"lease epoch {held.epoch} (pid {held.pid}) expired: no heartbeat for "
-            f"{time.time() - held.heartbeat:.1f} s; the unit is resumable",
+            f"{silent_s:.1f} s; the unit is resumable",
         )
 
         def write(txn: Txn) -> None:

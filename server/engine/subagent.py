@@ -79,7 +79,7 @@ class Worker:
                     self.epoch,
                     pid=os.getpid(),
                     hostname=os.uname().nodename,
-                    heartbeat=time.time(),
+                    heartbeat=t.clock(),
                 )
             )
         except leases.StaleLeaseError as exc:
@@ -172,7 +172,7 @@ class Worker:
                 self._orphaned("its parent process is gone")
                 return
             try:
-                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, heartbeat=time.time()))
+                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, heartbeat=t.clock()))
             except leases.StaleLeaseError as exc:
                 self._log(f"lease lost: {exc.message}")
                 if not self.finished.wait(GRACE_S):
@@ -213,7 +213,7 @@ class Worker:
         self._log(f"stopping: {why}")
 
         def write(txn: Txn) -> None:
-            leases.update(txn, self.mission, self.unit, self.epoch, state=LeaseState.ORPHANED, heartbeat=time.time())
+            leases.update(txn, self.mission, self.unit, self.epoch, state=LeaseState.ORPHANED, heartbeat=txn.clock())
 
         try:
             self.store.write(write)

@@ -1,6 +1,7 @@
 """A mission paused midway on one machine, exported, imported into another store and a fresh clone,
 resumed there: it completes with the same files and unit results as a run that was never interrupted.
-The bundle carries nothing of the exporting machine (paths, user name, host name)."""
+The bundle carries nothing of the exporting machine (paths, user name, host name). The two stores are
+on different backends: exported from LMDB into PostgreSQL, and from PostgreSQL into LMDB."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -24,10 +26,12 @@ from tests.bundles.kit import (
     keel,
     ok,
     record,
+    store_snapshot,
     unit_results,
     wait_for,
     write_mission,
 )
+from tests.pgserver import PgServer
 
 UNITS = [
     {
@@ -68,7 +72,9 @@ def _start(machine: Path) -> tuple[Path, str]:
     return write_mission(machine, UNITS), ""
 
 
-def test_export_pause_import_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
+def test_export_pause_import_resume_matches_uninterrupted_run(
+    tmp_path: Path, backend: str, store_folder: Callable[[Path], Path], pg_server: PgServer
+) -> None:
     # the reference: an uninterrupted run
     ref = tmp_path / "ref"
     mission, _ = _start(ref)
@@ -79,6 +85,7 @@ def test_export_pause_import_resume_matches_uninterrupted_run(tmp_path: Path) ->
     # machine A: run, pause in the middle of u2
     a = tmp_path / "a"
     mission, _ = _start(a)
+    store_folder(a / "store")  # this test's backend; machine B has the other one
     proc = subprocess.Popen(
         [sys.executable, "-m", "keel.server.cli", "run", str(mission), "--json", "--store", str(a / "store")],
         stdout=subprocess.PIPE,
@@ -122,10 +129,12 @@ def test_export_pause_import_resume_matches_uninterrupted_run(tmp_path: Path) ->
     # machine B: a clone of the base commit, another store
     b = tmp_path / "b"
     b.mkdir()
+    if backend == "lmdb":
+        pg_server.store_folder(b / "store")
     git(b, "clone", "-q", str(a / "ws"), "ws")
     refused = keel("import", str(bundle), "--workspace", str(b / "ws"), store=b / "store")
     assert refused.returncode == 5 and "not signed" in refused.stderr
-    assert not (b / "store" / "data.mdb").exists()
+    assert store_snapshot(b / "store") == []
     ok(keel("import", str(bundle), "--workspace", str(b / "ws"), "--allow-unsigned", store=b / "store"))
     imported = record(b / "store", mission_id)
     assert imported.workspace == str((b / "ws").resolve()) and str(b) in imported.sandbox

@@ -22,6 +22,7 @@ from engine_helpers import (
 
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
+from keel.storage.location import store_exists
 
 
 def _edit_units(side: Path) -> list[dict]:
@@ -239,7 +240,7 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     ]
     store = tmp_path / "store"
     mid = control.start_mission(store, write_mission(tmp_path, units), detach=True)
-    wait_for(lambda: (store / "data.mdb").exists() and record(store, mid).state == MissionState.COMPLETED, timeout=30)
+    wait_for(lambda: store_exists(store) and record(store, mid).state == MissionState.COMPLETED, timeout=30)
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert set(head.units) == {"plan", "later"} and head.units["later"].state.value == "succeeded"
     assert side.read_text().split() == ["later"]

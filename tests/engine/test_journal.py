@@ -100,11 +100,14 @@ def test_a_group_commits_as_soon_as_every_unit_has_an_entry_waiting(tmp_path: Pa
 
 
 HOLD_WRITER_LOCK = """
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
-fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
-print("held", flush=True)
-sys.stdin.read()
+import sys
+from keel.storage import Store
+
+def hold(txn):  # inside a write transaction: the store's write lock is held (writer.lock, or the database's)
+    print("held", flush=True)
+    sys.stdin.read()
+
+Store.open(sys.argv[1], create=False).write(hold)
 """
 
 
@@ -130,7 +133,7 @@ def test_alone_a_commit_is_made_on_the_callers_thread_but_never_waits_there_for_
         assert time.monotonic() - started < 30, "the event loop waited for another process's write lock"
         assert not task.done()
         assert holder.stdin is not None
-        holder.stdin.close()  # the holder exits: the kernel drops its lock
+        holder.stdin.close()  # the holder commits and exits: the lock is free
         return await asyncio.wait_for(task, timeout=30)
 
     with Store.open(tmp_path / "store", write_timeout=120) as store:  # a loop waiting would wait for long
@@ -139,7 +142,7 @@ def test_alone_a_commit_is_made_on_the_callers_thread_but_never_waits_there_for_
             assert asyncio.run(writer.commit(put(b"first"))) == b"first"
             assert writer.direct == 1
             holder = subprocess.Popen(
-                [sys.executable, "-c", HOLD_WRITER_LOCK, str(store.path / "writer.lock")],
+                [sys.executable, "-c", HOLD_WRITER_LOCK, str(store.path)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,

@@ -25,7 +25,8 @@ until the mission completes, answering an uncertain effect as a person would (th
 the command ran). Checked: every effect exactly once; the mission branch's files and the units' results
 equal the undisturbed run's; every unit succeeded exactly once; no merge conflict, no re-execution, no
 question other than an uncertain effect; the mission completes (never stuck). `KEEL_CHAOS_ITERATIONS`
-runs more (CI: two per condition); the summary line goes to test-artifacts/chaos-summary.txt.
+runs more (CI: two per condition); the summary line goes to test-artifacts/chaos-summary-<backend>.txt. The
+whole test runs once per storage backend (LMDB, PostgreSQL).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -140,9 +142,9 @@ def _children(pid: int) -> list[int]:
 class Run:
     """One mission in its own folder, struck on one condition."""
 
-    def __init__(self, folder: Path, seed: int, kind: str = "git") -> None:
+    def __init__(self, folder: Path, seed: int, kind: str, store_folder: Callable[[Path], Path]) -> None:
         self.folder, self.rng = folder, random.Random(seed)
-        self.store, self.side = folder / "store", folder / "side.log"
+        self.store, self.side = store_folder(folder / "store"), folder / "side.log"
         self.merge_mark = folder / "merge.mark"
         self.fault_mark = folder / "checkpoint.mark"
         _workspace(folder, kind)
@@ -313,9 +315,9 @@ def _kind(seed: int) -> str:
     return "plain" if (seed // len(PHASES)) % 2 and phase != "merge" else "git"
 
 
-def _iteration(folder: Path, seed: int) -> dict[str, Any]:
+def _iteration(folder: Path, seed: int, store_folder: Callable[[Path], Path]) -> dict[str, Any]:
     phase = PHASES[seed % len(PHASES)]
-    run = Run(folder, seed, _kind(seed))
+    run = Run(folder, seed, _kind(seed), store_folder)
     host = run.first_run(phase)
     killed = run.strike(phase, host)
     if phase in ("resume", "recovery"):
@@ -324,9 +326,9 @@ def _iteration(folder: Path, seed: int) -> dict[str, Any]:
     return {"phase": phase, "kind": run.kind, "kills": len(killed), **run.outcome()}
 
 
-def _reference(folder: Path, kind: str) -> dict[str, Any]:
+def _reference(folder: Path, kind: str, store_folder: Callable[[Path], Path]) -> dict[str, Any]:
     folder.mkdir()
-    run = Run(folder, 0, kind)
+    run = Run(folder, 0, kind, store_folder)
     host = run.first_run("none")
     host.communicate(timeout=120)
     assert host.returncode == 0, "the undisturbed run did not complete"
@@ -335,8 +337,10 @@ def _reference(folder: Path, kind: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(max(1800, ITERATIONS * 20))
-def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
-    references = {kind: _reference(tmp_path / f"reference-{kind}", kind) for kind in ("git", "plain")}
+def test_kills_on_conditions_never_lose_or_repeat_work(
+    tmp_path: Path, store_folder: Callable[[Path], Path], backend: str
+) -> None:
+    references = {kind: _reference(tmp_path / f"reference-{kind}", kind, store_folder) for kind in ("git", "plain")}
     for reference in references.values():
         assert sorted(reference["side"]) == sorted(f"{u}-{k}" for u in UNITS for k in (1, 2))
 
@@ -344,7 +348,7 @@ def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
         folder = tmp_path / f"run{i}"
         folder.mkdir()
         try:
-            return _iteration(folder, i)
+            return _iteration(folder, i, store_folder)
         except Exception as exc:  # a keel process that printed nothing, an assertion: this iteration failed
             return {"phase": PHASES[i % len(PHASES)], "error": f"{type(exc).__name__}: {exc}"}
 
@@ -394,6 +398,6 @@ def test_kills_on_conditions_never_lose_or_repeat_work(tmp_path: Path) -> None:
         f"wrong trees {problems['wrong trees']}, missed strikes {problems['missed']}"
     )
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "chaos-summary.txt").write_text(summary + "\n" + "\n".join(failures) + "\n")
+    (ARTIFACTS / f"chaos-summary-{backend}.txt").write_text(summary + "\n" + "\n".join(failures) + "\n")
     print(summary)
     assert not failures, summary + "\n" + "\n".join(failures[:20])
