@@ -28,6 +28,19 @@ class HostInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     hostname: str = ""
 
 
+class HostLease(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Which host may run a mission (storage/hostlease.py): one at a time, on any machine. `epoch` is the
+    fencing token every write of that host checks; `heartbeat` is by the store's clock."""
+
+    mission: str
+    epoch: int
+    host_id: str
+    pid: int
+    hostname: str
+    heartbeat: float
+    ttl_s: float
+
+
 class Question(msgspec.Struct, frozen=True, omit_defaults=True):
     unit: str
     seq: int

@@ -59,8 +59,9 @@ def put_mission(txn: Txn, record: MissionRecord) -> None:
 
 def delete_mission_records(txn: Txn, mission_id: str) -> int:
     """Remove a mission's row, HEAD and every per-mission log (journal, events, evidence, controls,
-    points, leases); blobs stay for gc. Returns how many records went."""
+    points, leases, the host lease); blobs stay for gc. Returns how many records went."""
     removed = int(txn.delete(DB.MISSIONS, mission_id.encode())) + int(txn.delete(DB.HEADS, mission_id.encode()))
+    removed += int(txn.delete(DB.LEASES, mission_id.encode()))  # the host lease (storage/hostlease.py)
     prefix = mission_prefix(mission_id)
     for db in (DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.POINTS, DB.LEASES):
         keys = [key for key, _ in txn.scan_raw(db, prefix)]

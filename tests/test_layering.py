@@ -21,7 +21,7 @@ ALLOWED = {
 }
 THIRD_PARTY = {
     "protocol": {"msgspec"},
-    "storage": {"msgspec", "lmdb"},
+    "storage": {"msgspec", "lmdb", "psycopg"},  # psycopg: storage/pg.py alone, imported only for a PostgreSQL store
     # h11 (pure Python, already under httpx) only for the ACP bridge's model proxy: an agent process
     # carries no HTTP client or server framework.
     "agents": {"msgspec", "h11"},

@@ -18,9 +18,9 @@ from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
 from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason
 from keel.server.engine import places
-from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive
+from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive, lease_holder_dead
 from keel.server.engine.unitgc import remove_mission_sandbox
-from keel.storage import Store, Txn
+from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir
 
@@ -169,6 +169,12 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
     _detached_only(detach)
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
+        held = store.read(lambda t: hostlease.live(t, record.id))
+    if held is not None and not lease_holder_dead(held):  # a host on another machine sharing the store
+        raise HostBusyError(
+            f"mission {record.id} is already running (host pid {held.pid} on {held.hostname}); "
+            f"pause it with `keel pause {record.id}`"
+        )
     if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
     if record.state == MissionState.CANCELLED:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -25,13 +26,13 @@ import msgspec
 
 from keel.protocol.diskspace import disk_full
 from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
-from keel.protocol.records import Control, Event, HostInfo, MissionRecord, Question
+from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
 from keel.server.engine import checkpoint, offline, places
 from keel.server.engine.agentproc import agent_env
 from keel.server.engine.graph import Graph
-from keel.server.engine.hostlock import HostLock
+from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter
 from keel.server.engine.models import ModelCalls
@@ -42,8 +43,10 @@ from keel.server.engine.registry import Registry
 from keel.server.engine.sandbox import ensure_sandbox
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
-from keel.storage import Store, Txn
+from keel.server.exits import Exit
+from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
+from keel.storage.hostlease import FencedHostError
 
 S = MissionState
 K = OutcomeKind
@@ -56,18 +59,27 @@ class StaleHostError(KeelError):
 
 class MissionHost:
     def __init__(
-        self, store: Store, store_path: Path, mission_id: str, progress: Progress, wait_online: bool = False
+        self,
+        store: Store,
+        store_path: Path,
+        mission_id: str,
+        progress: Progress,
+        wait_online: bool = False,
+        lease: HostLease | None = None,
     ) -> None:
         self.store = store
         self.store_path = store_path
         self.mission_id = mission_id
         self.progress = progress
-        self.host_id = uuid.uuid4().hex[:12]
+        self.lease = lease
+        self.host_id = lease.host_id if lease else uuid.uuid4().hex[:12]
         record = store.read(lambda t: m.get_mission(t, mission_id))
         self.record: MissionRecord = record
         self.spec = record.spec
         self.policy = Policy(self.spec.checkpoint)
         self.writer = JournalWriter(store, self.policy.window_s)
+        if lease is not None:
+            self.writer.fence = self._check_lease
         self.graph = Graph([], {})
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
@@ -176,6 +188,7 @@ class MissionHost:
     async def run(self) -> MissionState:
         loop = asyncio.get_running_loop()
         self.writer.on_disk_full = lambda message: loop.call_soon_threadsafe(self._disk_alarm, message)
+        beating = asyncio.create_task(self._heartbeat())
         try:
             self._check_room()
             final = await self._run_mission()
@@ -196,6 +209,7 @@ class MissionHost:
                 final = await self._run_mission()
             return final
         finally:
+            beating.cancel()
             await self.registry.close()
             with contextlib.suppress(Exception):
                 await self.writer.commit(self._release)
@@ -231,10 +245,35 @@ class MissionHost:
             )
 
     def _release(self, txn: Txn) -> None:
-        """A host that stops says so: the record no longer names it (host_alive is then False)."""
+        """A host that stops says so: the record no longer names it (host_alive is then False), and its
+        lease is free at once for a host on any machine."""
         current = m.get_mission(txn, self.mission_id)
         if current.host is not None and current.host.host_id == self.host_id:
             m.put_mission(txn, msgspec.structs.replace(current, host=None))
+        if self.lease is not None:
+            hostlease.release(txn, self.mission_id, self.lease.epoch)
+
+    def _check_lease(self, txn: Txn) -> None:
+        """First in every write of this host: its lease must still be its own. A host whose lease another
+        host took (it was frozen or cut off past the ttl) stops at once, writing nothing more; its workers
+        see it gone and their unit leases are fenced by the new host's epochs."""
+        assert self.lease is not None
+        try:
+            hostlease.check(txn, self.mission_id, self.lease.epoch)
+        except FencedHostError as exc:
+            sys.stderr.write(f"keel host: {exc.message}\n")
+            sys.stderr.flush()
+            os._exit(Exit.BUSY)
+
+    async def _heartbeat(self) -> None:
+        """Renew the host lease every quarter of its ttl (the fence runs first in that write too)."""
+        if self.lease is None:
+            return
+        epoch = self.lease.epoch
+        while True:
+            await asyncio.sleep(self.lease.ttl_s / 4)
+            with contextlib.suppress(Exception):  # a store that is away now: the next beat tries again
+                await self.writer.commit(lambda t: hostlease.beat(t, self.mission_id, epoch), urgent=False)
 
     async def _drive(self) -> MissionState:
         tasks: dict[asyncio.Task[Outcome], str] = {}
@@ -482,7 +521,18 @@ def run_host_blocking(
     try:
         store = store or Store.open(store_path, create=False)
         store.reserve_owner = True  # this process may spend the store's reserve to record a disk_full pause
-        host = MissionHost(store, store_path, mission_id, progress or Progress("plain"), wait_online)
+        lease = store.write(
+            lambda t: hostlease.claim(
+                t,
+                mission_id,
+                host_id=uuid.uuid4().hex[:12],
+                pid=os.getpid(),
+                hostname=os.uname().nodename,
+                ttl_s=host_ttl(),
+                dead=lease_holder_dead,
+            )
+        )
+        host = MissionHost(store, store_path, mission_id, progress or Progress("plain"), wait_online, lease)
         state = asyncio.run(host.run())
         (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
         if host.disk_full and store.read(lambda t: m.get_mission(t, mission_id)).state in (S.RUNNING, S.PAUSING):

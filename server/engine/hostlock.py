@@ -1,4 +1,5 @@
-"""One host per mission: an exclusive flock on `.keel/locks/<id>.lock`, released by the kernel on death.
+"""One host per mission: an exclusive flock on `.keel/locks/<id>.lock`, released by the kernel on death;
+across machines, the mission's host lease in the store (storage/hostlease.py), which this module judges.
 
 A killed host leaves the lock file but not the lock, so a stale lock never blocks a restart. `host_alive`
 tells whether the host a mission records still runs (its pid and start time). Depends on the standard
@@ -12,7 +13,10 @@ import os
 from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, KeelError
-from keel.protocol.records import MissionRecord
+from keel.protocol.records import HostLease, MissionRecord
+
+HOST_TTL_ENV = "KEEL_HOST_LEASE_TTL_S"
+DEFAULT_HOST_TTL_S = 10.0
 
 
 class HostBusyError(KeelError):
@@ -81,6 +85,29 @@ def host_alive(record: MissionRecord) -> bool:
     boot = _boot_time()
     started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
     return started <= host.started_at + 2.0
+
+
+def host_ttl() -> float:
+    """How long a host's lease outlives its last heartbeat: $KEEL_HOST_LEASE_TTL_S, else 10 s. A host on
+    another machine that goes silent (dead, frozen, cut off) is taken over after this long."""
+    try:
+        return float(os.environ.get(HOST_TTL_ENV, "") or DEFAULT_HOST_TTL_S)
+    except ValueError:
+        return DEFAULT_HOST_TTL_S
+
+
+def lease_holder_dead(lease: HostLease) -> bool:
+    """Whether a host lease's holder is known to be gone without waiting out its ttl: it ran on this
+    machine and its process no longer runs (or is a zombie), or it is this very process."""
+    if lease.hostname != os.uname().nodename:
+        return False  # another machine's host: only its silence (the ttl) tells
+    if lease.pid == os.getpid():
+        return True
+    try:
+        state = Path(f"/proc/{lease.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def _boot_time() -> float:

@@ -82,6 +82,7 @@ class JournalWriter:
         self.direct = 0  # commits made on the caller's thread, without the writer thread
         self.parallel = 1  # how many units may add entries right now; alone, nobody waits for a batch
         self.on_disk_full: Callable[[str], object] | None = None  # called from a committing thread; must not block
+        self.fence: Callable[[Txn], object] | None = None  # runs first in every batch's transaction (the host lease)
         self._pending: collections.deque[_Item] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._busy = False  # a batch is being committed (by the writer thread or a caller): the rest queue
@@ -186,9 +187,15 @@ class JournalWriter:
             waiting += item.future is not None
         return waiting >= max(1, self.parallel)
 
-    @staticmethod
-    def _batch_fn(batch: list[_Item]) -> Callable[[Txn], list[Any]]:
-        return lambda txn: [item.fn(txn) for item in batch]
+    def _batch_fn(self, batch: list[_Item]) -> Callable[[Txn], list[Any]]:
+        fence = self.fence
+
+        def run(txn: Txn) -> list[Any]:
+            if fence is not None:
+                fence(txn)
+            return [item.fn(txn) for item in batch]
+
+        return run
 
     def _write(self, batch: list[_Item]) -> list[Any]:
         """Commit the batch; while another process holds the store's write lock (a frozen process), wait
