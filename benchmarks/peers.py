@@ -4,7 +4,8 @@ Same workload as keel's: N durable steps, each producing a ~2 KiB result, on SQL
 - LangGraph: a one-node loop graph with SqliteSaver, durability="sync" (a checkpoint per step, committed
   before the next step); restore = get_state from a fresh connection.
 - DBOS: one workflow of N @DBOS.step calls on a SQLite system database; restore = reading the
-  workflow's recorded steps back through a fresh DBOS launch.
+  workflow's recorded steps back through a fresh DBOS launch. With --postgres URL, DBOS alone on that
+  PostgreSQL database (benchmarks/postgres.py: DBOS beside keel on the same server).
 Prints one JSON object: {name: {step_ms_median, step_ms_p99, restore_ms}}.
 """
 
@@ -63,7 +64,7 @@ def bench_langgraph(folder: Path, steps: int) -> dict[str, float]:
     return {"step_ms_median": statistics.median(gaps), "step_ms_p99": _pct(gaps, 99), "restore_ms": restore}
 
 
-def bench_dbos(folder: Path, steps: int) -> dict[str, float]:
+def bench_dbos(folder: Path, steps: int, database_url: str = "") -> dict[str, float]:
     from dbos import DBOS
 
     (folder / "data.txt").write_text(RESULT)
@@ -71,7 +72,7 @@ def bench_dbos(folder: Path, steps: int) -> dict[str, float]:
     DBOS(
         config={
             "name": "keel-bench",
-            "system_database_url": f"sqlite:///{folder / 'dbos.sqlite'}",
+            "system_database_url": database_url or f"sqlite:///{folder / 'dbos.sqlite'}",
             "run_admin_server": False,
         }
     )  # type: ignore[typeddict-unknown-key]
@@ -106,10 +107,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--postgres", help="run DBOS alone, on this PostgreSQL database URL")
     args = parser.parse_args()
     root = Path(args.dir)
     out: dict[str, Any] = {}
-    for name, fn in (("LangGraph SqliteSaver (durability=sync)", bench_langgraph), ("DBOS on SQLite", bench_dbos)):
+    peers: tuple[tuple[str, Any], ...] = (
+        ("LangGraph SqliteSaver (durability=sync)", bench_langgraph),
+        ("DBOS on SQLite", bench_dbos),
+    )
+    if args.postgres:
+        peers = (("DBOS on PostgreSQL", lambda folder, steps: bench_dbos(folder, steps, args.postgres)),)
+    for name, fn in peers:
         folder = root / name.split()[0].lower()
         folder.mkdir(parents=True, exist_ok=True)
         try:

@@ -41,7 +41,7 @@ from keel.storage.errors import StoreBusyError, StoreError, StoreFullError
 from keel.storage.keys import DB
 from keel.storage.location import URL_FILE
 from keel.storage.txn import Txn, prefix_end
-from keel.storage.writelock import default_timeout
+from keel.storage.writelock import default_timeout, seconds_from_env
 
 T = TypeVar("T")
 
@@ -80,14 +80,6 @@ def read_url(folder: Path) -> str:
     return url
 
 
-def reconnect_limit() -> float:
-    raw = os.environ.get(RECONNECT_ENV, "")
-    try:
-        return float(raw) if raw else DEFAULT_RECONNECT_S
-    except ValueError:
-        return DEFAULT_RECONNECT_S
-
-
 class PgStore(Store):
     backend = "postgresql"
 
@@ -96,7 +88,7 @@ class PgStore(Store):
         self.url = url
         self.readonly = readonly
         self.write_timeout = default_timeout() if write_timeout is None else write_timeout
-        self.reconnect_s = reconnect_limit()
+        self.reconnect_s = seconds_from_env(RECONNECT_ENV, DEFAULT_RECONNECT_S)
         self.disk_full = ""
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()

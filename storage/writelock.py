@@ -39,11 +39,15 @@ _TURNSTILE = 1  # byte held while waiting for _WRITER
 
 def default_timeout() -> float:
     """The time limit of a write: $KEEL_WRITE_LOCK_TIMEOUT_S, else 10 s."""
-    raw = os.environ.get(TIMEOUT_ENV, "")
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A duration in seconds from the environment variable `name`; `default` when unset or not a number."""
     try:
-        return float(raw) if raw else DEFAULT_TIMEOUT_S
+        return float(os.environ.get(name, "") or default)
     except ValueError:
-        return DEFAULT_TIMEOUT_S
+        return default
 
 
 class WriterLock:

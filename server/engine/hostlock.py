@@ -3,7 +3,7 @@ across machines, the mission's host lease in the store (storage/hostlease.py), w
 
 A killed host leaves the lock file but not the lock, so a stale lock never blocks a restart. `host_alive`
 tells whether the host a mission records still runs (its pid and start time). Depends on the standard
-library and protocol only.
+library, protocol and storage.writelock only.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.protocol.records import HostLease, MissionRecord
+from keel.storage.writelock import seconds_from_env
 
 HOST_TTL_ENV = "KEEL_HOST_LEASE_TTL_S"
 DEFAULT_HOST_TTL_S = 10.0
@@ -90,10 +91,7 @@ def host_alive(record: MissionRecord) -> bool:
 def host_ttl() -> float:
     """How long a host's lease outlives its last heartbeat: $KEEL_HOST_LEASE_TTL_S, else 10 s. A host on
     another machine that goes silent (dead, frozen, cut off) is taken over after this long."""
-    try:
-        return float(os.environ.get(HOST_TTL_ENV, "") or DEFAULT_HOST_TTL_S)
-    except ValueError:
-        return DEFAULT_HOST_TTL_S
+    return seconds_from_env(HOST_TTL_ENV, DEFAULT_HOST_TTL_S)
 
 
 def lease_holder_dead(lease: HostLease) -> bool:

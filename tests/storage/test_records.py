@@ -65,6 +65,9 @@ SAMPLES: dict[type[Any], Any] = {
     spec.Permissions: MISSION_SPEC.permissions,
     spec.MissionSpec: MISSION_SPEC,
     records.HostInfo: HOST,
+    records.HostLease: records.HostLease(
+        mission="m1", epoch=3, host_id="h", pid=42, hostname="box", heartbeat=2.0, ttl_s=10.0
+    ),
     records.Question: QUESTION,
     records.MissionRecord: records.MissionRecord(
         id="m1",
