@@ -83,6 +83,12 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None] | None:
+        """Call `callback` (from another thread) after commits, as a wake-up only: the caller still reads
+        `txn_id()` to learn what changed, and polls now and then in case a wake-up was lost. Returns the
+        function that unsubscribes; None: this backend has no wake-ups (LMDB), poll `txn_id()` instead."""
+        return None
+
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:
         """A number that grows with every committed write (any process): the change signal."""

@@ -9,6 +9,10 @@ Layout (in the schema the URL's search_path names, `public` by default):
 bytes are the sealed record LMDB would hold, verified on every read: a row changed behind keel's back
 is a CorruptRecordError naming its database and key, as on LMDB.
 
+Change wake-ups: every write NOTIFYs the store's channel at commit; `subscribe` LISTENs on one connection
+per process and wakes the watchers, which then read `keel_clock` (a wake-up may be lost; they still poll
+now and then, and catch up after a reconnect).
+
 Transactions: a read is one REPEATABLE READ READ ONLY transaction (a consistent snapshot, never waiting
 on a writer). A write takes the store's transaction-scoped advisory lock first, so writers follow one
 another as LMDB's do (on every machine at once), then bumps `keel_clock` (what `txn_id()` and the
@@ -25,6 +29,7 @@ why. The URL comes from `<folder>/store.url`; a password never does (libpq's ~/.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -94,6 +99,8 @@ class PgStore(Store):
         self._lock = threading.Lock()
         self._closed = False
         self._lock_key = 0
+        self._channel = "keel_changes"
+        self._listeners: list[Callable[[], object]] = []
         self.application = f"keel pid {os.getpid()} on {socket.gethostname()}"
 
     @classmethod
@@ -164,6 +171,7 @@ class PgStore(Store):
             row = conn.execute("SELECT hashtext(current_schema()), to_regclass('keel_clock') IS NOT NULL").fetchone()
             assert row is not None
             self._lock_key = int(row[0])
+            self._channel = f"keel_changes_{self._lock_key & 0xFFFFFFFF:08x}"  # one per store (schema)
             if not row[1]:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
@@ -215,7 +223,7 @@ class PgStore(Store):
             try:
                 cur = conn.execute(  # one round trip: no parameters, so the simple query protocol
                     f"BEGIN; SET LOCAL lock_timeout = {max(1, int(limit * 1000))};"
-                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key});"
+                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key}); NOTIFY {self._channel};"
                     " UPDATE keel_clock SET txn = txn + 1 RETURNING pg_current_xact_id()::text"
                 )
                 while cur.nextset():
@@ -293,6 +301,49 @@ class PgStore(Store):
             return self._with_connection(run)
         except StoreError:
             return "another process"
+
+    # -- change wake-ups ------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None] | None:
+        """Every write NOTIFYs the store's channel at commit; one thread per store LISTENs and calls each
+        subscriber. NOTIFY is only a wake-up (a listener that was disconnected misses some): after a
+        reconnect every subscriber is called once, to catch up by reading."""
+        with self._lock:
+            self._listeners.append(callback)
+            first = len(self._listeners) == 1
+        if first:
+            threading.Thread(target=self._listen, name="keel-store-listen", daemon=True).start()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def _listen(self) -> None:
+        while not self._closed:
+            try:
+                conn = psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
+            except psycopg.Error:
+                time.sleep(1.0)
+                continue
+            try:
+                conn.execute(f"LISTEN {self._channel}")
+                self._wake_all()  # whatever happened while nobody listened
+                while not self._closed:
+                    for _ in conn.notifies(timeout=1.0, stop_after=1):
+                        self._wake_all()
+            except psycopg.Error:
+                time.sleep(0.2)
+            finally:
+                conn.close()
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for callback in listeners:
+            with contextlib.suppress(Exception):  # a subscriber that is gone (its event loop closed)
+                callback()
 
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:

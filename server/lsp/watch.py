@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 Listener = Callable[[MissionView | None, MissionView], None]
 Condition = Callable[[MissionView], bool]
 SWEEP_S = 1.0
+WOKEN_POLL_S = 1.0  # how often a watcher the store wakes still looks by itself (a wake-up can be lost)
 
 
 class MissionHub:
@@ -121,6 +122,7 @@ class StoreWatcher:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="keel-store-watcher", daemon=True)
         self._applied_txn = -1  # the transaction the hub's views are as new as (event loop only)
+        self._woken = False  # the store wakes this watcher on others' commits (PostgreSQL): poll slowly
         self._catching_up: list[asyncio.Future[None]] = []
 
     def start(self) -> None:
@@ -170,6 +172,8 @@ class StoreWatcher:
                     last_txn = -2  # no store yet: that is the first picture, an empty one
                     self._loop.call_soon_threadsafe(self._deliver, -1, {})
                 elif store is not None:
+                    if not self._woken:
+                        self._woken = store.subscribe(self._wake.set) is not None
                     txn = store.txn_id()
                     now = time.monotonic()
                     if txn != last_txn or now - last_sweep >= SWEEP_S:
@@ -183,5 +187,8 @@ class StoreWatcher:
                 failures += 1
                 if failures in (1, 10) or failures % 600 == 0:
                     log.exception("watching the store at %s failed (%d times in a row)", self.path, failures)
-            self._wake.wait(self._poll_s)
+            looked = time.monotonic()
+            self._wake.wait(WOKEN_POLL_S if self._woken else self._poll_s)
             self._wake.clear()
+            if self._woken:  # woken by every commit: look at most once per poll_s, as a polling watcher does
+                self._stop.wait(max(0.0, self._poll_s - (time.monotonic() - looked)))
