@@ -9,11 +9,12 @@ from pathlib import Path
 
 from keel.storage import Store
 from keel.storage import missions as m
+from keel.storage.location import store_exists
 
 
 def kill_hosts(store_path: Path) -> None:
     """SIGKILL every mission host recorded in the store (and its agents: a host leads its process group)."""
-    if not (store_path / "data.mdb").exists():
+    if not store_exists(store_path):
         return
     with Store.open(store_path) as store:
         records = store.read(m.list_missions)

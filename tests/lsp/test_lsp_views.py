@@ -43,7 +43,7 @@ async def test_usage_failover_cost_and_provider_rows(env: Env) -> None:
         a.push(error(401, "invalid_api_key", "Incorrect API key provided"))
         b.push(ok("hello from b"))
         config = env.root / ".keel" / "config.toml"
-        config.parent.mkdir(parents=True)
+        config.parent.mkdir(parents=True, exist_ok=True)
         rows = [
             ("a", a.url, 'api_key_env = "KEEL_LSP_TEST_A_PASS"\n'),
             (
