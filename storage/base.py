@@ -14,6 +14,7 @@ must not have effects outside the transaction. Both backends keep the same seale
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,16 @@ class Store:
     reserve_bytes: int = 0
     disk_full = ""  # set when a write of this Store met a full disk: the message naming it
     reserve_owner = False  # may spend the reserve on a full disk (the mission host sets it)
+    # a database store: how long to wait for its server (then StoreUnavailableError), and who hears of
+    # a long wait; a mission host and a unit worker wait for ever (`wait_out_outages`)
+    reconnect_s = 30.0
+    on_wait: Callable[[str], object] | None = None
+
+    def wait_out_outages(self, say: Callable[[str], object]) -> None:
+        """For a long-running process with nothing to do without its store: wait for the server however
+        long it is away (a pause, never a failure), saying so through `say` now and then."""
+        self.reconnect_s = math.inf
+        self.on_wait = say
 
     @classmethod
     def open(

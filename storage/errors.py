@@ -40,6 +40,11 @@ class StoreBusyError(StoreError):
     code = ErrorCode.STORE_BUSY
 
 
+class StoreUnavailableError(StoreError):
+    """A database store's server could not be reached within the store's `reconnect_s`; nothing was written
+    by the failed call."""
+
+
 class StoreTooNewError(StoreError):
     code = ErrorCode.STORE_TOO_NEW
 

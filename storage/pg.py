@@ -24,12 +24,15 @@ new connection: committed is success, anything else runs `fn` again. Never a gue
 
 An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
 `reconnect_s` ($KEEL_STORE_RECONNECT_S, default 30 s), then StoreUnavailableError says for how long and
-why. The URL comes from `<folder>/store.url`; a password never does (libpq's ~/.pgpass or $PGPASSWORD).
+why. A mission host and a unit worker wait for ever (`reconnect_s = inf`): for them a store that is away
+is a pause, never a failure; `on_wait` reports the wait in their logs. The URL comes from
+`<folder>/store.url`; a password never does (libpq's ~/.pgpass or $PGPASSWORD).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import threading
@@ -42,7 +45,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from keel.storage.base import Store
-from keel.storage.errors import StoreBusyError, StoreError, StoreFullError
+from keel.storage.errors import StoreBusyError, StoreError, StoreFullError, StoreUnavailableError
 from keel.storage.keys import DB
 from keel.storage.location import URL_FILE
 from keel.storage.txn import Txn, prefix_end
@@ -55,6 +58,7 @@ DEFAULT_RECONNECT_S = 30.0
 _PAGE = 512  # rows per round trip of a scan
 _LOCK_CLASS = 0x6B65656C  # 'keel': the advisory lock's first key; the second is the schema's hash
 _BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+WAIT_REPORT_S = 5.0  # how often a long wait for the server is reported (`on_wait`)
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS keel_records (
@@ -69,10 +73,6 @@ CREATE TABLE IF NOT EXISTS keel_clock (
 );
 INSERT INTO keel_clock (txn) VALUES (0) ON CONFLICT DO NOTHING;
 """
-
-
-class StoreUnavailableError(StoreError):
-    """The database could not be reached within `reconnect_s`; nothing was written by the failed call."""
 
 
 def read_url(folder: Path) -> str:
@@ -130,22 +130,31 @@ class PgStore(Store):
         return {"path": str(self.path), "backend": self.backend, "url": self.describe(), "last_txnid": self.txn_id()}
 
     # -- connections ----------------------------------------------------------------------------
-    def _connect(self) -> psycopg.Connection[Any]:
-        """A new connection, retried with backoff while the server cannot be reached."""
-        deadline = time.monotonic() + self.reconnect_s
-        for attempt in range(1_000_000):
+    def _connect(self, patience: float | None = None) -> psycopg.Connection[Any]:
+        """A new connection, retried with backoff while the server cannot be reached, for `patience`
+        seconds (default `reconnect_s`); the wait is reported through `on_wait` every WAIT_REPORT_S."""
+        started = time.monotonic()
+        limit = self.reconnect_s if patience is None else patience
+        reported = 0.0
+        for attempt in itertools.count():
             try:
                 return psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
             except psycopg.OperationalError as exc:
-                if time.monotonic() >= deadline:
+                waited = time.monotonic() - started
+                if waited >= limit:
                     raise StoreUnavailableError(
-                        f"the PostgreSQL store {self.describe()} could not be reached for {self.reconnect_s:g} s: "
+                        f"the PostgreSQL store {self.describe()} could not be reached for {waited:.0f} s: "
                         f"{_first_line(exc)}"
                     ) from None
+                if self.on_wait is not None and waited - reported >= WAIT_REPORT_S:
+                    reported = waited
+                    self.on_wait(
+                        f"waiting for the PostgreSQL store {self.describe()} ({waited:.0f} s): {_first_line(exc)}"
+                    )
                 time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
         raise AssertionError("unreachable")
 
-    def _take(self) -> psycopg.Connection[Any]:
+    def _take(self, patience: float | None = None) -> psycopg.Connection[Any]:
         with self._lock:
             if self._closed:
                 raise StoreError(f"store {self.describe()} is closed")
@@ -153,7 +162,7 @@ class PgStore(Store):
                 conn = self._idle.pop()
                 if not conn.closed:
                     return conn
-        return self._connect()
+        return self._connect(patience)
 
     def _give(self, conn: psycopg.Connection[Any]) -> None:
         healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -214,10 +223,12 @@ class PgStore(Store):
         if self.readonly:
             raise StoreError(f"store {self.describe()} was opened read-only")
         limit = self.write_timeout if timeout is None else timeout
-        deadline = time.monotonic() + self.reconnect_s
+        # timeout 0 (a caller with somewhere else to send the write) does not wait for the server either
+        patience = 0.0 if timeout == 0 else self.reconnect_s
+        deadline = time.monotonic() + patience
         attempt = 0
         while True:
-            conn = self._take()
+            conn = self._take(patience)
             xid = ""
             committing = False
             try:

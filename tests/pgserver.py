@@ -73,9 +73,13 @@ class PgServer:
         log = str(self.root / "log")  # the new server must not write to (and hold open) our pipe
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-l", log, "-w", "restart")
 
+    def crash(self) -> None:
+        """Stop the server at once (`pg_ctl stop -m immediate`): it stays down until `start()`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
     def stop(self) -> None:
         try:
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self.crash()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

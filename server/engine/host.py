@@ -524,6 +524,11 @@ class MissionHost:
         self.progress.status(counts.get("succeeded", 0), len(self.graph.units), sorted(self.sessions), self._step)
 
 
+def _say(text: str) -> None:
+    sys.stderr.write(f"keel host: {text}\n")
+    sys.stderr.flush()
+
+
 def run_host_blocking(
     store_path: Path,
     mission_id: str,
@@ -539,6 +544,7 @@ def run_host_blocking(
     try:
         store = store or Store.open(store_path, create=False)
         store.reserve_owner = True  # this process may spend the store's reserve to record a disk_full pause
+        store.wait_out_outages(_say)  # a database away (restart, failover, network) is a pause, never a failure
         lease = store.write(
             lambda t: hostlease.claim(
                 t,

@@ -30,7 +30,7 @@ from typing import Any
 
 from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
 from keel.storage import Store, Txn
-from keel.storage.errors import StoreBusyError
+from keel.storage.errors import StoreBusyError, StoreUnavailableError
 
 
 class NondeterminismError(KeelError):
@@ -204,7 +204,7 @@ class JournalWriter:
         while True:
             try:
                 return self.store.write(self._batch_fn(batch))
-            except StoreBusyError as exc:
+            except (StoreBusyError, StoreUnavailableError) as exc:
                 sys.stderr.write(f"keel host: still waiting to write: {exc.message}\n")
                 sys.stderr.flush()
 

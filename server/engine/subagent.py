@@ -265,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no agent command after --")
     store = Store.open(args.store, create=False)
     try:
-        code = Worker(store, args).run()
+        worker = Worker(store, args)
+        store.wait_out_outages(worker._log)  # a store that is away is a pause for this unit, never a failure
+        code = worker.run()
     finally:
         store.close()
     sys.stderr.flush()

@@ -73,7 +73,7 @@ def _outcome(store: Path, mid: str, side: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strike", ["first-effect", "second-wave"])
+@pytest.mark.parametrize("strike", ["first-effect", "second-wave", "outage"])
 def test_server_crash_and_restart_loses_nothing_and_repeats_nothing(
     tmp_path: Path, pg_server: PgServer, strike: str
 ) -> None:
@@ -83,9 +83,10 @@ def test_server_crash_and_restart_loses_nothing_and_repeats_nothing(
     assert sorted(reference["side"]) == sorted(f"{u}-{k}" for u in UNITS for k in (1, 2))
 
     store, mission, side = _mission(tmp_path / "struck", pg_server)
-    host = start_keel("run", str(mission), store=store)
+    # an outage longer than keel's reconnect window (2 s here, 30 s by default): waited out, not given up
+    host = start_keel("run", str(mission), store=store, env={"KEEL_STORE_RECONNECT_S": "2"})
     mid = mission_id_of(host)
-    wanted = "a-1" if strike == "first-effect" else "d-1"  # d runs after a and b: a later wave of units
+    wanted = "d-1" if strike == "second-wave" else "a-1"  # d runs after a and b: a later wave of units
     deadline = time.monotonic() + 60
     while wanted not in (side.read_text().split() if side.exists() else []):
         assert host.poll() is None and time.monotonic() < deadline, "the mission ended before the strike"
@@ -93,7 +94,12 @@ def test_server_crash_and_restart_loses_nothing_and_repeats_nothing(
     assert record(store, mid).state == MissionState.RUNNING
     assert _connected(pg_server, store, host.pid), "the host holds no connection: the strike would miss it"
     before = len(side.read_text().split())
-    pg_server.restart_immediate()
+    if strike == "outage":
+        pg_server.crash()
+        time.sleep(6)
+        pg_server.start()
+    else:
+        pg_server.restart_immediate()
     with psycopg.connect(pg_server.store_url(schema_of(store))) as conn:  # the server is back
         conn.execute("SELECT 1")
     out, err = host.communicate(timeout=180)
