@@ -14,6 +14,13 @@ from typing import Any
 
 import pytest
 
+
+@pytest.fixture
+def backend() -> str:
+    """Protocol-level tests: the store's backend does not matter, so they run on LMDB alone."""
+    return "lmdb"
+
+
 INIT = {
     "jsonrpc": "2.0",
     "id": 1,

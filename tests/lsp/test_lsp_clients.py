@@ -18,6 +18,13 @@ from pytest_lsp.client import captured_exception_key
 
 from tests.lsp.conftest import OPTIONS, SERVER, Env, capabilities, edit_elsewhere, mission_toml, until, watch
 
+
+@pytest.fixture
+def backend() -> str:
+    """Protocol-level tests: the store's backend does not matter, so they run on LMDB alone."""
+    return "lmdb"
+
+
 ASKS = [{"id": "q", "steps": [{"ask": "Ship it?", "choices": ["yes", "no"]}, {"sleep": 0.1}]}]
 
 

@@ -16,6 +16,13 @@ from pygls.exceptions import JsonRpcException
 from tests.lsp.conftest import Env
 from tests.lsp.test_lsp_bad_input import INIT, Server, _msg
 
+
+@pytest.fixture
+def backend() -> str:
+    """Protocol-level tests: the store's backend does not matter, so they run on LMDB alone."""
+    return "lmdb"
+
+
 INVALID = -32602
 NOT_FOUND = -32112
 

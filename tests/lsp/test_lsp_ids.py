@@ -7,9 +7,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.hosts import kill_hosts
 from tests.lsp.conftest import mission_toml
 from tests.lsp.test_lsp_bad_input import Server, _msg
+
+
+@pytest.fixture
+def backend() -> str:
+    """Protocol-level tests: the store's backend does not matter, so they run on LMDB alone."""
+    return "lmdb"
 
 
 def _wait(server: Server, seen: list[dict[str, Any]], pred: Any, within: float = 30.0) -> dict[str, Any]:

@@ -8,8 +8,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.faultserver import FaultServer, error, ok
 from tests.lsp.conftest import Env, _plain
+
+
+@pytest.fixture
+def backend() -> str:
+    """Protocol-level tests: the store's backend does not matter, so they run on LMDB alone."""
+    return "lmdb"
+
 
 MODEL_STEP = {"model": {"messages": [{"role": "user", "content": "say hello"}]}}
 
