@@ -46,7 +46,7 @@ from psycopg import errors as pgerrors
 
 from keel.storage.base import Store
 from keel.storage.errors import StoreBusyError, StoreError, StoreFullError, StoreUnavailableError
-from keel.storage.keys import DB
+from keel.storage.keys import DB, SEQ_BYTES
 from keel.storage.location import URL_FILE
 from keel.storage.txn import Txn, prefix_end
 from keel.storage.writelock import default_timeout, seconds_from_env
@@ -55,7 +55,8 @@ T = TypeVar("T")
 
 RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 30.0
-_PAGE = 512  # rows per round trip of a scan
+_PAGE = 512  # rows per round trip of a long scan
+_FIRST_PAGE = 8
 _LOCK_CLASS = 0x6B65656C  # 'keel': the advisory lock's first key; the second is the schema's hash
 _BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 WAIT_REPORT_S = 5.0  # how often a long wait for the server is reported (`on_wait`)
@@ -408,37 +409,36 @@ class PgTxn(Txn):
     def scan_raw(
         self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
+        """Pages of rows, the first small (most scans stop early: a newest entry, an existence check),
+        each next one twice as large, up to _PAGE."""
         upper = prefix_end(prefix)
         lower = start if start is not None and start > prefix and not reverse else prefix
         bound = "" if upper is None else " AND key < %(upper)s"
-        if reverse:
-            sql = (
-                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s AND key < %(after)s"
-                f" ORDER BY key DESC LIMIT {_PAGE}"
-            )
-            first = (
-                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s"
-                f"{bound} ORDER BY key DESC LIMIT {_PAGE}"
-            )
-        else:
-            sql = (
-                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key > %(after)s"
-                f"{bound} ORDER BY key LIMIT {_PAGE}"
-            )
-            first = (
-                "SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s"
-                f"{bound} ORDER BY key LIMIT {_PAGE}"
-            )
+        order, step = ("DESC", "key < %(after)s") if reverse else ("", "key > %(after)s")
+        first = f"SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s{bound}"
+        rest = f"SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s{bound} AND {step}"
         params: dict[str, Any] = {"db": db.value, "lower": lower, "upper": upper}
-        query = first
+        query, page = first, _FIRST_PAGE
         while True:
-            rows = self._conn.execute(query, params, binary=True).fetchall()
+            rows = self._conn.execute(f"{query} ORDER BY key {order} LIMIT {page}", params, binary=True).fetchall()
             for key, value in rows:
                 yield bytes(key), bytes(value)
-            if len(rows) < _PAGE:
+            if len(rows) < page:
                 return
             params["after"] = bytes(rows[-1][0])
-            query = sql
+            query, page = rest, min(page * 2, _PAGE)
+
+    def last_seq(self, db: DB, prefix: bytes) -> int:
+        """The newest sequence number of the log under `prefix` (0: empty), read from the index alone."""
+        upper = prefix_end(prefix)
+        bound = "" if upper is None else " AND key < %(upper)s"
+        row = self._conn.execute(
+            f"SELECT key FROM keel_records WHERE db = %(db)s AND key >= %(prefix)s{bound} AND length(key) = %(size)s"
+            " ORDER BY key DESC LIMIT 1",
+            {"db": db.value, "prefix": prefix, "upper": upper, "size": len(prefix) + SEQ_BYTES},
+            binary=True,
+        ).fetchone()
+        return 0 if row is None else int.from_bytes(bytes(row[0])[len(prefix) :], "big")
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:
