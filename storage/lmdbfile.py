@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 MDB_MAGIC = 0xBEEFC0DE
 MDB_DATA_VERSION = 1
@@ -33,14 +33,18 @@ _NODE = struct.Struct("<HHHH")
 _DB = struct.Struct("<IHHQQQQQ")
 _META = struct.Struct(f"<IIQQ{_DB.size}s{_DB.size}sQQ")
 META_BYTES = PAGE_HEADER + _META.size
+DB_RECORD_BYTES = _DB.size  # an MDB_db record
 
 
 class FileDamage(Exception):
     """What is wrong with data.mdb, as one sentence (the caller adds the file's name)."""
 
 
-@dataclass(frozen=True)
-class DbRecord:
+# The parsed structures are NamedTuples, not dataclasses: every store open reads the meta pages, and
+# making a dataclass costs a compile at import, which `keel missions` and a resume would pay.
+
+
+class DbRecord(NamedTuple):
     """MDB_db: one B-tree's root and counts (in a meta page, or a named database's main-DB node)."""
 
     pad: int
@@ -52,15 +56,12 @@ class DbRecord:
     entries: int
     root: int
 
-    SIZE = _DB.size
-
     @classmethod
     def parse(cls, raw: bytes) -> DbRecord:
         return cls(*_DB.unpack(raw))
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(NamedTuple):
     """MDB_meta of meta page 0 or 1; the one with the higher txnid is the current snapshot."""
 
     pgno: int
@@ -103,8 +104,7 @@ class Meta:
         return None
 
 
-@dataclass(frozen=True)
-class PageHeader:
+class PageHeader(NamedTuple):
     pgno: int
     pad: int
     flags: int
@@ -120,8 +120,7 @@ class PageHeader:
         return self.lower | self.upper << 16  # mp_pages: u32 over lower/upper
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     """MDB_node at offset `ptr` of its page: a branch node's child, or a leaf's key and data."""
 
     ptr: int

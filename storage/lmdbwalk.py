@@ -13,11 +13,12 @@ Depends on `lmdbfile` and the standard library only: never on lmdb, so damage ca
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import NamedTuple
 
 from keel.storage.lmdbfile import (
+    DB_RECORD_BYTES,
     F_BIGDATA,
     F_DUPDATA,
     F_SUBDATA,
@@ -48,8 +49,7 @@ _MAX_DEPTH = 32
 _LEAF_FLAGS = {0, F_BIGDATA, F_SUBDATA, F_DUPDATA, F_DUPDATA | F_SUBDATA}
 
 
-@dataclass(frozen=True)
-class PageProblem:
+class PageProblem(NamedTuple):
     db: str
     pgno: int  # -1: the file as a whole
     message: str
@@ -99,23 +99,19 @@ def walk(path: Path, databases: frozenset[str] = frozenset()) -> list[PageProble
         return problems
 
 
-@dataclass
 class _Counts:
-    branch: int = 0
-    leaf: int = 0
-    overflow: int = 0
-    entries: int = 0
-    depth: int = 0
+    def __init__(self) -> None:
+        self.branch = self.leaf = self.overflow = self.entries = self.depth = 0
 
 
-@dataclass
 class _Walk:
-    f: DataFile
-    meta: Meta
-    problems: list[PageProblem] = field(default_factory=list)
-    owner: dict[int, str] = field(default_factory=dict)  # page -> the database that reached it
-    free: dict[int, int] = field(default_factory=dict)  # free page -> the txnid whose record lists it
-    named: list[tuple[str, DbRecord]] = field(default_factory=list)
+    def __init__(self, f: DataFile, meta: Meta) -> None:
+        self.f = f
+        self.meta = meta
+        self.problems: list[PageProblem] = []
+        self.owner: dict[int, str] = {}  # page -> the database that reached it
+        self.free: dict[int, int] = {}  # free page -> the txnid whose record lists it
+        self.named: list[tuple[str, DbRecord]] = []
 
     @property
     def psize(self) -> int:
@@ -368,7 +364,7 @@ class _Walk:
     def main_leaf(self, db: str, pgno: int, node: Node, data: bytes) -> None:
         if not node.flags & F_SUBDATA:
             return  # a plain value in the main database
-        if len(data) != DbRecord.SIZE:
+        if len(data) != DB_RECORD_BYTES:
             self.problem(db, pgno, f"page {pgno}: database record {node.key!r} is {len(data)} bytes")
             return
         self.named.append((node.key.decode(errors="replace"), DbRecord.parse(data)))

@@ -12,7 +12,6 @@ committed by accident.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -62,6 +61,8 @@ def url_folder(url: str, workspace: Path) -> Path:
             "a PostgreSQL URL for --store/KEEL_STORE must not hold a password; keel never writes one to disk: "
             "put it in ~/.pgpass or $PGPASSWORD"
         )
+    import hashlib  # only here: loading it (OpenSSL) costs every command that opens a store a few ms
+
     folder = (workspace / ".keel" / f"pg-{hashlib.blake2b(url.encode(), digest_size=6).hexdigest()}").absolute()
     marker = folder / URL_FILE
     if not marker.exists() or marker.read_text().strip() != url:

@@ -17,11 +17,16 @@ raises CorruptRecordError; it never returns unverified bytes.
 from __future__ import annotations
 
 import enum
-import hashlib
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from keel.storage.errors import CorruptRecordError
+
+try:  # hashlib's own BLAKE2b, without hashlib's loading of OpenSSL: a few ms of every keel command's start
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without CPython's _blake2 module
+    from hashlib import blake2b
 
 MAGIC = b"KEEL"
 FORMAT_VERSION = 1
@@ -40,17 +45,28 @@ _GOOD_HEADS = {MAGIC + bytes([FORMAT_VERSION, c, 0, 0]): c for c in Codec}  # th
 
 
 _DB_STATES: dict[str, Any] = {}  # db name -> a BLAKE2b state that has hashed the name, copied per record
+_KEY_LENGTHS = tuple(n.to_bytes(4, "big") for n in range(512))  # LMDB keys are at most 511 bytes
+_MSGPACK_HEAD = MAGIC + bytes([FORMAT_VERSION, Codec.MSGPACK, 0, 0])
 
 
-def _digest(db: str, key: bytes, head: bytes | memoryview, payload: bytes | memoryview) -> bytes:
+def _db_state(db: str) -> Any:
     start = _DB_STATES.get(db)
     if start is None:
-        start = _DB_STATES[db] = hashlib.blake2b(db.encode() + b"\x00", digest_size=32, person=_PERSON)
-    h = start.copy()
-    h.update(len(key).to_bytes(4, "big") + key)
-    h.update(head)
+        start = _DB_STATES[db] = blake2b(db.encode() + b"\x00", digest_size=32, person=_PERSON)
+    return start
+
+
+def _key_length(n: int) -> bytes:
+    return _KEY_LENGTHS[n] if n < 512 else n.to_bytes(4, "big")
+
+
+def _digest(db: str, key: bytes, head: bytes, payload: bytes | memoryview) -> bytes:
+    """BLAKE2b-256 over the database name, the key's length and bytes, the first 12 header bytes and
+    the payload, in that order: a copy of the per-database state, then two updates."""
+    h = _db_state(db).copy()
+    h.update(_key_length(len(key)) + key + head)
     h.update(payload)
-    return h.digest()
+    return h.digest()  # type: ignore[no-any-return]
 
 
 def seal(db: str, key: bytes, payload: bytes, codec: Codec) -> bytes:
@@ -64,18 +80,48 @@ def open_record(db: str, key: bytes, data: bytes) -> tuple[Codec, bytes]:
     return codec, bytes(payload)
 
 
-def open_view(db: str, key: bytes, data: bytes) -> tuple[Codec, memoryview]:
-    """`open_record` without copying the payload: a view into `data`, for a decoder to read at once.
+_VIEW_FROM = 4096  # payloads this long are returned as a view; shorter ones cost less to copy
+
+
+def open_view(db: str, key: bytes, data: bytes) -> tuple[Codec, bytes | memoryview]:
+    """`open_record` without copying a long payload (a view into `data`), for a decoder to read at once.
 
     The common case costs one dict lookup for the first eight header bytes, one length check and one
     digest; any record that fails them goes through `_diagnose`, which names what is wrong."""
     codec = _GOOD_HEADS.get(data[:8])
-    if codec is None or len(data) != HEADER_SIZE + int.from_bytes(data[8:12], "big"):
+    length = len(data) - HEADER_SIZE
+    if codec is None or length < 0 or data[8:12] != length.to_bytes(4, "big"):
         raise _diagnose(db, key, data)
-    payload = memoryview(data)[HEADER_SIZE:]
+    payload = data[HEADER_SIZE:] if length < _VIEW_FROM else memoryview(data)[HEADER_SIZE:]
     if _digest(db, key, data[:12], payload) != data[12:HEADER_SIZE]:
         raise CorruptRecordError(db, key, "digest mismatch (BLAKE2b-256)")
     return codec, payload
+
+
+def log_opener(db: str, prefix: bytes) -> Callable[[bytes, bytes], tuple[Codec, bytes | memoryview]]:
+    """`open_view` for the records of one log, whose keys are `prefix` and an 8-byte sequence number:
+    the same checks and the same digest, at less cost per record (a resume reads whole journal lanes).
+
+    The database name, the key's length and the prefix are hashed once into a state that each record
+    copies, so a record's own update is its sequence number and header, then its payload. Only a
+    msgpack record under a key of this log takes that path; any other goes through `open_view`."""
+    size, lane = len(prefix) + 8, _db_state(db).copy()
+    lane.update(_key_length(size) + prefix)
+    cut, good, msgpack = len(prefix), _MSGPACK_HEAD, Codec.MSGPACK
+
+    def open_log_record(key: bytes, data: bytes) -> tuple[Codec, bytes | memoryview]:
+        length, head = len(data) - HEADER_SIZE, data[:12]
+        if len(key) != size or length < 0 or head != good + length.to_bytes(4, "big") or key[:cut] != prefix:
+            return open_view(db, key, data)
+        h = lane.copy()
+        h.update(key[cut:] + head)
+        payload = data[HEADER_SIZE:]
+        h.update(payload)
+        if h.digest() != data[12:HEADER_SIZE]:
+            raise CorruptRecordError(db, key, "digest mismatch (BLAKE2b-256)")
+        return msgpack, payload
+
+    return open_log_record
 
 
 def _diagnose(db: str, key: bytes, data: bytes) -> CorruptRecordError:
@@ -100,4 +146,4 @@ def _diagnose(db: str, key: bytes, data: bytes) -> CorruptRecordError:
 
 def content_digest(data: bytes) -> str:
     """The name of a content-addressed blob: BLAKE2b-256 hex of its bytes."""
-    return hashlib.blake2b(data, digest_size=32).hexdigest()
+    return blake2b(data, digest_size=32).hexdigest()

@@ -17,7 +17,7 @@ import msgspec
 
 from keel.storage.errors import CorruptRecordError, StoreError
 from keel.storage.keys import DB, SEQ_BYTES, log_key
-from keel.storage.record import Codec, content_digest, open_record, open_view, seal
+from keel.storage.record import Codec, content_digest, log_opener, open_record, open_view, seal
 
 T = TypeVar("T")
 
@@ -207,7 +207,9 @@ class LmdbTxn(Txn):
     ) -> Iterator[tuple[int, T]]:
         """A log's entries after `after` (up to `upto`), each verified and decoded. One loop over the cursor,
         with no layer per record: a resume reads whole journal lanes through here."""
-        cut, name, decoder = len(prefix), db.value, _decoder(type_)
+        cut, name, decode = len(prefix), db.value, _decoder(type_).decode
+        last = (1 << 64) - 1 if upto is None else upto
+        open_log_record = log_opener(name, prefix)
         with self._txn.cursor(db=self._dbs[db]) as cur:
             if not cur.set_range(log_key(prefix, after + 1)):
                 return
@@ -215,9 +217,16 @@ class LmdbTxn(Txn):
                 if not key.startswith(prefix):
                     return
                 seq = int.from_bytes(key[cut:], "big")
-                if upto is not None and seq > upto:
+                if seq > last:
                     return
-                yield seq, _decode_log_value(name, key, raw, decoder, type_)
+                codec, payload = open_log_record(key, raw)
+                if codec is not _MSGPACK:
+                    raise CorruptRecordError(name, key, f"expected a msgpack record, found codec {codec.name}")
+                try:
+                    value = decode(payload)
+                except msgspec.DecodeError as exc:
+                    raise _undecodable(name, key, type_, exc) from None
+                yield seq, value
 
 
 def _decode_log_value(name: str, key: bytes, raw: bytes, decoder: msgspec.msgpack.Decoder[T], type_: Any) -> T:

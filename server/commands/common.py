@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,4 +41,6 @@ def open_store(args: argparse.Namespace, *, create: bool = False, readonly: bool
 
 
 def print_json(value: Any) -> None:
+    import json  # only for --json: the listing verbs start faster without it
+
     sys.stdout.write(json.dumps(msgspec.to_builtins(value), indent=2, sort_keys=True) + "\n")

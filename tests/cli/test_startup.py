@@ -4,12 +4,17 @@ benchmarks/startup.py; these tests guard the imports that made them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from keel.server.cli import build_parser
 from keel.server.commands import VERBS
+from keel.storage import Store
 
 HEAVY = ("httpx", "keyring", "pygls", "lsprotocol", "lmdb", "msgspec", "asyncio", "keel.server.engine.host")
 
@@ -53,6 +58,41 @@ def test_missions_reads_the_store_without_providers_or_the_language_server(tmp_p
         "keel.server.commands.common",
     }
     assert not [m for m in modules if m.startswith("keel.server.engine")]
+
+
+def test_missions_loads_nothing_only_help_errors_or_debugging_need(tmp_path: Path) -> None:
+    """Listing an existing store's missions: no shutil (argparse's width lookup), no traceback (--debug), no
+    dataclasses (the LMDB file checks), no OpenSSL (hashlib; records need only BLAKE2b)."""
+    Store.open(tmp_path / "store").close()
+    code, modules = imported("missions", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert code == 0 and "keel.storage.store" in modules
+    assert {"shutil", "traceback", "dataclasses", "_hashlib"}.isdisjoint(modules)
+
+
+@pytest.mark.parametrize("argv", [["missions", "extra"], ["missions", "--bogus"], ["status", "a", "b"]])
+def test_a_verb_first_command_line_errs_as_the_full_parser_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Started with its verb, the command line is parsed without the other verbs' placeholders: what the top
+    level prints then is what the parser listing every verb prints."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "keel.server.cli", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    full = build_parser(["-", *argv])  # not verb first: every verb is listed
+    with pytest.raises(SystemExit) as exit_:
+        full.parse_args(argv)
+    assert (proc.returncode, proc.stderr) == (exit_.value.code, capsys.readouterr().err)
+    assert "unrecognized arguments" in proc.stderr
+
+
+@pytest.mark.parametrize("columns", ["60", "200", "", "wide", "-3"])
+def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    for argv in ([], ["run"]):
+        parser = build_parser(argv)
+        ours = parser.format_help()
+        parser.formatter_class = argparse.HelpFormatter  # which asks shutil.get_terminal_size
+        assert parser.format_help() == ours
 
 
 def test_every_verb_parses_its_own_arguments(tmp_path: Path) -> None:

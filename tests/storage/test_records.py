@@ -21,7 +21,7 @@ from keel.protocol import agent, records, rpc, spec
 from keel.protocol.states import MissionState, PauseReason, UnitState
 from keel.storage import CorruptRecordError, Store
 from keel.storage.keys import DB, log_key, unit_prefix
-from keel.storage.record import FORMAT_VERSION, HEADER_SIZE, MAGIC, Codec, open_record, seal
+from keel.storage.record import FORMAT_VERSION, HEADER_SIZE, MAGIC, Codec, log_opener, open_record, open_view, seal
 from tests.storage.raw import flip_byte, raw_get, raw_put
 
 UNIT = spec.UnitSpec(id="u1", kind="shell", title="t", after=("u0",), params={"a": [1, "x"]}, timeout_s=3.5)
@@ -256,6 +256,93 @@ def test_any_flipped_byte_is_detected(position: int, mask: int) -> None:
 def test_truncated_records_are_detected(cut: int) -> None:
     with pytest.raises(CorruptRecordError, match=r"truncated|length mismatch"):
         open_record("journal", b"m1\x00u1\x00key", SEALED[:cut])
+
+
+LANE = unit_prefix("m1", "u1")
+LOG_KEY = log_key(LANE, 5)
+LOG_SEALED = seal("journal", LOG_KEY, msgspec.msgpack.encode(SAMPLES[records.JournalEntry]), Codec.MSGPACK)
+
+
+def test_a_log_record_opens_as_open_view_opens_it() -> None:
+    assert log_opener("journal", LANE)(LOG_KEY, LOG_SEALED) == (Codec.MSGPACK, LOG_SEALED[HEADER_SIZE:])
+    raw = seal("journal", LOG_KEY, b"not msgpack", Codec.RAW)  # another codec: left to the caller to refuse
+    assert (
+        log_opener("journal", LANE)(LOG_KEY, raw) == open_view("journal", LOG_KEY, raw) == (Codec.RAW, b"not msgpack")
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(position=st.integers(0, len(LOG_SEALED) - 1), mask=st.integers(1, 255))
+def test_a_flipped_byte_of_a_log_record_is_detected(position: int, mask: int) -> None:
+    data = bytearray(LOG_SEALED)
+    data[position] ^= mask
+    with pytest.raises(CorruptRecordError):
+        log_opener("journal", LANE)(LOG_KEY, bytes(data))
+
+
+@settings(max_examples=100, deadline=None)
+@given(cut=st.integers(0, len(LOG_SEALED) - 1))
+def test_a_truncated_log_record_is_detected(cut: int) -> None:
+    with pytest.raises(CorruptRecordError, match=r"truncated|length mismatch"):
+        log_opener("journal", LANE)(LOG_KEY, LOG_SEALED[:cut])
+
+
+@pytest.mark.parametrize(
+    ("db", "prefix", "key"),
+    [
+        ("journal", LANE, log_key(LANE, 6)),  # another entry of the same lane
+        ("journal", unit_prefix("m1", "u2"), log_key(unit_prefix("m1", "u2"), 5)),  # the same seq of another lane
+        ("journal", unit_prefix("m2", "u1"), log_key(unit_prefix("m2", "u1"), 5)),  # another mission's lane
+        ("journal", LANE, LOG_KEY + b"\x00"),  # a longer key under the same prefix
+        ("evidence", LANE, LOG_KEY),  # another database
+    ],
+)
+def test_a_log_record_copied_to_another_key_or_db_does_not_verify(db: str, prefix: bytes, key: bytes) -> None:
+    with pytest.raises(CorruptRecordError, match="digest mismatch"):
+        log_opener(db, prefix)(key, LOG_SEALED)
+
+
+def test_a_log_opener_checks_the_key_it_is_given_not_its_prefix() -> None:
+    """A key outside the opener's log is hashed whole: a record sealed for it verifies, one copied there does not."""
+    other = log_key(unit_prefix("m1", "u2"), 5)
+    for key in (other, LOG_KEY + b"\x00", LANE):
+        sealed = seal("journal", key, b"\x01", Codec.MSGPACK)
+        assert log_opener("journal", LANE)(key, sealed) == (Codec.MSGPACK, b"\x01")
+    with pytest.raises(CorruptRecordError, match="digest mismatch"):
+        log_opener("journal", LANE)(other, LOG_SEALED)
+
+
+def test_a_lane_read_finds_an_entry_copied_from_another_lane(
+    tmp_path: Path, store_folder: Callable[[Path], Path]
+) -> None:
+    path = store_folder(tmp_path / "s")
+    entry = SAMPLES[records.JournalEntry]
+    other = unit_prefix("m1", "u2")
+    with Store.open(path) as store:
+        store.write(
+            lambda t: [t.put(DB.JOURNAL, log_key(prefix, n), entry) for prefix in (LANE, other) for n in (1, 2)]
+        )
+    raw_put(path, DB.JOURNAL, log_key(LANE, 2), raw_get(path, DB.JOURNAL, log_key(other, 2)))
+    with Store.open(path) as store, pytest.raises(CorruptRecordError, match="digest mismatch") as info:
+        store.read(lambda t: list(t.read_log(DB.JOURNAL, LANE, records.JournalEntry)))
+    assert info.value.key == log_key(LANE, 2)
+    with Store.open(path) as store:
+        assert store.read(lambda t: list(t.read_log(DB.JOURNAL, other, records.JournalEntry))) == [
+            (1, entry),
+            (2, entry),
+        ]
+
+
+def test_a_lane_read_refuses_a_record_of_another_codec(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
+    with Store.open(path) as store:
+        store.write(lambda t: t.put(DB.JOURNAL, log_key(LANE, 1), SAMPLES[records.JournalEntry]))
+    raw_put(path, DB.JOURNAL, log_key(LANE, 2), seal("journal", log_key(LANE, 2), b"x", Codec.RAW))
+    with (
+        Store.open(path) as store,
+        pytest.raises(CorruptRecordError, match="expected a msgpack record, found codec RAW"),
+    ):
+        store.read(lambda t: list(t.read_log(DB.JOURNAL, LANE, records.JournalEntry)))
 
 
 def _reheader(data: bytes, **fields: int | bytes) -> bytes:
