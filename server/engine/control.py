@@ -169,12 +169,9 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
     _detached_only(detach)
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
-        held = store.read(lambda t: hostlease.live(t, record.id))
+        held, now = store.read(lambda t: (hostlease.live(t, record.id), t.clock()))
     if held is not None and not lease_holder_dead(held):  # a host on another machine sharing the store
-        raise HostBusyError(
-            f"mission {record.id} is already running (host pid {held.pid} on {held.hostname}); "
-            f"pause it with `keel pause {record.id}`"
-        )
+        raise hostlease.HostLeaseHeldError(held, now - held.heartbeat)
     if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
     if record.state == MissionState.CANCELLED:
