@@ -14,6 +14,7 @@ must not have effects outside the transaction. Both backends keep the same seale
 
 from __future__ import annotations
 
+import abc
 import math
 import os
 from collections.abc import Callable
@@ -32,7 +33,7 @@ T = TypeVar("T")
 SCHEMA_KEY = b"schema"
 
 
-class Store:
+class Store(abc.ABC):
     """One open store. Safe to share between threads; several processes (and, for PostgreSQL, machines)
     may open the same store."""
 
@@ -77,16 +78,17 @@ class Store:
         return LmdbStore.open_folder(folder, create=create, readonly=readonly, write_timeout=write_timeout, **options)
 
     # -- transactions ---------------------------------------------------------------------------
-    def read(self, fn: Callable[[Txn], T]) -> T:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def read(self, fn: Callable[[Txn], T]) -> T: ...
 
+    @abc.abstractmethod
     def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
         """Run `fn` in a write transaction and commit it durably; `fn` may run more than once. Waits at
         most `timeout` (default `write_timeout`) for another writer, then StoreBusyError."""
-        raise NotImplementedError
+        ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
     def __enter__(self) -> Store:
         return self
@@ -101,9 +103,10 @@ class Store:
         return None
 
     # -- facts ----------------------------------------------------------------------------------
+    @abc.abstractmethod
     def txn_id(self) -> int:
         """A number that grows with every committed write (any process): the change signal."""
-        raise NotImplementedError
+        ...
 
     def describe(self) -> str:
         """Where the store is, for messages: its folder, or its database's address without secrets."""

@@ -139,7 +139,7 @@ class PgStore(Store):
         reported = 0.0
         for attempt in itertools.count():
             try:
-                return psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
+                return self._open()
             except psycopg.OperationalError as exc:
                 waited = time.monotonic() - started
                 if waited >= limit:
@@ -152,8 +152,11 @@ class PgStore(Store):
                     self.on_wait(
                         f"waiting for the PostgreSQL store {self.describe()} ({waited:.0f} s): {_first_line(exc)}"
                     )
-                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                _back_off(attempt)
         raise AssertionError("unreachable")
+
+    def _open(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
 
     def _take(self, patience: float | None = None) -> psycopg.Connection[Any]:
         with self._lock:
@@ -202,7 +205,7 @@ class PgStore(Store):
                 if not conn.broken or time.monotonic() >= deadline:
                     raise _translate(exc, self) from None
                 attempt += 1
-                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                _back_off(attempt)
             except psycopg.Error as exc:
                 raise _translate(exc, self) from None
             finally:
@@ -256,7 +259,7 @@ class PgStore(Store):
                 if time.monotonic() >= deadline:
                     raise _translate(exc, self) from None
                 attempt += 1
-                time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                _back_off(attempt)
             except pgerrors.LockNotAvailable:
                 _rollback(conn)
                 raise StoreBusyError(
@@ -282,6 +285,7 @@ class PgStore(Store):
             except pgerrors.InvalidParameterValue:
                 return False  # a transaction id the restarted server never reached: nothing of it is durable
             except psycopg.OperationalError:
+                _back_off(0)
                 continue
             finally:
                 conn.close()
@@ -335,7 +339,7 @@ class PgStore(Store):
     def _listen(self) -> None:
         while not self._closed:
             try:
-                conn = psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
+                conn = self._open()
             except psycopg.Error:
                 time.sleep(1.0)
                 continue
@@ -439,6 +443,10 @@ class PgTxn(Txn):
             binary=True,
         ).fetchone()
         return 0 if row is None else int.from_bytes(bytes(row[0])[len(prefix) :], "big")
+
+
+def _back_off(attempt: int) -> None:
+    time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:

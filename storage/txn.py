@@ -8,6 +8,7 @@ every typed operation over five raw ones (`get_raw`, `put_raw`, `delete`, `scan_
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -47,37 +48,41 @@ def _undecodable(db: str, key: bytes, type_: Any, exc: Exception) -> CorruptReco
     return CorruptRecordError(db, key, f"does not decode as {getattr(type_, '__name__', type_)}: {exc}")
 
 
-class Txn:
+class Txn(abc.ABC):
     """Typed operations over a backend's raw ones. `write` says whether this transaction may write."""
 
     write: bool
 
     # -- what a backend implements ----------------------------------------------------------------
+    @abc.abstractmethod
     def snapshot_id(self) -> int:
         """The id of the committed transaction this one sees (a read may briefly trail Store.txn_id())."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def get_raw(self, db: DB, key: bytes) -> bytes | None:
         """A record's sealed bytes, unverified: callers open them with `storage/record.py`."""
-        raise NotImplementedError
+        ...
 
     def clock(self) -> float:
         """Seconds since the epoch by the store's clock: lease heartbeats and expiry are judged by it, so
         on a shared database no machine's clock decides whether another machine's worker is alive."""
         return time.time()
 
+    @abc.abstractmethod
     def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
         """Store sealed bytes; with overwrite=False an existing key is left alone and False returned."""
-        raise NotImplementedError
+        ...
 
-    def delete(self, db: DB, key: bytes) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def delete(self, db: DB, key: bytes) -> bool: ...
 
+    @abc.abstractmethod
     def scan_raw(
         self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
         """Keys starting with `prefix` and their sealed bytes, in key order (or reversed), from `start` on."""
-        raise NotImplementedError
+        ...
 
     # -- single records -------------------------------------------------------------------------
     def get(self, db: DB, key: bytes, type_: type[T]) -> T | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.diskspace import disk_full
-from keel.protocol.errors import DiskFullError, InvalidTransitionError, KeelError
+from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
@@ -54,10 +54,6 @@ POLL_S = 0.02
 WOKEN_POLL_S = 1.0
 
 
-class StaleHostError(KeelError):
-    """Another host took this mission over; this one must not record anything more."""
-
-
 class MissionHost:
     def __init__(
         self,
@@ -65,22 +61,21 @@ class MissionHost:
         store_path: Path,
         mission_id: str,
         progress: Progress,
-        wait_online: bool = False,
-        lease: HostLease | None = None,
+        wait_online: bool,
+        lease: HostLease,
     ) -> None:
         self.store = store
         self.store_path = store_path
         self.mission_id = mission_id
         self.progress = progress
         self.lease = lease
-        self.host_id = lease.host_id if lease else uuid.uuid4().hex[:12]
+        self.host_id = lease.host_id
         record = store.read(lambda t: m.get_mission(t, mission_id))
         self.record: MissionRecord = record
         self.spec = record.spec
         self.policy = Policy(self.spec.checkpoint)
         self.writer = JournalWriter(store, self.policy.window_s)
-        if lease is not None:
-            self.writer.fence = self._check_lease
+        self.writer.fence = self._check_lease  # first in every write: this host's lease is still its own
         self.graph = Graph([], {})
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
@@ -113,11 +108,6 @@ class MissionHost:
             )
         return self.record
 
-    def _fence(self, txn: Txn) -> None:
-        current = m.get_mission(txn, self.mission_id)
-        if current.host is None or current.host.host_id != self.host_id:
-            raise StaleHostError(f"mission {self.mission_id} is now run by another host; this one stops")
-
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
         async with self.files_lock:  # marks and files from the same moment: no tool call in between
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() else None
@@ -135,7 +125,6 @@ class MissionHost:
         config = checkpoint.config_of(self.spec, self.models.active_model)
 
         def write(txn: Txn) -> None:
-            self._fence(txn)
             if extra is not None:
                 extra(txn)
             tree_digest = self._files.store_txn(txn, self.sandbox, scan) if scan is not None else ""
@@ -251,14 +240,12 @@ class MissionHost:
         current = m.get_mission(txn, self.mission_id)
         if current.host is not None and current.host.host_id == self.host_id:
             m.put_mission(txn, msgspec.structs.replace(current, host=None))
-        if self.lease is not None:
-            hostlease.release(txn, self.mission_id, self.lease.epoch)
+        hostlease.release(txn, self.mission_id, self.lease.epoch)
 
     def _check_lease(self, txn: Txn) -> None:
         """First in every write of this host: its lease must still be its own. A host whose lease another
         host took (it was frozen or cut off past the ttl) stops at once, writing nothing more; its workers
         see it gone and their unit leases are fenced by the new host's epochs."""
-        assert self.lease is not None
         try:
             hostlease.check(txn, self.mission_id, self.lease.epoch)
         except FencedHostError as exc:
@@ -268,8 +255,6 @@ class MissionHost:
 
     async def _heartbeat(self) -> None:
         """Renew the host lease every quarter of its ttl (the fence runs first in that write too)."""
-        if self.lease is None:
-            return
         epoch = self.lease.epoch
         while True:
             await asyncio.sleep(self.lease.ttl_s / 4)
