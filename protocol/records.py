@@ -68,6 +68,7 @@ class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     forked_from: str = ""
     mission_file: str = ""
     control_seen: int = 0  # the last Control record the host has acted on
+    machine: str = ""  # the machine (node name) whose workspace holds `workspace` and `sandbox`; "" = unknown
 
 
 class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -94,6 +95,7 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     branch: str = ""
     base: str = ""  # the mission-branch commit (or tree digest, for copies) the sandbox started from
     tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
+    base_tree: str = ""  # on a shared store: the stored snapshot the sandbox started from (see `tree`)
     last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
     result: Any = None
     commit: str = ""  # the unit's commit on its branch (git sandboxes) once done

@@ -38,6 +38,9 @@ class Store(abc.ABC):
     may open the same store."""
 
     backend = ""
+    # machines other than this one may open it (PostgreSQL): a mission may move to another machine, so its
+    # hosts keep what a sandbox needs to be made again there (file snapshots of units' sandboxes) in it
+    shared = False
     path: Path
     readonly: bool
     write_timeout: float

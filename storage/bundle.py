@@ -128,7 +128,7 @@ class Bundle(msgspec.Struct, frozen=True):
 def portable_record(record: MissionRecord) -> MissionRecord:
     """The mission record without anything of this machine: no paths, no host (re-rooted on import)."""
     name = posixpath.basename(record.mission_file.replace("\\", "/"))
-    return msgspec.structs.replace(record, workspace="", sandbox="", host=None, mission_file=name)
+    return msgspec.structs.replace(record, workspace="", sandbox="", machine="", host=None, mission_file=name)
 
 
 def collect_records(txn: Txn, mission_id: str) -> list[tuple[str, bytes, bytes]]:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import msgspec
 
 from keel.protocol.records import RestorePoint
+from keel.storage import leases
 from keel.storage.bundle import reachable_blobs
 from keel.storage.keys import DB, mission_prefix
+from keel.storage.snapshots import is_tree_ref, tree_refs
 from keel.storage.txn import Txn
 
 _MISSION_DBS = (DB.HEADS, DB.POINTS, DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.LEASES)
@@ -74,6 +76,11 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
                 doomed.append((DB.POINTS, key))
                 report.points_dropped.append(f"{mission_id}:{point.id}")
     live = reachable_blobs(txn.get_blob, roots)
+    for mission_key in missions:  # units' sandbox snapshots (a shared store keeps them, server/engine/moving.py)
+        for held in leases.list_leases(txn, mission_key.decode()):
+            for tree in (held.tree, held.base_tree):
+                if is_tree_ref(tree) and tree not in live:
+                    live.update(tree_refs(txn.get_blob, tree, skip=live))
     report.blobs_kept = len(live)
     for key, raw in txn.scan_raw(DB.BLOBS, b""):
         if key.decode(errors="replace") not in live:

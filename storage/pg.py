@@ -26,7 +26,8 @@ An unreachable server (a restart, a failover, a network cut) is waited out with 
 `reconnect_s` ($KEEL_STORE_RECONNECT_S, default 30 s), then StoreUnavailableError says for how long and
 why. A mission host and a unit worker wait for ever (`reconnect_s = inf`): for them a store that is away
 is a pause, never a failure; `on_wait` reports the wait in their logs. The URL comes from
-`<folder>/store.url`; a password never does (libpq's ~/.pgpass or $PGPASSWORD).
+`<folder>/store.url`; a password never does (libpq's ~/.pgpass or $PGPASSWORD). A machine that vanishes
+in the middle of a transaction holds the store's lock until the server gives up on it (`_SESSION`: 10 s).
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ from keel.storage.txn import Txn, prefix_end
 from keel.storage.writelock import default_timeout, seconds_from_env
 
 T = TypeVar("T")
+
+# A machine that dies or is cut off leaves its connections open on the server until TCP says otherwise.
+# The server then aborts a transaction left open for 10 s (releasing the store's lock: keel's transactions
+# take milliseconds) and drops an idle connection in about 11 s; on keel's side a lost server is noticed
+# by the same keepalives, and a send nobody acknowledges fails after 15 s.
+_LINK: dict[str, Any] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15000,
+}
+_SESSION = (
+    "SET idle_in_transaction_session_timeout = '10s'; SET tcp_keepalives_idle = 5; "
+    "SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3"
+)
 
 RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 30.0
@@ -88,6 +106,7 @@ def read_url(folder: Path) -> str:
 
 class PgStore(Store):
     backend = "postgresql"
+    shared = True
 
     def __init__(self, path: Path, url: str, readonly: bool, write_timeout: float | None) -> None:
         self.path = path
@@ -156,7 +175,9 @@ class PgStore(Store):
         raise AssertionError("unreachable")
 
     def _open(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.url, autocommit=True, application_name=self.application, connect_timeout=5)
+        conn = psycopg.connect(self.url, autocommit=True, application_name=self.application, **_LINK)
+        conn.execute(_SESSION)
+        return conn
 
     def _take(self, patience: float | None = None) -> psycopg.Connection[Any]:
         with self._lock:

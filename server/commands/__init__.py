@@ -42,6 +42,7 @@ VERBS: dict[str, Verb] = {
     "providers": Verb("providers", "show providers, endpoints and their health"),
     "key": Verb("keys", "store or delete a provider's API key in the OS keyring"),
     "serve": Verb("serve", "run the language server on stdio (LSP)"),
+    "supervise": Verb("supervise", "start a host here for running missions whose host went silent (shared store)"),
     "log": Verb("log", "show what a mission's agents did, step by step"),
     "init": Verb("init", "write a starter .keel/config.toml and mission.toml"),
     "agents": Verb("agents", "list the outside ACP agents (Claude Code, Gemini CLI, Codex) installed here"),

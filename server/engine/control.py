@@ -8,6 +8,7 @@ never on the language server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ def create_mission(store: Store, mission_file: Path) -> MissionRecord:
         updated_at=now,
         workspace=str(workspace),
         mission_file=str(mission_file),
+        machine=os.uname().nodename,
     )
     store.write(lambda txn: m.put_mission(txn, record))
     return record
@@ -177,6 +179,28 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
     if record.state == MissionState.CANCELLED:
         raise InvalidTransitionError(f"mission {record.id} was cancelled; it cannot be resumed")
     return spawn_host(store_path, record.id)
+
+
+SUPERVISED = frozenset({MissionState.RUNNING, MissionState.PAUSING})
+
+
+def needs_host(txn: Txn, record: MissionRecord) -> str:
+    """Why a supervisor should start a host for this mission ("" when it needs none): it is running, and
+    its host lease went silent past its ttl by the store's clock (the host's machine died, froze or lost
+    the network), was given up by a host that stopped without finishing, or is held by a host of this
+    machine that no longer runs. A live lease is never taken, however slow its host is."""
+    if record.state not in SUPERVISED:
+        return ""
+    lease = hostlease.get(txn, record.id)
+    if lease is None:
+        return "" if host_alive(record) else "no host runs it"
+    who = f"host pid {lease.pid} on {lease.hostname or '?'}"
+    if lease.heartbeat == 0.0:
+        return f"its {who} stopped without finishing it"
+    silent = txn.clock() - lease.heartbeat
+    if silent > lease.ttl_s:
+        return f"its {who} has been silent for {silent:.1f} s (its lease lasts {lease.ttl_s:g} s)"
+    return f"its {who} is gone" if lease_holder_dead(lease) else ""
 
 
 def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bool = True) -> MissionRecord:

@@ -29,7 +29,7 @@ from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
-from keel.server.engine import checkpoint, offline, places
+from keel.server.engine import checkpoint, moving, offline, places
 from keel.server.engine.agentproc import agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
@@ -162,9 +162,26 @@ class MissionHost:
         if self.record.state == S.FAILED:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
-        self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
+        if moving.moved(self.record):  # its machine is gone: the sandboxes are made here from the store
+            origin, workspace = self.record.machine, moving.workspace_of(self.store_path)
+            self.sandbox = places.sandbox_path(self.store_path, self.mission_id)
+            self.progress.line(f"mission {self.mission_id} moves here from {origin}: its files come from the store")
+            await asyncio.to_thread(
+                moving.rebuild_mission_sandbox, self.store, workspace, self.sandbox, self.mission_id, manifest, origin
+            )
+            await self.registry.move_here()
+        else:
+            self.sandbox = await asyncio.to_thread(ensure_sandbox, workspace, self.sandbox, self.mission_id)
         await self.registry.settle_mission_sandbox(manifest)
-        await self._set_state(S.RUNNING, sandbox=str(self.sandbox), pause_reason=None, question=None, error="")
+        await self._set_state(
+            S.RUNNING,
+            sandbox=str(self.sandbox),
+            workspace=str(workspace),
+            machine=moving.here(),
+            pause_reason=None,
+            question=None,
+            error="",
+        )
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         for held in await self.registry.recover():  # finished by a subagent after the last checkpoint

@@ -218,7 +218,8 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
     """Merge a finished unit into the mission sandbox (idempotent: a merge a crash interrupted is made
     again once the host has `settle`d the sandbox). Only files changed on both sides raise MergeConflict
     (and merge nothing); a git failure that is not a conflict is a SandboxError naming git's message."""
-    if is_git(mission_sandbox):
+    copy = base_file(target).exists()  # a copy, or a unit sandbox made again on another machine (moving.py)
+    if is_git(mission_sandbox) and not copy:
         if git(mission_sandbox, "merge-base", "--is-ancestor", commit, "HEAD", check=False).returncode == 0:
             return
         proc = git(
@@ -240,6 +241,10 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
     except OSError as exc:
         _raise_if_no_space(mission_sandbox, exc)
         raise
+    if is_git(mission_sandbox):  # committed at once: uncommitted changes would be reset as a killed merge's
+        git(mission_sandbox, "add", "-A")
+        if git(mission_sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
+            git(mission_sandbox, "commit", "-q", "--no-verify", "-m", f"keel: merge unit {unit}")
 
 
 def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> None:
@@ -279,7 +284,10 @@ def file_digests(root: Path) -> dict[str, str]:
     return {
         rel: trees.file_digest(data)
         for rel, mode, full, _ in trees.walk(root)
-        if "__pycache__" not in rel.split("/")
-        and not rel.endswith((".keel-tmp", ".keel-merge"))
-        and (data := trees.read_content(full, mode)) is not None
+        if counts(rel) and (data := trees.read_content(full, mode)) is not None
     }
+
+
+def counts(rel: str) -> bool:
+    """A file a copy sandbox's merge compares (caches and keel's temporary files do not count)."""
+    return "__pycache__" not in rel.split("/") and not rel.endswith((".keel-tmp", ".keel-merge"))

@@ -25,7 +25,7 @@ import msgspec
 
 from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
 from keel.protocol.states import LeaseState, UnitState
-from keel.server.engine import merge, places, trees
+from keel.server.engine import merge, moving, places, trees
 from keel.server.engine.agentproc import AgentProcess, kill_session
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import lane
@@ -43,6 +43,7 @@ class Placement(msgspec.Struct, frozen=True):
     branch: str
     base: str
     tree: str
+    scan: trees.Scan | None = None  # a fresh sandbox on a shared store: its snapshot, stored with the lease
 
 
 class Registry:
@@ -51,6 +52,7 @@ class Registry:
         self.ttl = float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
         self.zombies: list[AgentProcess] = []
         self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
+        self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots, on a shared store
 
     @property
     def mission_id(self) -> str:
@@ -75,6 +77,9 @@ class Registry:
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
+        if self.host.store.shared:  # kept, so that the unit's work can be merged on another machine
+            scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
+            return Placement(str(path), branch, base, "", scan)
         tree = await asyncio.to_thread(trees.tree_digest, path)
         return Placement(str(path), branch, base, tree)
 
@@ -87,6 +92,9 @@ class Registry:
             # a worker started again on the same lane keeps the digest of the lane's last recorded change:
             # the placement's digest is from before this run's steps and would make the sandbox look tampered
             tree = old.tree if same and old is not None else where.tree
+            base_tree = old.base_tree if same and old is not None else ""
+            if where.scan is not None:
+                tree = base_tree = self._files.store_txn(txn, Path(where.sandbox), where.scan)
             mark = old.last_checkpoint if same and old is not None else 0
             return leases.grant(
                 txn,
@@ -99,6 +107,7 @@ class Registry:
                 branch=where.branch,
                 base=where.base,
                 tree=tree,
+                base_tree=base_tree,
                 last_checkpoint=mark,
             )
 
@@ -147,6 +156,26 @@ class Registry:
         self.zombies.clear()
 
     # -- after a restart ------------------------------------------------------------------------------
+    async def move_here(self) -> None:
+        """The mission moved to this machine: every unfinished unit's lease points at a sandbox made here
+        from the store (moving.py), or at a folder that does not exist here when that cannot be done."""
+        graph = self.host.graph
+        held_all = await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
+        for held in held_all:
+            uid = held.unit
+            if uid not in graph.units or graph.mark(uid).state == UnitState.SUCCEEDED or held.lane != self.lane_of(uid):
+                continue
+            store, path = self.host.store, self.host.store_path
+            async with self.git_lock:
+                here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
+
+            def write(txn: Txn, here: SubagentLease = here) -> None:
+                current = leases.get(txn, self.mission_id, here.unit)
+                if current is not None and current.epoch == here.epoch:
+                    leases.put(txn, self.mission_id, here)
+
+            await self.host.writer.commit(write)
+
     async def recover(self) -> list[SubagentLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
 

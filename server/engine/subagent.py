@@ -39,7 +39,7 @@ from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.protocol.states import LeaseState
 from keel.server.engine.merge import clear_stale_locks, commit_unit
-from keel.server.engine.trees import tree_digest
+from keel.server.engine.trees import Snapshotter, tree_digest
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -187,13 +187,17 @@ class Worker:
         try:
             self.store.read(lambda t: leases.check(t, self.mission, self.unit, self.epoch))
             commit = commit_unit(self.sandbox, self.unit)
-            tree = tree_digest(self.sandbox)
             payload = result.get("result") if isinstance(result, dict) else None
-            self.store.write(
-                lambda t: leases.complete(
-                    t, self.mission, self.unit, self.epoch, result=payload, commit=commit, tree=tree
-                )
-            )
+            # on a shared store the result's files are kept too: another machine can merge them
+            files = Snapshotter()
+            scan = files.scan(self.sandbox) if self.store.shared else None
+            tree = tree_digest(self.sandbox) if scan is None else ""
+
+            def write(t: Txn) -> None:
+                done = tree if scan is None else files.store_txn(t, self.sandbox, scan)
+                leases.complete(t, self.mission, self.unit, self.epoch, result=payload, commit=commit, tree=done)
+
+            self.store.write(write)
             return True
         except leases.StaleLeaseError as exc:
             self._log(f"completion rejected: {exc.message}")

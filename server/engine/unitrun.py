@@ -38,7 +38,7 @@ from keel.server.engine.journal import NondeterminismError, fingerprint, lane
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Registry
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.server.engine.trees import Snapshotter
+from keel.server.engine.trees import Scan, Snapshotter
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
@@ -347,12 +347,18 @@ class UnitSession:
         hwm = self.top if self.appending else step.seq
         changes: dict[str, Any] = {"last_checkpoint": hwm}
         done = result.phase == "done"
+        scan: Scan | None = None
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
-            changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
+            if host.store.shared:  # the snapshot itself is kept: the sandbox can be made again on another machine
+                scan = await asyncio.to_thread(self._tree.scan, self.sandbox)
+            else:
+                changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
 
         def write(txn: Txn) -> None:
+            if scan is not None:
+                changes["tree"] = self._tree.store_txn(txn, self.sandbox, scan)
             leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here
             m.journal_put(txn, mission_id, self.lane, entry)
             for item in result.evidence:

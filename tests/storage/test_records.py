@@ -84,6 +84,7 @@ SAMPLES: dict[type[Any], Any] = {
         forked_from="m0",
         mission_file="m.toml",
         control_seen=4,
+        machine="build-7",
     ),
     records.StepCost: COST,
     records.JournalEntry: records.JournalEntry(
@@ -135,6 +136,7 @@ SAMPLES: dict[type[Any], Any] = {
         branch="keel/u1",
         base="a" * 40,
         tree="t" * 64,
+        base_tree="b" * 64,
         last_checkpoint=7,
         result={"ok": 1},
         commit="c" * 40,

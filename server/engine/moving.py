@@ -1,0 +1,118 @@
+"""A mission that moves to another machine: its sandboxes made again from the store.
+
+On a shared store (PostgreSQL) a mission's host may start on a machine other than the one whose workspace
+holds its sandboxes (its machine died, and a supervisor elsewhere took the host lease over). The mission
+record names that machine (`MissionRecord.machine`); a host that finds another name there makes the
+mission's files again in this machine's workspace from what the store holds:
+
+- the mission sandbox from the newest checkpoint with a file snapshot (every merge is followed by one),
+  committed on a fresh mission branch `keel/<id>` made from this workspace's HEAD;
+- each unfinished unit's sandbox from the snapshot its lease names (`SubagentLease.tree`: stored with every
+  journal entry that changed files, and with the completion), as a plain folder whose base file holds the
+  digests of the snapshot it started from (`base_tree`), so its work merges file by file like a copy
+  sandbox's (merge.py). A unit without both snapshots stored (an appending agent's, or a lease written by a
+  keel that kept only digests) gets no sandbox here: recovery then re-executes it when its journal holds no
+  effect, and otherwise asks the person, as for any lost sandbox.
+
+Every step is idempotent, and the record names the new machine only after all of them, so a host killed
+midway simply moves the mission again. Depends on storage and the engine's merge, places, restore, sandbox
+and trees modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import msgspec
+
+from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, SubagentLease
+from keel.server.engine import merge, places, trees
+from keel.server.engine.restore import blob_reader
+from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
+from keel.storage import Store, Txn
+from keel.storage import missions as m
+from keel.storage.snapshots import is_tree_ref, load_tree
+
+
+def here() -> str:
+    """This machine's name, as leases and mission records name machines."""
+    return os.uname().nodename
+
+
+def moved(record: MissionRecord) -> bool:
+    """The mission's sandboxes are on another machine (a record that names none is taken as this one's)."""
+    return bool(record.machine) and record.machine != here()
+
+
+def workspace_of(store_path: Path) -> Path:
+    """The workspace a store folder belongs to (`<workspace>/.keel/<store>`)."""
+    return places.keel_dir(store_path).parent
+
+
+def _latest_tree(store: Store, manifest: CheckpointManifest) -> tuple[CheckpointManifest, SandboxTree] | None:
+    """The newest checkpoint at or before `manifest` with a file snapshot, and that snapshot."""
+
+    def find(txn: Txn) -> tuple[CheckpointManifest, SandboxTree] | None:
+        current: CheckpointManifest | None = manifest
+        while current is not None:
+            tree = load_tree(txn.get_blob, current.sandbox_tree) if is_tree_ref(current.sandbox_tree) else None
+            if tree is not None:
+                return current, tree
+            current = m.get_checkpoint(txn, current.parent) if current.parent else None
+        return None
+
+    return store.read(find)
+
+
+def rebuild_mission_sandbox(
+    store: Store, workspace: Path, sandbox: Path, mission_id: str, manifest: CheckpointManifest | None, origin: str
+) -> Path:
+    """Make the mission sandbox here hold the files of its newest snapshot, committed on its branch."""
+    found = _latest_tree(store, manifest) if manifest is not None else None
+    if found is None and manifest is not None and manifest.units:
+        raise SandboxError(
+            f"mission {mission_id} ran on {origin}, and the store holds no snapshot of its files to carry on "
+            f"from here; resume it on {origin}, or bring it here with `keel export` / `keel import`"
+        )
+    top = git_toplevel(workspace)
+    if top is not None:  # a branch or worktree left from an earlier stay on this machine is out of date
+        merge.git(top, "worktree", "remove", "--force", "--force", str(sandbox), check=False)
+        merge.git(top, "worktree", "prune", check=False)
+        merge.git(top, "branch", "-D", f"keel/{mission_id}", check=False)
+    if sandbox.exists():
+        shutil.rmtree(sandbox)
+    ensure_sandbox(workspace, sandbox, mission_id)
+    if found is not None:
+        point, tree = found
+        trees.materialize(sandbox, tree, blob_reader(store))
+        trees.verify(sandbox, tree, f"the files of checkpoint {point.number} of mission {mission_id}")
+        if merge.is_git(sandbox):
+            merge.git(sandbox, "add", "-A")
+            if merge.git(sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
+                message = f"keel: mission files of checkpoint {point.number}, carried over from {origin}"
+                merge.git(sandbox, "commit", "-q", "--no-verify", "-m", message)
+    return sandbox
+
+
+def rebuild_unit_sandbox(store: Store, store_path: Path, mission_id: str, held: SubagentLease) -> SubagentLease:
+    """The lease as it is here: its sandbox made again from the stored snapshots when both are there (a
+    plain folder merged file by file), else pointing at a folder that does not exist here (lost)."""
+    target = places.unit_sandbox_path(store_path, mission_id, held.lane)
+    if target.exists():
+        shutil.rmtree(target)
+    merge.base_file(target).unlink(missing_ok=True)
+    moved_here = msgspec.structs.replace(held, sandbox=str(target), branch="", base="", commit="", pid=0, hostname="")
+    get = store.read
+    tree = get(lambda t: load_tree(t.get_blob, held.tree)) if is_tree_ref(held.tree) else None
+    base = get(lambda t: load_tree(t.get_blob, held.base_tree)) if is_tree_ref(held.base_tree) else None
+    if tree is None or base is None:
+        return moved_here
+    blob = blob_reader(store)
+    target.mkdir(parents=True)
+    trees.materialize(target, tree, blob)
+    digests = {e.path: trees.file_digest(blob(e.blob)) for e in base.entries if merge.counts(e.path)}
+    merge.base_file(target).write_text(json.dumps(digests, sort_keys=True))
+    return msgspec.structs.replace(moved_here, base="copy")

@@ -1,0 +1,140 @@
+"""Machines for the tests: network namespaces with a link to the PostgreSQL server, and their own name.
+
+A `Machine` is a network namespace (`ip netns`) joined to this one by a veth pair. The server listens on
+127.0.0.1 only; a forwarder on this side of the pair (its address, a free port) relays each connection to
+it, with TCP keepalives on the machine's side, so a machine that vanishes is noticed as it would be across
+a real network. Every process a machine starts runs in its namespace and in a UTS namespace of its own
+named after the machine (`unshare --uts`), so keel sees another node name there. `cut()` takes the link
+down (the machine's packets go nowhere, its connections hang), `mend()` brings it back, `kill()` SIGKILLs
+every process in the namespace and removes the link: the machine is gone. Needs root, `ip` and `unshare`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+
+NET = 77  # 10.77.<index>.0/24 per machine
+
+
+def can_make_machines() -> str:
+    """Why machines cannot be made here ("" when they can)."""
+    if os.getuid() != 0:
+        return "network namespaces need root"
+    missing = [tool for tool in ("ip", "unshare", "hostname") if shutil.which(tool) is None]
+    return f"missing {', '.join(missing)} (scripts/setup.sh --system installs iproute2)" if missing else ""
+
+
+def _ip(*args: str, netns: str = "") -> None:
+    command = ["ip", *(("netns", "exec", netns, "ip") if netns else ()), *args]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {proc.stderr.strip()}")
+
+
+class Machine:
+    def __init__(self, name: str, index: int, server_port: int) -> None:
+        tag = uuid.uuid4().hex[:5]
+        self.name = name
+        self.netns = f"keel-{name}-{tag}"
+        self.outer, inner = f"kv{index}o{tag}", f"kv{index}i{tag}"
+        self.address = f"10.{NET}.{index}.1"  # this side: where the machine reaches the server
+        inside = f"10.{NET}.{index}.2"
+        _ip("netns", "add", self.netns)
+        _ip("link", "add", self.outer, "type", "veth", "peer", "name", inner)
+        _ip("link", "set", inner, "netns", self.netns)
+        _ip("addr", "add", f"{self.address}/24", "dev", self.outer)
+        _ip("link", "set", self.outer, "up")
+        _ip("addr", "add", f"{inside}/24", "dev", inner, netns=self.netns)
+        _ip("link", "set", inner, "up", netns=self.netns)
+        _ip("link", "set", "lo", "up", netns=self.netns)
+        self._server_port = server_port
+        self._listener = socket.create_server((self.address, 0))
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, schema: str) -> str:
+        return f"postgresql://postgres@{self.address}:{self.port}/postgres?options=-csearch_path%3D{schema}"
+
+    def command(self, *args: str) -> list[str]:
+        """A command line that runs `args` on this machine (its network, its node name)."""
+        return [
+            "ip", "netns", "exec", self.netns,
+            "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *args,
+        ]  # fmt: skip
+
+    def keel(self, *args: str, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.command(sys.executable, "-m", "keel.server.cli", *args),
+            text=True,
+            env={**os.environ, **(env or {})},
+            **kwargs,  # type: ignore[call-overload]
+        )
+
+    def pids(self) -> list[int]:
+        out = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
+        return [int(pid) for pid in out.split()]
+
+    def cut(self) -> None:
+        _ip("link", "set", self.outer, "down")
+
+    def mend(self) -> None:
+        _ip("link", "set", self.outer, "up")
+
+    def kill(self) -> list[int]:
+        """SIGKILL everything running on the machine (again until nothing is left) and remove its link."""
+        killed: list[int] = []
+        for _ in range(20):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            killed += pids
+        with contextlib.suppress(RuntimeError):
+            _ip("link", "del", self.outer)
+        return sorted(set(killed))
+
+    def remove(self) -> None:
+        self.kill()
+        self._listener.close()
+        with contextlib.suppress(RuntimeError):
+            _ip("netns", "del", self.netns)
+
+    # -- the forwarder ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 2)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            try:
+                server = socket.create_connection(("127.0.0.1", self._server_port))
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=_relay, args=(client, server), daemon=True).start()
+            threading.Thread(target=_relay, args=(server, client), daemon=True).start()
+
+
+def _relay(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
