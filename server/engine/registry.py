@@ -43,7 +43,9 @@ class Placement(msgspec.Struct, frozen=True):
     branch: str
     base: str
     tree: str
-    scan: trees.Scan | None = None  # a fresh sandbox on a shared store: its snapshot, stored with the lease
+    # a fresh sandbox on a shared store: its snapshot, stored with its first lease (the unit's base_tree);
+    # a worker started again in it keeps the lease's trees
+    scan: trees.Scan | None = None
 
 
 class Registry:

@@ -93,6 +93,7 @@ class UnitSession:
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
                 self.epoch = (await self.registry.grant(self.unit.id, placement)).epoch
+                placement = msgspec.structs.replace(placement, scan=None)  # a fresh sandbox's base: stored once
                 return await self._run_once(start)
             except DiskFullError as exc:
                 return await self._disk_full(exc.message)
