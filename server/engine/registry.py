@@ -173,8 +173,9 @@ class Registry:
 
             def write(txn: Txn, here: SubagentLease = here) -> None:
                 current = leases.get(txn, self.mission_id, here.unit)
-                if current is not None and current.epoch == here.epoch:
-                    leases.put(txn, self.mission_id, here)
+                if current is not None and current.epoch == here.epoch:  # the next epoch: the lost machine's
+                    # worker, should it come back, can neither heartbeat nor complete the unit any more
+                    leases.put(txn, self.mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1))
 
             await self.host.writer.commit(write)
 

@@ -19,16 +19,20 @@ test-artifacts/failover-<strike>.txt.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_helpers import files, keel, read, record, unit_events, wait_for, write_mission
+from lsprotocol import types
+from pytest_lsp import make_test_lsp_client
 
 from keel.protocol.states import MissionState
 from keel.storage import hostlease
@@ -116,31 +120,42 @@ def _answer(machine: Machine, its_store: Path, store: Path, mid: str, side: Path
     wait_for(lambda: record(store, mid).question != question, timeout=60)  # a host on B took the answer up
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-@pytest.mark.parametrize("strike", ["kill", "cut"])
-def test_mission_moves_to_another_machine_when_its_machine_is_lost(
-    tmp_path: Path, pg_server: PgServer, strike: str
-) -> None:
-    reference = _reference(tmp_path / "reference", pg_server)
-    schema = pg_server.new_schema()
-    a, b = Machine("machine-a", 1, pg_server.port), Machine("machine-b", 2, pg_server.port)
-    try:
-        side = tmp_path / "side.log"
+class TwoMachines:
+    """Machine A with the mission's workspace, machine B with a clone of it, one store; `observer` is the
+    same store read by this process over 127.0.0.1."""
+
+    def __init__(self, tmp_path: Path, server: PgServer) -> None:
+        self.root = tmp_path
+        self.reference = _reference(tmp_path / "reference", server)
+        schema = server.new_schema()
+        self.a, self.b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
+        self.side = tmp_path / "side.log"
         _workspace(tmp_path / "a" / "ws")
-        mission = write_mission(tmp_path / "a", _units(side), max_parallel=3)
+        self.mission = write_mission(tmp_path / "a", _units(self.side), max_parallel=3)
         _git(tmp_path, "clone", "-q", str(tmp_path / "a" / "ws"), str(tmp_path / "b" / "ws"))
-        store_a, store_b = _store(tmp_path / "a" / "ws", a.url(schema)), _store(tmp_path / "b" / "ws", b.url(schema))
-        here = _store(tmp_path / "observer", pg_server.store_url(schema))  # this process reads over 127.0.0.1
-        env = {"KEEL_HOST_LEASE_TTL_S": TTL_S}
-        supervisor = b.keel(
-            "supervise", "--store", str(store_b), "--interval", "0.2",
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        self.store_a = _store(tmp_path / "a" / "ws", self.a.url(schema))
+        self.store_b = _store(tmp_path / "b" / "ws", self.b.url(schema))
+        self.observer = _store(tmp_path / "observer", server.store_url(schema))
+        self.env = {"KEEL_HOST_LEASE_TTL_S": TTL_S}
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def remove(self) -> None:
+        for machine in (self.a, self.b):
+            machine.remove()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+
+    def lose_a(self, strike: str) -> str:
+        """Run the mission on A, strike A on the condition, see it finish on B, check the product.
+        Returns what the artifact says about the timing."""
+        a, here, side = self.a, self.observer, self.side
         host = a.keel(
-            "run", str(mission), "--json", "--store", str(store_a),
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            "run", str(self.mission), "--json", "--store", str(self.store_a),
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
+        self.procs.append(host)
         assert host.stdout is not None
         mid = json.loads(host.stdout.readline())["mission"]
 
@@ -167,24 +182,24 @@ def test_mission_moves_to_another_machine_when_its_machine_is_lost(
             if moved_after is None and held is not None and held.hostname == "machine-b":
                 moved_after = time.monotonic() - struck_at
             if state == MissionState.WAITING_INPUT:
-                _answer(b, store_b, here, mid, side)
+                _answer(self.b, self.store_b, here, mid, side)
             time.sleep(0.05)
         assert moved_after is not None or read(here, lambda t: hostlease.get(t, mid)).hostname == "machine-b"
 
         if strike == "cut":  # A's host, cut off all along, hears of the store again: it must stop, fenced
             a.mend()
-            out, err = host.communicate(timeout=90)
+            _, err = host.communicate(timeout=90)
             assert host.returncode == 7, f"machine A's host was not fenced ({host.returncode}): {err[-2000:]}"
             assert "taken over" in err, err[-2000:]
 
         final = record(here, mid)
         assert final.machine == "machine-b" and final.state == MissionState.COMPLETED
-        assert Path(final.sandbox).is_relative_to(tmp_path / "b" / "ws")
+        assert Path(final.sandbox).is_relative_to(self.root / "b" / "ws")
         counts = collections.Counter(_markers(side))
         assert before < len(_markers(side)), "the mission had run all its effects before the strike"
         assert all(n == 1 for n in counts.values()), f"an effect ran twice: {_markers(side)}"
-        assert sorted(counts) == reference["side"], f"effects lost: {sorted(counts)}"
-        assert files(Path(final.sandbox)) == reference["files"]
+        assert sorted(counts) == self.reference["side"], f"effects lost: {sorted(counts)}"
+        assert files(Path(final.sandbox)) == self.reference["files"]
         events = unit_events(here, mid)
         for unit in UNITS:
             states = [s for u, s in events if u == unit]
@@ -192,18 +207,48 @@ def test_mission_moves_to_another_machine_when_its_machine_is_lost(
         evidence = [e.kind for _, e in read(here, lambda t: list(m.evidence_after(t, mid)))]
         assert "reexecuted" not in evidence, "a unit started again from scratch: its sandbox did not move"
         keel("verify", store=here, check_rc=0)
-        ARTIFACTS.mkdir(exist_ok=True)
-        (ARTIFACTS / f"failover-{strike}.txt").write_text(
-            f"{strike}: machine B's host held the lease {moved_after:.2f} s after the strike "
-            f"(host lease ttl {TTL_S} s, supervisor interval 0.2 s)\n"
-            if moved_after is not None
-            else f"{strike}: completed before the lease was seen on machine B\n"
+        if moved_after is None:
+            return f"{strike}: completed before the lease was seen on machine B"
+        return f"{strike}: machine B's host held the lease {moved_after:.2f} s after the strike (ttl {TTL_S} s)"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("strike", ["kill", "cut"])
+def test_mission_moves_to_another_machine_when_its_machine_is_lost(
+    tmp_path: Path, pg_server: PgServer, strike: str
+) -> None:
+    machines = TwoMachines(tmp_path, pg_server)
+    try:
+        supervise = ("supervise", "--store", str(machines.store_b), "--interval", "0.2")
+        machines.procs.append(
+            machines.b.keel(*supervise, env=machines.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
+        timing = machines.lose_a(strike)
     finally:
-        for machine in (a, b):
-            machine.remove()
-        for proc in (locals().get("supervisor"), locals().get("host")):
-            if isinstance(proc, subprocess.Popen) and proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=10)
-    assert os.path.exists(ARTIFACTS / f"failover-{strike}.txt")
+        machines.remove()
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"failover-{strike}.txt").write_text(f"{timing} (keel supervise, interval 0.2 s)\n")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+async def test_keel_serve_that_takes_over_moves_a_lost_machines_mission(tmp_path: Path, pg_server: PgServer) -> None:
+    """The same with `keel serve` on machine B, started with `initializationOptions.takeOver`."""
+    machines = TwoMachines(tmp_path, pg_server)
+    client = make_test_lsp_client()
+    serve = machines.b.command(sys.executable, "-m", "keel.server.cli", "serve", "--store", str(machines.store_b))
+    await client.start_io(*serve, env={**os.environ, **machines.env})
+    try:
+        await client.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                root_uri=(tmp_path / "b" / "ws").as_uri(),
+                initialization_options={"takeOver": True},
+            )
+        )
+        await asyncio.to_thread(machines.lose_a, "kill")
+        assert any("host is gone" in msg.message for msg in client.log_messages), "keel serve did not restart it"
+        await client.shutdown_session()
+    finally:
+        machines.remove()

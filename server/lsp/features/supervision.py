@@ -29,12 +29,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import time
 
 import msgspec
 from lsprotocol import types
 
 from keel.protocol.errors import KeelError
+from keel.protocol.records import MissionRecord
 from keel.protocol.states import MissionState
 from keel.server.engine import control, hostlock, offline, places
 from keel.server.engine.hostlock import HostLock
@@ -90,8 +92,10 @@ class HostWatch:
         self.since = time.monotonic()
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
-    def step(self, view: MissionView, now: float) -> None:
-        dead = _needs_host(view) and not hostlock.host_alive(view.record) and not self._locked()
+    def step(self, view: MissionView, now: float, silent: bool = False) -> None:
+        """`silent`: the mission's host is on another machine and its host lease went silent (only when
+        this server takes missions over, `takeOver`)."""
+        dead = _needs_host(view) and (silent or (not hostlock.host_alive(view.record) and not self._locked()))
         if not dead:
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
@@ -149,8 +153,12 @@ class HostWatch:
         """The mission as the store has it now still needs the host that is gone: same state, same recorded
         host, nobody holding its lock. Anything else (it stopped on its own, another host took it) wins."""
         store = self.server.require_store()
-        record = await self.server.blocking(store.read, lambda txn: m.get_mission(txn, self.mission_id))
+        record, why = await self.server.blocking(
+            store.read, lambda txn: (r := m.get_mission(txn, self.mission_id), control.needs_host(txn, r))
+        )
         same = record.state == view.record.state and record.host == view.record.host
+        if same and _elsewhere(record):
+            return bool(why) and _takes_over(self.server)
         return same and not hostlock.host_alive(record) and not self._locked()
 
     async def _paused_while_offline(self) -> bool:
@@ -177,6 +185,28 @@ def _needs_host(view: MissionView) -> bool:
     if record.state == MissionState.OFFLINE:
         return record.host is not None and record.spec.models.auto_resume
     return record.state in SUPERVISED_STATES or (record.state == MissionState.WAITING_INPUT and view.pending_answer)
+
+
+def _elsewhere(record: MissionRecord) -> bool:
+    """The mission's recorded host runs on another machine (a store shared with it: PostgreSQL)."""
+    return record.host is not None and bool(record.host.hostname) and record.host.hostname != os.uname().nodename
+
+
+def _takes_over(server: KeelServer) -> bool:
+    """`initializationOptions.takeOver`: this server also starts hosts for running missions of other
+    machines whose host lease went silent (their sandboxes are then made here: server/engine/moving.py).
+    Off by default: a teammate's mission should not move to your machine because their laptop slept."""
+    return server.options.get("takeOver") is True
+
+
+def _silent_elsewhere(server: KeelServer, views: list[MissionView]) -> set[str]:
+    """The missions among `views` whose host is on another machine and whose host lease went silent."""
+    store = server.require_store()
+
+    def read(txn: Txn) -> set[str]:
+        return {v.record.id for v in views if control.needs_host(txn, m.get_mission(txn, v.record.id))}
+
+    return store.read(read)
 
 
 def _honour_pause(txn: Txn, mission_id: str) -> MissionState:
@@ -208,10 +238,13 @@ def register(server: KeelServer) -> None:
                     f"keel: watching {len(server.hub.views)} missions; re-attached to {len(live)} with a live host",
                     types.MessageType.Info,
                 )
-            for mid, view in list(server.hub.views.items()):
+            views = list(server.hub.views.items())
+            remote = [v for _, v in views if _elsewhere(v.record) and _needs_host(v)] if _takes_over(server) else []
+            silent = await server.blocking(_silent_elsewhere, server, remote) if remote else set()
+            for mid, view in views:
                 watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
                 if watch.phase is not P.RESTARTING:
-                    watch.step(view, now)
+                    watch.step(view, now, silent=mid in silent)
 
     server.on_ready.append(supervise)
 
