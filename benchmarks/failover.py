@@ -36,9 +36,8 @@ from engine_helpers import write_mission
 from keel.protocol.states import MissionState
 from keel.storage import Store, hostlease
 from keel.storage import missions as m
-from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
-from tests.postgres.machines import Machine, can_make_machines
+from tests.postgres.machines import Machine, can_make_machines, git, git_workspace, markers, store_folder
 
 UNITS = ("a", "b", "c")
 
@@ -58,44 +57,25 @@ def _mission(folder: Path, side: Path) -> Path:
     return write_mission(folder, [unit(uid) for uid in UNITS], name="failover", max_parallel=3)
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _store(ws: Path, url: str) -> Path:
-    folder = ws / ".keel" / "shared"
-    folder.mkdir(parents=True)
-    (folder / URL_FILE).write_text(url + "\n")
-    return folder
-
-
-def _markers(side: Path) -> list[str]:
-    return side.read_text().split() if side.exists() else []
-
-
 def _round(folder: Path, server: PgServer, strike: str, ttl: float) -> dict[str, Any]:
     schema = server.new_schema()
     a, b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
     procs: list[subprocess.Popen[str]] = []
     try:
         ws = folder / "a" / "ws"
-        ws.mkdir(parents=True)
-        (ws / "README.md").write_text("failover\n")
-        _git(ws, "init", "-q", "-b", "main")
-        _git(ws, "add", "-A")
-        _git(ws, "-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-q", "-m", "init")
-        _git(folder, "clone", "-q", str(ws), str(folder / "b" / "ws"))
+        git_workspace(ws)
+        git(folder, "clone", "-q", str(ws), str(folder / "b" / "ws"))
         side = folder / "side.log"
         mission = _mission(folder / "a", side)
-        store_a, store_b = _store(ws, a.url(schema)), _store(folder / "b" / "ws", b.url(schema))
-        observer = Store.open(_store(folder / "observer", server.store_url(schema)))
+        store_a, store_b = store_folder(ws, a.url(schema)), store_folder(folder / "b" / "ws", b.url(schema))
+        observer = Store.open(store_folder(folder / "observer", server.store_url(schema)))
         env = {"KEEL_HOST_LEASE_TTL_S": str(ttl)}
         procs.append(b.keel("supervise", "--store", str(store_b), env=env, stdout=subprocess.DEVNULL))
         host = a.keel("run", str(mission), "--json", "--store", str(store_a), env=env, stdout=subprocess.PIPE)
         procs.append(host)
         assert host.stdout is not None
         mid = json.loads(host.stdout.readline())["mission"]
-        while not _markers(side):
+        while not markers(side):
             time.sleep(0.005)
         struck = time.monotonic()
         wall = time.time()
@@ -122,7 +102,7 @@ def _round(folder: Path, server: PgServer, strike: str, ttl: float) -> dict[str,
                 question = record.question
                 entry = observer.read(lambda t, q=question: m.journal_get(t, mid, q.lane, q.seq))
                 marker = str(entry.result.get("cmd", "")).rsplit("echo ", 1)[1].split(" ")[0]
-                choice = "skip" if marker in _markers(side) else "rerun"
+                choice = "skip" if marker in markers(side) else "rerun"
                 answer = b.keel("answer", mid, choice, "--store", str(store_b), stdout=subprocess.DEVNULL)
                 answer.wait(60)
                 answered += 1

@@ -19,6 +19,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from pathlib import Path
+
+from keel.storage.location import URL_FILE
+from tests.postgres.pgproxy import relay
 
 NET = 77  # 10.77.<index>.0/24 per machine
 
@@ -124,17 +128,32 @@ class Machine:
             except OSError:
                 client.close()
                 continue
-            threading.Thread(target=_relay, args=(client, server), daemon=True).start()
-            threading.Thread(target=_relay, args=(server, client), daemon=True).start()
+            threading.Thread(target=relay, args=(client, server), daemon=True).start()
+            threading.Thread(target=relay, args=(server, client), daemon=True).start()
 
 
-def _relay(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+# -- what both machines' missions need ------------------------------------------------------------------
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def git_workspace(ws: Path) -> None:
+    """A workspace with one commit (machine B gets a clone of it)."""
+    ws.mkdir(parents=True)
+    (ws / "README.md").write_text("two machines\n")
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "add", "-A")
+    git(ws, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "init")
+
+
+def store_folder(ws: Path, url: str) -> Path:
+    """A workspace's store folder naming the shared store by `url`."""
+    folder = ws / ".keel" / "shared"
+    folder.mkdir(parents=True)
+    (folder / URL_FILE).write_text(url + "\n")
+    return folder
+
+
+def markers(side: Path) -> list[str]:
+    """The effects made so far: the side log's lines."""
+    return side.read_text().split() if side.exists() else []

@@ -48,20 +48,8 @@ class PgProxy:
             except OSError:
                 return
             server = socket.create_connection(("127.0.0.1", self.server_port))
-            threading.Thread(target=self._relay, args=(server, client), daemon=True).start()
+            threading.Thread(target=relay, args=(server, client), daemon=True).start()
             threading.Thread(target=self._client_side, args=(client, server), daemon=True).start()
-
-    @staticmethod
-    def _relay(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (src, dst):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
     def _client_side(self, client: socket.socket, server: socket.socket) -> None:
         try:
@@ -103,3 +91,16 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError("closed")
         data += chunk
     return data
+
+
+def relay(src: socket.socket, dst: socket.socket) -> None:
+    """Copy what `src` sends to `dst` until either side ends; then end both."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -37,9 +37,8 @@ from pytest_lsp import make_test_lsp_client
 from keel.protocol.states import MissionState
 from keel.storage import hostlease
 from keel.storage import missions as m
-from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
-from tests.postgres.machines import Machine, can_make_machines
+from tests.postgres.machines import Machine, can_make_machines, git, git_workspace, markers, store_folder
 
 pytestmark = pytest.mark.skipif(bool(can_make_machines()), reason=can_make_machines() or "")
 
@@ -71,37 +70,14 @@ def _units(side: Path) -> list[dict[str, Any]]:
     return [unit(uid) for uid in UNITS]
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _workspace(ws: Path) -> None:
-    ws.mkdir(parents=True)
-    (ws / "README.md").write_text("two machines\n")
-    _git(ws, "init", "-q", "-b", "main")
-    _git(ws, "add", "-A")
-    _git(ws, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "init")
-
-
-def _store(ws: Path, url: str) -> Path:
-    folder = ws / ".keel" / "shared"
-    folder.mkdir(parents=True)
-    (folder / URL_FILE).write_text(url + "\n")
-    return folder
-
-
-def _markers(side: Path) -> list[str]:
-    return side.read_text().split() if side.exists() else []
-
-
 def _reference(folder: Path, server: PgServer) -> dict[str, Any]:
     side = folder / "side.log"
-    _workspace(folder / "ws")
+    git_workspace(folder / "ws")
     mission = write_mission(folder, _units(side), max_parallel=3)
-    store = _store(folder / "ws", server.store_url(server.new_schema()))
+    store = store_folder(folder / "ws", server.store_url(server.new_schema()))
     done = keel("run", str(mission), "--json", store=store, timeout=120, check_rc=0)
     mid = json.loads(done.stdout.splitlines()[0])["mission"]
-    return {"side": sorted(_markers(side)), "files": files(Path(record(store, mid).sandbox))}
+    return {"side": sorted(markers(side)), "files": files(Path(record(store, mid).sandbox))}
 
 
 def _answer(machine: Machine, its_store: Path, store: Path, mid: str, side: Path) -> None:
@@ -111,7 +87,7 @@ def _answer(machine: Machine, its_store: Path, store: Path, mid: str, side: Path
     entry = read(store, lambda t: m.journal_get(t, mid, question.lane, question.seq))
     cmd = str(entry.result.get("cmd", ""))
     marker = cmd.rsplit("echo ", 1)[1].split(" ")[0]
-    choice = "skip" if marker in _markers(side) else "rerun"
+    choice = "skip" if marker in markers(side) else "rerun"
     answered = machine.keel(
         "answer", mid, choice, "--store", str(its_store), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -130,12 +106,12 @@ class TwoMachines:
         schema = server.new_schema()
         self.a, self.b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
         self.side = tmp_path / "side.log"
-        _workspace(tmp_path / "a" / "ws")
+        git_workspace(tmp_path / "a" / "ws")
         self.mission = write_mission(tmp_path / "a", _units(self.side), max_parallel=3)
-        _git(tmp_path, "clone", "-q", str(tmp_path / "a" / "ws"), str(tmp_path / "b" / "ws"))
-        self.store_a = _store(tmp_path / "a" / "ws", self.a.url(schema))
-        self.store_b = _store(tmp_path / "b" / "ws", self.b.url(schema))
-        self.observer = _store(tmp_path / "observer", server.store_url(schema))
+        git(tmp_path, "clone", "-q", str(tmp_path / "a" / "ws"), str(tmp_path / "b" / "ws"))
+        self.store_a = store_folder(tmp_path / "a" / "ws", self.a.url(schema))
+        self.store_b = store_folder(tmp_path / "b" / "ws", self.b.url(schema))
+        self.observer = store_folder(tmp_path / "observer", server.store_url(schema))
         self.env = {"KEEL_HOST_LEASE_TTL_S": TTL_S}
         self.procs: list[subprocess.Popen[str]] = []
 
@@ -160,13 +136,13 @@ class TwoMachines:
         mid = json.loads(host.stdout.readline())["mission"]
 
         deadline = time.monotonic() + 60
-        while "a-1" not in _markers(side) and "b-1" not in _markers(side):
+        while "a-1" not in markers(side) and "b-1" not in markers(side):
             assert host.poll() is None and time.monotonic() < deadline, "the mission ended before the strike"
             time.sleep(0.005)
         lease = read(here, lambda t: hostlease.get(t, mid))
         assert record(here, mid).state == MissionState.RUNNING, "the mission is not running: nothing to strike"
         assert lease is not None and lease.hostname == "machine-a", f"machine A's host holds no lease: {lease}"
-        before = len(_markers(side))
+        before = len(markers(side))
         struck_at = time.monotonic()
         if strike == "kill":
             killed = a.kill()
@@ -195,9 +171,9 @@ class TwoMachines:
         final = record(here, mid)
         assert final.machine == "machine-b" and final.state == MissionState.COMPLETED
         assert Path(final.sandbox).is_relative_to(self.root / "b" / "ws")
-        counts = collections.Counter(_markers(side))
-        assert before < len(_markers(side)), "the mission had run all its effects before the strike"
-        assert all(n == 1 for n in counts.values()), f"an effect ran twice: {_markers(side)}"
+        counts = collections.Counter(markers(side))
+        assert before < len(markers(side)), "the mission had run all its effects before the strike"
+        assert all(n == 1 for n in counts.values()), f"an effect ran twice: {markers(side)}"
         assert sorted(counts) == self.reference["side"], f"effects lost: {sorted(counts)}"
         assert files(Path(final.sandbox)) == self.reference["files"]
         events = unit_events(here, mid)
