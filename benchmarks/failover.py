@@ -65,6 +65,7 @@ def _round(folder: Path, server: PgServer, strike: str, ttl: float) -> dict[str,
         ws = folder / "a" / "ws"
         git_workspace(ws)
         git(folder, "clone", "-q", str(ws), str(folder / "b" / "ws"))
+        a.hide, b.hide = [folder / "b"], [folder / "a"]
         side = folder / "side.log"
         mission = _mission(folder / "a", side)
         store_a, store_b = store_folder(ws, a.url(schema)), store_folder(folder / "b" / "ws", b.url(schema))

@@ -25,7 +25,7 @@ import msgspec
 
 from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
 from keel.protocol.states import LeaseState, UnitState
-from keel.server.engine import merge, moving, places, trees
+from keel.server.engine import faultpoints, merge, moving, places, trees
 from keel.server.engine.agentproc import AgentProcess, kill_session
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import lane
@@ -178,6 +178,7 @@ class Registry:
                     leases.put(txn, self.mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1))
 
             await self.host.writer.commit(write)
+            faultpoints.pause_here("MOVE_UNIT")  # crash tests: a mission half moved
 
     async def recover(self) -> list[SubagentLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.

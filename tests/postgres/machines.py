@@ -4,7 +4,9 @@ A `Machine` is a network namespace (`ip netns`) joined to this one by a veth pai
 127.0.0.1 only; a forwarder on this side of the pair (its address, a free port) relays each connection to
 it, with TCP keepalives on the machine's side, so a machine that vanishes is noticed as it would be across
 a real network. Every process a machine starts runs in its namespace and in a UTS namespace of its own
-named after the machine (`unshare --uts`), so keel sees another node name there. `cut()` takes the link
+named after the machine (`unshare --uts`), so keel sees another node name there, and in a mount
+namespace where the other machines' folders are empty (`hide`): what keel does not carry through the
+store is not there. `cut()` takes the link
 down (the machine's packets go nowhere, its connections hang), `mend()` brings it back, `kill()` SIGKILLs
 every process in the namespace and removes the link: the machine is gone. Needs root, `ip` and `unshare`.
 """
@@ -59,6 +61,7 @@ class Machine:
         _ip("link", "set", inner, "up", netns=self.netns)
         _ip("link", "set", "lo", "up", netns=self.netns)
         self._server_port = server_port
+        self.hide: list[Path] = []  # folders of other machines, not on this one's disk
         self._listener = socket.create_server((self.address, 0))
         self.port = int(self._listener.getsockname()[1])
         threading.Thread(target=self._accept, daemon=True).start()
@@ -67,10 +70,12 @@ class Machine:
         return f"postgresql://postgres@{self.address}:{self.port}/postgres?options=-csearch_path%3D{schema}"
 
     def command(self, *args: str) -> list[str]:
-        """A command line that runs `args` on this machine (its network, its node name)."""
+        """A command line that runs `args` on this machine: its network, its node name, and its own disk
+        (`hide`: other machines' folders, each covered by an empty tmpfs in a mount namespace of its own)."""
+        hide = "".join(f" && mount -t tmpfs keel-elsewhere '{path}'" for path in self.hide)
         return [
             "ip", "netns", "exec", self.netns,
-            "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *args,
+            "unshare", "--uts", "--mount", "sh", "-c", f'hostname "$0"{hide} && exec "$@"', self.name, *args,
         ]  # fmt: skip
 
     def keel(self, *args: str, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen[str]:

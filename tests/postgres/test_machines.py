@@ -8,7 +8,8 @@ lease. Then either A is killed whole (every process in its namespace SIGKILLed, 
 lease go silent, start a host on B, which makes the mission's sandboxes on B from the store and
 completes the mission, each unit carrying on from its journal in a sandbox made from the store (none
 starts again from scratch). For `cut`, A's link then comes back: A's host must find its lease taken and stop
-without writing (exit 7).
+without writing (exit 7). In `kill-mover`, B's first host is killed too, after it has moved one
+unit's lease but before the mission record names B: the next host on B must move it again.
 
 Checked, on the product: the mission completes on B; every effect ran exactly once (an effect whose
 outcome a machine's death left unknown is a question, answered as a person would from the side log);
@@ -23,6 +24,7 @@ import asyncio
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,7 +37,7 @@ from lsprotocol import types
 from pytest_lsp import make_test_lsp_client
 
 from keel.protocol.states import MissionState
-from keel.storage import hostlease
+from keel.storage import hostlease, leases
 from keel.storage import missions as m
 from tests.pgserver import PgServer
 from tests.postgres.machines import Machine, can_make_machines, git, git_workspace, markers, store_folder
@@ -109,11 +111,18 @@ class TwoMachines:
         git_workspace(tmp_path / "a" / "ws")
         self.mission = write_mission(tmp_path / "a", _units(self.side), max_parallel=3)
         git(tmp_path, "clone", "-q", str(tmp_path / "a" / "ws"), str(tmp_path / "b" / "ws"))
+        self.a.hide, self.b.hide = [tmp_path / "b"], [tmp_path / "a"]  # each machine has its own disk
         self.store_a = store_folder(tmp_path / "a" / "ws", self.a.url(schema))
         self.store_b = store_folder(tmp_path / "b" / "ws", self.b.url(schema))
         self.observer = store_folder(tmp_path / "observer", server.store_url(schema))
         self.env = {"KEEL_HOST_LEASE_TTL_S": TTL_S}
+        self.mover_mark: Path | None = None
         self.procs: list[subprocess.Popen[str]] = []
+
+    def strike_mover(self) -> None:
+        """Make B's hosts stop for a second after moving each unit, so that the test can kill the first."""
+        self.mover_mark = self.root / "mover.pid"
+        self.env["KEEL_FAULT_MOVE_UNIT"] = f"{self.mover_mark}:1"
 
     def remove(self) -> None:
         for machine in (self.a, self.b):
@@ -149,6 +158,13 @@ class TwoMachines:
             assert host.pid in killed or host.poll() is not None
         else:
             a.cut()
+
+        if self.mover_mark is not None:  # B's first host is killed half-way through moving the mission
+            pid = int(_until_text(self.mover_mark))
+            moved = [x for x in read(here, lambda t: leases.list_leases(t, mid)) if str(self.root / "b") in x.sandbox]
+            assert record(here, mid).machine == "machine-a" and moved, "B's host is not in the middle of a move"
+            os.kill(pid, signal.SIGKILL)
+            self.mover_mark.unlink()
 
         moved_after = None
         deadline = time.monotonic() + 180
@@ -188,19 +204,29 @@ class TwoMachines:
         return f"{strike}: machine B's host held the lease {moved_after:.2f} s after the strike (ttl {TTL_S} s)"
 
 
+def _until_text(path: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and (text := path.read_text().strip())):
+        assert time.monotonic() < deadline, f"{path.name} was not written"
+        time.sleep(0.005)
+    return text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("strike", ["kill", "cut"])
+@pytest.mark.parametrize("strike", ["kill", "cut", "kill-mover"])
 def test_mission_moves_to_another_machine_when_its_machine_is_lost(
     tmp_path: Path, pg_server: PgServer, strike: str
 ) -> None:
     machines = TwoMachines(tmp_path, pg_server)
+    if strike == "kill-mover":
+        machines.strike_mover()
     try:
         supervise = ("supervise", "--store", str(machines.store_b), "--interval", "0.2")
         machines.procs.append(
             machines.b.keel(*supervise, env=machines.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
-        timing = machines.lose_a(strike)
+        timing = machines.lose_a(strike.removesuffix("-mover"))
     finally:
         machines.remove()
     ARTIFACTS.mkdir(exist_ok=True)
