@@ -42,9 +42,11 @@ def here() -> str:
     return os.uname().nodename
 
 
-def moved(record: MissionRecord) -> bool:
-    """The mission's sandboxes are on another machine (a record that names none is taken as this one's)."""
-    return bool(record.machine) and record.machine != here()
+def moved(record: MissionRecord, store: Store) -> bool:
+    """The mission's sandboxes are on another machine. Only a shared store's missions move: an LMDB store
+    is on this machine's disk with its sandboxes, whatever this machine is called now (a container gets a
+    new name each time it starts). A record that names no machine is taken as this one's."""
+    return store.shared and bool(record.machine) and record.machine != here()
 
 
 def workspace_of(store_path: Path) -> Path:

@@ -9,13 +9,18 @@ and exits 7; a host that stops releases its lease, so the next host anywhere nee
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 
 from keel.protocol.records import HostLease
 from keel.protocol.states import MissionState
-from keel.storage import Store, hostlease
+from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 
 
@@ -114,3 +119,38 @@ def test_a_host_whose_lease_was_taken_stops_without_writing(tmp_path: Path) -> N
     assert after == before  # no checkpoint, no event since the lease was taken
     assert read(store, lambda t: hostlease.get(t, mid)) == taken  # not released by the fenced host
     assert record(store, mid).state == MissionState.RUNNING  # for the lease's holder to carry on
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("unshare") is None, reason="a node name of its own needs root")
+def test_a_mission_resumed_under_another_node_name_moves_only_on_a_shared_store(tmp_path: Path, backend: str) -> None:
+    """A container gets a new node name each time it starts: an LMDB mission resumed there is the same
+    machine's (its sandboxes are on this disk) and carries on in place; a PostgreSQL mission moves (its
+    sandboxes are made again from the store), and both finish with every effect once."""
+    side = tmp_path / "side.log"
+    mission = write_mission(tmp_path, _units(side))
+    store = tmp_path / "store"
+    host = start_keel("run", str(mission), store=store, env={"KEEL_HOST_LEASE_TTL_S": "1"})
+    mid = mission_id_of(host)
+
+    def first_effects_recorded(t: Txn) -> bool:
+        return all(getattr(m.journal_get(t, mid, f"u{i}", 1), "phase", "") == "done" for i in range(3))
+
+    wait_for(lambda: read(store, first_effects_recorded))  # none in doubt: nothing to ask about
+    kill(host)
+    # under another name, the killed host's lease is another machine's: it is waited out (its ttl)
+    wait_for(lambda: read(store, lambda t: hostlease.live(t, mid)) is None)
+    before = record(store, mid)
+    assert before.state == MissionState.RUNNING and before.machine == os.uname().nodename
+    renamed = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", 'hostname renamed-node && exec "$@"', "sh",
+         sys.executable, "-m", "keel.server.cli", "resume", mid, "--store", str(store), "--plain"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert renamed.returncode == 0, renamed.stdout + renamed.stderr
+    after = record(store, mid)
+    assert after.state == MissionState.COMPLETED and after.machine == "renamed-node"
+    moved = "moves here" in renamed.stdout
+    assert moved == (backend == "postgresql"), renamed.stdout
+    assert (after.sandbox == before.sandbox) or backend == "postgresql"
+    lines = side.read_text().split()
+    assert sorted(lines) == sorted(f"u{i}-{k}" for i in range(3) for k in (1, 2)), lines
