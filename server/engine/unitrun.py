@@ -179,9 +179,10 @@ class UnitSession:
             self.unsettled = unsettled_effects(self.entries.values())
             self.asked = {}
         self.handed = 0
-        if not self.appending and self.seq == 0:  # the worker answers what it can of the replay (replay.py)
-            notice, self.handed = replay_notice(self.entries.values())
-            if notice:
+        if not self.appending and self.entries:  # the worker answers what it can of the replay (replay.py)
+            notice, handed = await asyncio.to_thread(replay_notice, list(self.entries.values()))
+            if notice and self.seq == 0:  # else the agent's requests are already being numbered here
+                self.handed = handed
                 proc.send_body(notice)
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
