@@ -127,7 +127,7 @@ def journal_put(txn: Txn, mission_id: str, unit_id: str, entry: JournalEntry) ->
 
 
 def journal_entries(txn: Txn, mission_id: str, unit_id: str, upto: int | None = None) -> list[JournalEntry]:
-    return [e for _, e in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, upto=upto)]
+    return txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, upto=upto)
 
 
 def journal_truncate(txn: Txn, mission_id: str, unit_id: str, after: int) -> int:
@@ -176,7 +176,7 @@ def commit_checkpoint(txn: Txn, manifest: CheckpointManifest, *, label: str = ""
 
 
 def restore_points(txn: Txn, mission_id: str) -> list[RestorePoint]:
-    return [p for _, p in txn.read_log(DB.POINTS, mission_prefix(mission_id), RestorePoint)]
+    return txn.log_values(DB.POINTS, mission_prefix(mission_id), RestorePoint)
 
 
 def get_point(txn: Txn, mission_id: str, point_id: str) -> RestorePoint:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from keel.storage.errors import CorruptRecordError
 
@@ -27,6 +27,8 @@ try:  # hashlib's own BLAKE2b, without hashlib's loading of OpenSSL: a few ms of
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - an interpreter without CPython's _blake2 module
     from hashlib import blake2b
+
+T = TypeVar("T")
 
 MAGIC = b"KEEL"
 FORMAT_VERSION = 1
@@ -122,6 +124,57 @@ def log_opener(db: str, prefix: bytes) -> Callable[[bytes, bytes], tuple[Codec, 
         return msgpack, payload
 
     return open_log_record
+
+
+def open_log(
+    db: str,
+    prefix: bytes,
+    records: Iterable[tuple[bytes, bytes]],
+    stop: bytes,
+    decode: Callable[[bytes | memoryview], T],
+) -> list[T]:
+    """Verify and decode a log's records: `records` are (key, sealed bytes) in key order from the first
+    wanted key, read until a key at or after `stop`. Every record is verified as
+    `open_view` verifies it, in one loop with no call per record but the digest's and `decode` (a resume
+    reads whole journal lanes through here). `stop` must be at most `prefix`'s end (`txn.prefix_end`), so
+    every key read starts with `prefix`; the log's entries are the keys of `prefix` and an 8-byte sequence
+    number, and a key of another shape is passed over. An error of `decode` is raised as it is.
+
+    Each record is hashed from a state that has hashed the database name and the key's length once; a
+    record whose header is not that of a msgpack record of its length goes through `open_view`, which
+    names what is wrong with it (or its codec: a log holds msgpack records only)."""
+    size = len(prefix) + 8
+    state = _db_state(db).copy()
+    state.update(_key_length(size))
+    copy = state.copy
+    heads: dict[int, bytes | None] = {}  # a record's length -> its header's first 12 bytes
+    out: list[T] = []
+    append = out.append
+    for key, data in records:
+        if key >= stop:
+            break
+        head = data[:12]
+        if len(key) != size or head != heads.get(len(data)):
+            if len(key) != size:
+                continue  # not an entry of this log
+            expected = _log_head(len(data))
+            if head != expected:
+                codec, _ = open_view(db, key, data)  # names what is wrong, or the codec: only RAW is left
+                raise CorruptRecordError(db, key, f"expected a msgpack record, found codec {codec.name}")
+            heads[len(data)] = expected
+        h = copy()
+        h.update(key + head)
+        payload = data[HEADER_SIZE:] if len(data) < _VIEW_FROM else memoryview(data)[HEADER_SIZE:]
+        h.update(payload)
+        if h.digest() != data[12:HEADER_SIZE]:
+            raise CorruptRecordError(db, key, "digest mismatch (BLAKE2b-256)")
+        append(decode(payload))
+    return out
+
+
+def _log_head(length: int) -> bytes | None:
+    """The first 12 header bytes of a msgpack record of `length` bytes (None: too short to be one)."""
+    return None if length < HEADER_SIZE else _MSGPACK_HEAD + (length - HEADER_SIZE).to_bytes(4, "big")
 
 
 def _diagnose(db: str, key: bytes, data: bytes) -> CorruptRecordError:

@@ -132,8 +132,16 @@ def resolve_command(command: tuple[str, ...]) -> list[str]:
 
 
 class AgentProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, handler: Handler, name: str, log: Path) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        handler: Handler,
+        name: str,
+        log: Path,
+        on_notice: Callable[[str, Any], None] | None = None,
+    ) -> None:
         self.proc = proc
+        self._on_notice = on_notice
         self.log = log
         self.name = name
         self.state = ProcState.STARTING
@@ -155,7 +163,10 @@ class AgentProcess:
         handler: Handler,
         name: str,
         hide_env: frozenset[str] = frozenset(),
+        on_notice: Callable[[str, Any], None] | None = None,
     ) -> AgentProcess:
+        """Start the process; `handler` answers its requests, `on_notice` (if any) hears its notifications,
+        each before any frame that came after it is read."""
         with _open_log(log) as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
@@ -170,7 +181,7 @@ class AgentProcess:
                 )
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
-        return cls(proc, handler, name, log)
+        return cls(proc, handler, name, log, on_notice)
 
     def _set_state(self, new: ProcState) -> None:
         if new == self.state:
@@ -194,11 +205,15 @@ class AgentProcess:
         return await future
 
     def _send(self, message: rpc.Message) -> None:
+        self.send_body(rpc.encode(message))
+
+    def send_body(self, body: bytes) -> None:
+        """Send one message already encoded as JSON (a notification the caller built itself)."""
         stdin = self.proc.stdin
         if stdin is None or stdin.is_closing():
             return
         with contextlib.suppress(ConnectionError, RuntimeError):
-            stdin.write(frame(rpc.encode(message)))
+            stdin.write(frame(body))
 
     async def _read_loop(self) -> None:
         assert self.proc.stdout is not None
@@ -253,8 +268,9 @@ class AgentProcess:
                 future = self._pending.pop(msg_id, None) if isinstance(msg_id, int) else None
                 if future is not None and not future.done():
                     future.set_exception(RemoteError(error.message, error.code))
-            case rpc.Notification():
-                pass  # agents may log through notifications; nothing to do
+            case rpc.Notification(method=method, params=params):
+                if self._on_notice is not None:  # else agents may log through notifications; nothing to do
+                    self._on_notice(method, params)
 
     async def _answer(self, method: str, msg_id: rpc.Id, params: Any) -> None:
         try:

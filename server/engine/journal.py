@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
+from keel.protocol.modelwire import normalise
 from keel.storage import Store, Txn
 from keel.storage.errors import StoreBusyError, StoreUnavailableError
 
@@ -47,6 +48,21 @@ def fingerprint(method: str, params: Any) -> str:
     h.update(b"\x00")
     h.update(canonical.encode())
     return h.hexdigest()
+
+
+def fingerprint_basis(method: str, params: Any) -> Any:
+    """What a request's fingerprint is taken over: the params, or for a proxied model request its body
+    without the fields that differ between identical runs (modelwire.normalise)."""
+    if method == "effect/ask" and isinstance(params, dict):  # the agent mints a new call id for the same effect
+        return {k: v for k, v in params.items() if k != "call_id"}
+    if method != "model/forward" or not isinstance(params, dict):
+        return params
+    return {"api": params.get("api"), "path": params.get("path"), "body": normalise(params.get("body"))}
+
+
+def request_fingerprint(method: str, params: Any) -> str:
+    """The fingerprint of an agent's request as its journal entry records it (host and worker alike)."""
+    return fingerprint(method, fingerprint_basis(method, params))
 
 
 def lane(unit_id: str, epoch: int) -> str:

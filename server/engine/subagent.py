@@ -10,6 +10,9 @@ of its own next to the agent:
 - the unit's completion: when the agent answers `unit/run`, the unit's changes are committed on its
   branch and the completion (result, commit, tree digest) is recorded in ONE transaction that checks the
   epoch — a stale worker's late completion is rejected, logged as an event, and never reaches the host;
+- replay: a restarted agent's requests that the journal recorded as done are answered here from the
+  table the host sends before `unit/run`, while they match it; the first frame that does not goes to the
+  host, after a notice of how many were answered (server/engine/replay.py);
 - parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
   and exit within 2 s. Journal entries stay with the host (its group-committing writer).
 - a full disk: a heartbeat that cannot be written is skipped (never the store's reserve: that is the
@@ -39,6 +42,7 @@ from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.protocol.states import LeaseState
 from keel.server.engine.merge import clear_stale_locks, commit_unit
+from keel.server.engine.replay import REPLAYED, WorkerReplay, is_replay_notice
 from keel.server.engine.trees import Snapshotter, tree_digest
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -66,6 +70,8 @@ class Worker:
         self.exit_code: int | None = None
         self.finished = threading.Event()
         self._out_lock = threading.Lock()
+        self._in_lock = threading.Lock()  # the agent's stdin: frames from the host, and replayed answers
+        self.replay = WorkerReplay()
         self.agent: subprocess.Popen[bytes] | None = None
 
     # -- the three loops ------------------------------------------------------------------------------
@@ -118,10 +124,13 @@ class Worker:
         try:
             while (body := read_frame(stdin)) is not None:
                 message = rpc.decode(body)
+                if is_replay_notice(message):  # for this worker, never the agent
+                    if not self.replay.load(body):
+                        self._log("replay table refused: the agent already sent the host a request")
+                    continue
                 if isinstance(message, rpc.Request) and message.method == "unit/run":
                     self.run_id = message.id
-                self.agent.stdin.write(frame(body))
-                self.agent.stdin.flush()
+                self._to_agent(body)
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"host connection ended: {exc}")
         self._orphaned("its parent closed the pipe")
@@ -133,6 +142,14 @@ class Worker:
         try:
             while (body := read_frame(stdout)) is not None:
                 message = rpc.decode(body)
+                if (reply := self.replay.answer(message)) is not None:
+                    self._to_agent(reply)
+                    continue
+                if (handed_over := self.replay.handover(message)) is not None:
+                    self._to_host(handed_over)
+                if isinstance(message, rpc.Notification) and message.method == REPLAYED:
+                    self._log(f"dropped the agent's {REPLAYED} notification: only a worker sends it")
+                    continue
                 finishing = isinstance(message, rpc.Response) and self.run_id is not None and message.id == self.run_id
                 try:
                     if finishing and not self._complete(message.result):  # type: ignore[union-attr]
@@ -143,9 +160,7 @@ class Worker:
                     self._send(rpc.ErrorResponse(id=self.run_id, error=rpc.ErrorObject(ERR_DISK_FULL, exc.message)))
                     self._finish(EXIT_DISK_FULL)
                     return
-                with self._out_lock:
-                    self.out.write(frame(body))
-                    self.out.flush()
+                self._to_host(body)
         except ProtocolError as exc:  # the agent is gone before the host hears why, as a frame of its own
             self._log(f"agent wrote garbage: {exc.message}")
             self._kill_agent_group()
@@ -239,6 +254,17 @@ class Worker:
         self._kill_agent_group()
         with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=5)
+
+    def _to_agent(self, body: bytes) -> None:
+        assert self.agent is not None and self.agent.stdin is not None
+        with self._in_lock:
+            self.agent.stdin.write(frame(body))
+            self.agent.stdin.flush()
+
+    def _to_host(self, body: bytes) -> None:
+        with self._out_lock:
+            self.out.write(frame(body))
+            self.out.flush()
 
     def _send(self, message: rpc.Message) -> None:
         with self._out_lock, contextlib.suppress(OSError):

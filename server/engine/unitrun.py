@@ -27,16 +27,16 @@ from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.errors import DiskFullError, KeelError
-from keel.protocol.modelwire import normalise
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.interface import Host, Step, StepResult, answer
-from keel.server.engine.journal import NondeterminismError, fingerprint, lane
+from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Registry
+from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.storage import Txn, leases
@@ -76,6 +76,7 @@ class UnitSession:
         self.unsettled: dict[str, JournalEntry] = {}
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
+        self.handed = 0  # entries 1..handed were sent to the worker to answer (replay.py), until it reports
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -159,6 +160,7 @@ class UnitSession:
             name=self.unit.id,
             hide_env=self.models.hidden_env,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
+            on_notice=self._notice,
         )
         if self.stopping:
             return Outcome(K.STOPPED)
@@ -176,6 +178,12 @@ class UnitSession:
             self.seq = self.top
             self.unsettled = unsettled_effects(self.entries.values())
             self.asked = {}
+        self.handed = 0
+        if not self.appending and self.entries:  # the worker answers what it can of the replay (replay.py)
+            notice, handed = await asyncio.to_thread(replay_notice, list(self.entries.values()))
+            if notice and self.seq == 0:  # else the agent's requests are already being numbered here
+                self.handed = handed
+                proc.send_body(notice)
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
         params = ap.UnitRunParams(
@@ -247,7 +255,7 @@ class UnitSession:
             await asyncio.Event().wait()  # never answered: the agent is about to be stopped
         self.seq += 1
         seq = self.seq
-        fp = fingerprint(method, fingerprint_basis(method, params))
+        fp = request_fingerprint(method, params)
         entry = self.entries.get(seq)
         if self.appending:  # nothing is answered by position; an effect in doubt is settled by its own entry
             entry = self.unsettled.pop(fp, None) if method in ("tool/run", "effect/ask") else None
@@ -313,6 +321,27 @@ class UnitSession:
         )
         self.fatal = error
         raise HandlerError(ap.ERR_NONDETERMINISM, error.message)
+
+    def _notice(self, method: str, params: Any) -> None:
+        if method == REPLAYED:
+            self.replayed_by_worker(replayed_count(params))
+
+    def replayed_by_worker(self, count: int) -> None:
+        """The worker answered the agent's first `count` requests from the entries it was handed; the next
+        request is number count + 1. A report that cannot be true fails the unit."""
+        handed, self.handed = self.handed, 0
+        if self.seq != 0 or not 0 < count <= handed:
+            error = AgentError(
+                f"unit {self.unit.id}'s worker reported {count} replayed requests, but it was handed "
+                f"{handed} entries and the host had numbered {self.seq} requests"
+            )
+            self.fatal = error
+            if self.proc is not None:
+                self.proc._fail(error)
+            return
+        self.seq = count
+        self.replayed += count
+        self.host.stats["replayed"] += count
 
     @property
     def unit_id(self) -> str:
@@ -503,16 +532,6 @@ async def _effect_done(session: UnitSession, step: Step, params: Any) -> Any:
     if settled is not None:
         session.entries[seq] = settled
     return answered
-
-
-def fingerprint_basis(method: str, params: Any) -> Any:
-    """What a request's fingerprint is taken over: the params, or for a proxied model request its body
-    without the fields that differ between identical runs (modelwire.normalise)."""
-    if method == "effect/ask" and isinstance(params, dict):  # the agent mints a new call id for the same effect
-        return {k: v for k, v in params.items() if k != "call_id"}
-    if method != "model/forward" or not isinstance(params, dict):
-        return params
-    return {"api": params.get("api"), "path": params.get("path"), "body": normalise(params.get("body"))}
 
 
 def unsettled_effects(entries: Iterable[JournalEntry]) -> dict[str, JournalEntry]:

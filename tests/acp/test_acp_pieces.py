@@ -16,8 +16,7 @@ from keel.protocol import agent as ap
 from keel.protocol.errors import MissionFileError
 from keel.protocol.missionfile import parse_mission
 from keel.protocol.modelwire import normalise
-from keel.server.engine.journal import fingerprint
-from keel.server.engine.unitrun import fingerprint_basis
+from keel.server.engine.journal import fingerprint, fingerprint_basis
 from keel.server.providers.config import parse_provider_file
 from keel.server.providers.passthrough import usage_of
 

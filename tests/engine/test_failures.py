@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from engine_helpers import (
     AGENT,
     keel,
@@ -30,6 +31,8 @@ import os, sys
 from keel.agents.sdk import Agent
 
 async def handle(ctx):
+    for _ in range(int(sys.argv[2])):  # steps that replay the same
+        await ctx.now()
     # deterministic on the first run, different after a marker file appears: a nondeterministic agent
     if os.path.exists(sys.argv[1]):
         await ctx.random()
@@ -45,19 +48,21 @@ def _ok_unit(uid: str, side: Path) -> dict:
     return {"id": uid, "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo {uid} >> {side}"}}]}}
 
 
-def test_nondeterminism_fails_the_unit_naming_the_entry(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same", [0, 3])
+def test_nondeterminism_fails_the_unit_naming_the_entry(tmp_path: Path, same: int) -> None:
+    """Also after steps that replay the same (answered by the unit's worker): the host numbers on from them."""
     agent = tmp_path / "flaky.py"
     agent.write_text(FLAKY_AGENT)
     marker = tmp_path / "changed"
     store = tmp_path / "store"
-    mission = write_mission(tmp_path, [{"id": "x"}], agent=f"python {agent} {marker}")
+    mission = write_mission(tmp_path, [{"id": "x"}], agent=f"python {agent} {marker} {same}")
     proc = keel("run", str(mission), "--json", store=store, check_rc=3)
     mid = json.loads(proc.stdout.splitlines()[0])["mission"]
     marker.write_text("now the agent behaves differently")
     keel("answer", mid, "yes", "--no-resume", store=store, check_rc=0)
     assert keel("resume", mid, store=store).returncode == 4
     error = record(store, mid).error
-    assert f"nondeterminism in mission {mid} unit x entry 1" in error
+    assert f"nondeterminism in mission {mid} unit x entry {same + 1}" in error
     assert "the journal has now" in error and "the agent sent random" in error
 
 

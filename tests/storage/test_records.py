@@ -21,7 +21,18 @@ from keel.protocol import agent, records, rpc, spec
 from keel.protocol.states import MissionState, PauseReason, UnitState
 from keel.storage import CorruptRecordError, Store
 from keel.storage.keys import DB, log_key, unit_prefix
-from keel.storage.record import FORMAT_VERSION, HEADER_SIZE, MAGIC, Codec, log_opener, open_record, open_view, seal
+from keel.storage.record import (
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    MAGIC,
+    Codec,
+    log_opener,
+    open_log,
+    open_record,
+    open_view,
+    seal,
+)
+from keel.storage.txn import prefix_end
 from tests.storage.raw import flip_byte, raw_get, raw_put
 
 UNIT = spec.UnitSpec(id="u1", kind="shell", title="t", after=("u0",), params={"a": [1, "x"]}, timeout_s=3.5)
@@ -289,6 +300,69 @@ def test_a_truncated_log_record_is_detected(cut: int) -> None:
         log_opener("journal", LANE)(LOG_KEY, LOG_SEALED[:cut])
 
 
+def _open_log(db: str, prefix: bytes, records: list[tuple[bytes, bytes]]) -> list[Any]:
+    end = prefix_end(prefix)
+    assert end is not None
+    return open_log(db, prefix, records, end, msgspec.msgpack.Decoder().decode)
+
+
+def test_a_log_read_opens_records_of_any_length_as_open_view_does() -> None:
+    """Records of several lengths, a long one (read through a view) and lengths seen again, in one read."""
+    payloads = [msgspec.msgpack.encode("x" * n) for n in (0, 1, 5, 1, 5000, 0, 100_000, 5)]
+    sealed = [(log_key(LANE, n), seal("journal", log_key(LANE, n), p, Codec.MSGPACK)) for n, p in enumerate(payloads)]
+    assert _open_log("journal", LANE, sealed) == ["x" * n for n in (0, 1, 5, 1, 5000, 0, 100_000, 5)]
+    odd = LANE + b"not-a-seq"  # another shape of key under the prefix: no entry of the log
+    assert _open_log("journal", LANE, [(odd, seal("journal", odd, b"\x07", Codec.MSGPACK)), *sealed[:1]]) == [""]
+
+
+def test_a_log_read_stops_at_its_stop_key() -> None:
+    records = [(log_key(LANE, n), seal("journal", log_key(LANE, n), bytes([n]), Codec.MSGPACK)) for n in (1, 2, 3)]
+    assert open_log("journal", LANE, records, log_key(LANE, 3), msgspec.msgpack.Decoder().decode) == [1, 2]
+
+
+@settings(max_examples=400, deadline=None)
+@given(position=st.integers(0, len(LOG_SEALED) - 1), mask=st.integers(1, 255), index=st.integers(0, 2))
+def test_a_flipped_byte_in_a_log_read_is_detected(position: int, mask: int, index: int) -> None:
+    records = [
+        (log_key(LANE, 5 + n), seal("journal", log_key(LANE, 5 + n), LOG_SEALED[HEADER_SIZE:], Codec.MSGPACK))
+        for n in range(3)
+    ]
+    data = bytearray(records[index][1])
+    data[position] ^= mask
+    records[index] = (records[index][0], bytes(data))
+    with pytest.raises(CorruptRecordError) as info:
+        _open_log("journal", LANE, records)
+    assert info.value.key == records[index][0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(cut=st.integers(0, len(LOG_SEALED) - 1))
+def test_a_truncated_record_in_a_log_read_is_detected(cut: int) -> None:
+    with pytest.raises(CorruptRecordError, match=r"truncated|length mismatch"):
+        _open_log("journal", LANE, [(LOG_KEY, LOG_SEALED), (log_key(LANE, 6), LOG_SEALED[:cut])])
+
+
+@pytest.mark.parametrize(
+    ("db", "prefix", "key"),
+    [
+        ("journal", LANE, log_key(LANE, 6)),
+        ("journal", unit_prefix("m1", "u2"), log_key(unit_prefix("m1", "u2"), 5)),
+        ("evidence", LANE, LOG_KEY),
+    ],
+)
+def test_a_log_record_copied_to_another_key_or_db_does_not_verify_in_a_log_read(
+    db: str, prefix: bytes, key: bytes
+) -> None:
+    with pytest.raises(CorruptRecordError, match="digest mismatch"):
+        _open_log(db, prefix, [(key, LOG_SEALED)])
+
+
+def test_a_log_read_refuses_a_record_of_another_codec() -> None:
+    raw = seal("journal", LOG_KEY, b"not msgpack", Codec.RAW)
+    with pytest.raises(CorruptRecordError, match="expected a msgpack record, found codec RAW"):
+        _open_log("journal", LANE, [(LOG_KEY, raw)])
+
+
 @pytest.mark.parametrize(
     ("db", "prefix", "key"),
     [
@@ -325,13 +399,34 @@ def test_a_lane_read_finds_an_entry_copied_from_another_lane(
             lambda t: [t.put(DB.JOURNAL, log_key(prefix, n), entry) for prefix in (LANE, other) for n in (1, 2)]
         )
     raw_put(path, DB.JOURNAL, log_key(LANE, 2), raw_get(path, DB.JOURNAL, log_key(other, 2)))
-    with Store.open(path) as store, pytest.raises(CorruptRecordError, match="digest mismatch") as info:
-        store.read(lambda t: list(t.read_log(DB.JOURNAL, LANE, records.JournalEntry)))
-    assert info.value.key == log_key(LANE, 2)
+    for read in (_read_log, _log_values):
+        with Store.open(path) as store, pytest.raises(CorruptRecordError, match="digest mismatch") as info:
+            store.read(lambda t, read=read: read(t, LANE))  # type: ignore[misc]
+        assert info.value.key == log_key(LANE, 2)
+        with Store.open(path) as store:
+            assert store.read(lambda t, read=read: read(t, other)) == [entry, entry]  # type: ignore[misc]
+
+
+def _read_log(txn: Any, prefix: bytes) -> list[Any]:
+    return [value for _, value in txn.read_log(DB.JOURNAL, prefix, records.JournalEntry)]
+
+
+def _log_values(txn: Any, prefix: bytes) -> list[Any]:
+    return list(txn.log_values(DB.JOURNAL, prefix, records.JournalEntry))
+
+
+def test_a_lane_read_names_an_entry_that_does_not_decode(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    path = store_folder(tmp_path / "s")
     with Store.open(path) as store:
-        assert store.read(lambda t: list(t.read_log(DB.JOURNAL, other, records.JournalEntry))) == [
-            (1, entry),
-            (2, entry),
+        store.write(lambda t: t.put(DB.JOURNAL, log_key(LANE, 1), SAMPLES[records.JournalEntry]))
+        store.write(lambda t: t.put(DB.JOURNAL, log_key(LANE, 2), {"seq": "two"}))
+        store.write(lambda t: t.put(DB.JOURNAL, log_key(LANE, 3), SAMPLES[records.JournalEntry]))
+        for read in (_read_log, _log_values):
+            with pytest.raises(CorruptRecordError, match="does not decode as JournalEntry") as info:
+                store.read(lambda t, read=read: read(t, LANE))  # type: ignore[misc]
+            assert info.value.key == log_key(LANE, 2)
+        assert store.read(lambda t: t.log_values(DB.JOURNAL, LANE, records.JournalEntry, upto=1)) == [
+            SAMPLES[records.JournalEntry]
         ]
 
 
@@ -340,11 +435,12 @@ def test_a_lane_read_refuses_a_record_of_another_codec(tmp_path: Path, store_fol
     with Store.open(path) as store:
         store.write(lambda t: t.put(DB.JOURNAL, log_key(LANE, 1), SAMPLES[records.JournalEntry]))
     raw_put(path, DB.JOURNAL, log_key(LANE, 2), seal("journal", log_key(LANE, 2), b"x", Codec.RAW))
-    with (
-        Store.open(path) as store,
-        pytest.raises(CorruptRecordError, match="expected a msgpack record, found codec RAW"),
-    ):
-        store.read(lambda t: list(t.read_log(DB.JOURNAL, LANE, records.JournalEntry)))
+    for read in (_read_log, _log_values):
+        with (
+            Store.open(path) as store,
+            pytest.raises(CorruptRecordError, match="expected a msgpack record, found codec RAW"),
+        ):
+            store.read(lambda t, read=read: read(t, LANE))  # type: ignore[misc]
 
 
 def _reheader(data: bytes, **fields: int | bytes) -> bytes:

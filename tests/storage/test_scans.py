@@ -32,6 +32,10 @@ def test_scans_and_logs_agree_with_key_order(store: Store) -> None:
             "last other": t.last_seq(DB.JOURNAL, other),
             "last none": t.last_seq(DB.JOURNAL, b"m9\x00u1\x00"),
             "log": [s for s, _ in t.read_log(DB.JOURNAL, mine, int, after=600, upto=1050)],
+            "values": t.log_values(DB.JOURNAL, mine, int, after=600, upto=1050),
+            "all values": t.log_values(DB.JOURNAL, mine, int),
+            "values past the end": t.log_values(DB.JOURNAL, mine, int, after=N + 5, upto=N + 9),
+            "values none": t.log_values(DB.JOURNAL, mine, int, upto=0),
             "all": sum(1 for _ in t.scan_raw(DB.JOURNAL, b"")),
         }
 
@@ -41,5 +45,7 @@ def test_scans_and_logs_agree_with_key_order(store: Store) -> None:
     assert seen["reverse"] == keys[::-1]
     assert seen["from"] == [*range(1000, N + 1), 0]
     assert (seen["last"], seen["last other"], seen["last none"]) == (N, 3, 0)
-    assert seen["log"] == list(range(601, 1051))
+    assert seen["log"] == seen["values"] == list(range(601, 1051))
+    assert seen["all values"] == list(range(1, N + 1))  # a key of another shape is no entry
+    assert seen["values past the end"] == seen["values none"] == []
     assert seen["all"] == N + 1 + 3
