@@ -5,8 +5,9 @@ missions and their host leases (`control.needs_host`); a running mission whose h
 lease's ttl (its machine died, froze or lost the network), or stopped without finishing it, gets a host on
 this machine (`keel resume` detached, which takes the lease over and makes the mission's sandboxes here from
 the store: server/engine/moving.py). When several supervisors see the same silent lease, the store lets one
-new host claim it; the others' hosts stop at once ("already running"). A mission whose host does not take
-over after three starts here is reported and left alone until its lease changes.
+new host claim it; the others' hosts stop at once ("already running"). Starts for one mission are 10 s apart
+at least; a mission that three hosts started here in a row did not take over (each one crashed, say) is
+reported and left alone until it is seen with a live host again.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
-from keel.storage import Txn, hostlease
+from keel.storage import Txn
 from keel.storage import missions as m
 
 ATTEMPTS = 3
@@ -38,35 +39,32 @@ def _say(text: str) -> None:
     print(f"keel supervise: {text}", flush=True)
 
 
-def _due(txn: Txn) -> list[tuple[str, int, str]]:
-    """(mission, lease epoch, why) of every mission that needs a host."""
-    out = []
-    for record in m.list_missions(txn):
-        why = control.needs_host(txn, record)
-        if why:
-            lease = hostlease.get(txn, record.id)
-            out.append((record.id, lease.epoch if lease else 0, why))
-    return out
+def _due(txn: Txn) -> list[tuple[str, str]]:
+    """(mission, why) of every mission that needs a host."""
+    return [(record.id, why) for record in m.list_missions(txn) if (why := control.needs_host(txn, record))]
 
 
 def run(args: argparse.Namespace) -> int:
     path = store_path(args)
     with open_store(args) as store:
         store.wait_out_outages(_say)
-        tried: dict[tuple[str, int], tuple[int, float]] = {}  # (mission, epoch) -> (starts here, last start)
+        tried: dict[str, tuple[int, float]] = {}  # mission -> (hosts started here in a row, when the last one)
         _say(f"watching {store.describe()}")
         while True:
-            for mission_id, epoch, why in store.read(_due):
-                count, last = tried.get((mission_id, epoch), (0, 0.0))
+            due = store.read(_due)
+            for mission_id in set(tried) - {mission_id for mission_id, _ in due}:
+                tried[mission_id] = (0, tried[mission_id][1])  # a live host (or none needed): counted afresh
+            for mission_id, why in due:
+                count, last = tried.get(mission_id, (0, 0.0))
                 if time.monotonic() - last < SETTLE_S:
-                    continue  # the host started last time is still taking over
+                    continue  # the host started last time is still taking over (or crashed at once)
                 if count >= ATTEMPTS:
                     if count == ATTEMPTS:
                         _say(f"mission {mission_id}: {why}; {ATTEMPTS} hosts started here did not take it over")
-                        tried[(mission_id, epoch)] = (count + 1, last)
+                        tried[mission_id] = (count + 1, last)
                     continue
                 pid = control.spawn_host(path, mission_id)
-                tried[(mission_id, epoch)] = (count + 1, time.monotonic())
+                tried[mission_id] = (count + 1, time.monotonic())
                 _say(f"mission {mission_id}: {why}; host started here (pid {pid})")
             sys.stdout.flush()
             time.sleep(args.interval)
