@@ -72,6 +72,8 @@ class Worker:
         self._out_lock = threading.Lock()
         self._in_lock = threading.Lock()  # the agent's stdin: frames from the host, and replayed answers
         self.replay = WorkerReplay()
+        self.stopped_by_host = False  # the host sent `shutdown` (a pause, a question, the mission's end)
+        self.completed = False  # the unit's completion is recorded (its lease is done)
         self.agent: subprocess.Popen[bytes] | None = None
 
     # -- the three loops ------------------------------------------------------------------------------
@@ -130,6 +132,8 @@ class Worker:
                     continue
                 if isinstance(message, rpc.Request) and message.method == "unit/run":
                     self.run_id = message.id
+                if isinstance(message, rpc.Notification) and message.method == "shutdown":
+                    self.stopped_by_host = True  # the agent's exit that follows is this worker's stop
                 self._to_agent(body)
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"host connection ended: {exc}")
@@ -170,6 +174,9 @@ class Worker:
                 self.out.flush()
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"agent connection ended: {exc}")
+        if self.stopped_by_host and not self.completed:  # recorded as when the host goes away: not "running"
+            self._orphaned("its host stopped it")
+            return
         self._finish(self._agent_exit_code())
 
     def _agent_exit_code(self) -> int:
@@ -213,6 +220,7 @@ class Worker:
                 leases.complete(t, self.mission, self.unit, self.epoch, result=payload, commit=commit, tree=done)
 
             self.store.write(write)
+            self.completed = True
             return True
         except leases.StaleLeaseError as exc:
             self._log(f"completion rejected: {exc.message}")

@@ -120,6 +120,24 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
     assert {x.state for x in all_leases(store, mid)} == {"done"}
 
 
+def test_a_pause_leaves_no_unit_lease_reading_running(tmp_path: Path) -> None:
+    """The host stops its workers for a pause (`shutdown`, then their stdin closed): each records its lease
+    orphaned, whichever comes first, its agent's exit or the closed pipe. A lease left `running` would show
+    a live unit in the editor's Subagents view until it expired."""
+    units = [{"id": u, "params": {"steps": [{"now": True}, {"sleep": 30.0}, {"random": True}]}} for u in "abc"]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units, max_parallel=3)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: len(found := all_leases(store, mid)) == 3 and all(x.last_checkpoint >= 1 for x in found))
+    try:
+        keel("pause", mid, store=store, check_rc=0)
+        host.communicate(timeout=30)
+    finally:
+        kill(host)
+    assert record(store, mid).state == MissionState.PAUSED
+    assert {x.unit: x.state for x in all_leases(store, mid)} == dict.fromkeys("abc", "orphaned")
+
+
 @pytest.mark.parametrize("damage", ["deleted", "tampered"])
 def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_rerun(
     tmp_path: Path, damage: str
