@@ -105,9 +105,14 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
 def commit_pending(mission_sandbox: Path) -> None:
     """Files the mission sandbox holds but its branch does not (a restore with files or a fork put them
     there) are committed on the mission branch, so a unit sandbox made from HEAD starts from them."""
-    git(mission_sandbox, "add", "-A")
-    if git(mission_sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
-        git(mission_sandbox, "commit", "-q", "--no-verify", "-m", "keel: mission files as restored")
+    commit_all(mission_sandbox, "keel: mission files as restored")
+
+
+def commit_all(sandbox: Path, message: str) -> None:
+    """Commit everything the worktree holds that its branch does not (nothing when nothing changed)."""
+    git(sandbox, "add", "-A")
+    if git(sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
+        git(sandbox, "commit", "-q", "--no-verify", "-m", message)
 
 
 def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
@@ -208,9 +213,7 @@ def commit_unit(target: Path, unit: str) -> str:
     """Commit a finished unit's changes on its branch; returns the commit ('' for a copy)."""
     if not (target / ".git").is_file():
         return ""
-    git(target, "add", "-A")
-    if git(target, "diff", "--cached", "--quiet", check=False).returncode != 0:
-        git(target, "commit", "-q", "--no-verify", "-m", f"keel: unit {unit}")
+    commit_all(target, f"keel: unit {unit}")
     return git(target, "rev-parse", "HEAD").stdout.strip()
 
 
@@ -242,9 +245,7 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
         _raise_if_no_space(mission_sandbox, exc)
         raise
     if is_git(mission_sandbox):  # committed at once: uncommitted changes would be reset as a killed merge's
-        git(mission_sandbox, "add", "-A")
-        if git(mission_sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
-            git(mission_sandbox, "commit", "-q", "--no-verify", "-m", f"keel: merge unit {unit}")
+        commit_all(mission_sandbox, f"keel: merge unit {unit}")
 
 
 def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> None:

@@ -92,10 +92,8 @@ def rebuild_mission_sandbox(
         trees.materialize(sandbox, tree, blob_reader(store))
         trees.verify(sandbox, tree, f"the files of checkpoint {point.number} of mission {mission_id}")
         if merge.is_git(sandbox):
-            merge.git(sandbox, "add", "-A")
-            if merge.git(sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
-                message = f"keel: mission files of checkpoint {point.number}, carried over from {origin}"
-                merge.git(sandbox, "commit", "-q", "--no-verify", "-m", message)
+            message = f"keel: mission files of checkpoint {point.number}, carried over from {origin}"
+            merge.commit_all(sandbox, message)
     return sandbox
 
 

@@ -50,7 +50,6 @@ TICK_S = 0.1
 GRACE_S = 0.1
 BACKOFF_S = 1.0
 MAX_RESTARTS = 3
-SUPERVISED_STATES = frozenset({MissionState.RUNNING, MissionState.PAUSING})
 
 
 class Phase(enum.StrEnum):
@@ -184,7 +183,7 @@ def _needs_host(view: MissionView) -> bool:
     record = view.record
     if record.state == MissionState.OFFLINE:
         return record.host is not None and record.spec.models.auto_resume
-    return record.state in SUPERVISED_STATES or (record.state == MissionState.WAITING_INPUT and view.pending_answer)
+    return record.state in control.SUPERVISED or (record.state == MissionState.WAITING_INPUT and view.pending_answer)
 
 
 def _elsewhere(record: MissionRecord) -> bool:
