@@ -83,7 +83,8 @@ def register(server: KeelServer) -> None:
             return engine.delete_mission(store, ls.store_path, resolve(store, text)).id
 
         mid = await ls.blocking(run)
-        ls.changed()
+        if ls.watcher is not None:  # answered once this server's views (`keel/missions`) no longer hold it
+            await ls.watcher.current()
         return {"deleted": mid}
 
     @server.command(PAUSE_ALL)
