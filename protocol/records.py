@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from keel.protocol.spec import MissionSpec
+from keel.protocol.spec import MissionSpec, UnitSpec
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 
 JournalKind = Literal[
@@ -76,7 +76,8 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     token (`epoch`) every journal write and the completion of that unit must match.
 
     `state`: its lifecycle (protocol/states.LeaseState, moves checked by storage/leases.update):
-    running (heartbeating), orphaned (the worker saw its parent die and stopped), expired (taken over: the
+    offered (waiting for a `keel worker`), running (heartbeating), returned (a worker handed it back),
+    orphaned (the worker saw its parent die and stopped), expired (taken over: the
     heartbeat went stale), done (completion recorded: `result`, `commit`). Stored as the same strings as
     before it was an enum.
     """
@@ -101,6 +102,9 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
     merged: bool = False
     resolution: str = ""  # a person's answer to a merge conflict: "rerun" or "skip"
+    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/remote.py); "" = its mission host
+    spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
+    why: str = ""  # what a returned unit needs of its mission host
 
 
 class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -67,6 +67,7 @@ class MissionSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     workspace: str = "."
     max_parallel: int = 4
     plan: bool = False
+    workers: bool = False  # units are offered to `keel worker`s (any machine sharing the store), not run by the host
     units: tuple[UnitSpec, ...] = ()
     models: ModelPolicy = ModelPolicy()
     checkpoint: CheckpointPolicy = CheckpointPolicy()

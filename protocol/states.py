@@ -39,7 +39,9 @@ class UnitState(enum.StrEnum):
 class LeaseState(enum.StrEnum):
     """A subagent lease (records.SubagentLease). A new worker gets a new lease (a new epoch), `running`."""
 
+    OFFERED = "offered"  # waiting for a `keel worker` on any machine to claim it (a new epoch, running)
     RUNNING = "running"  # its worker heartbeats
+    RETURNED = "returned"  # a `keel worker` handed the unit back: it needs its mission host (`why` says for what)
     ORPHANED = "orphaned"  # the worker saw its parent die and stopped
     EXPIRED = "expired"  # the heartbeat went stale: the host took the unit over
     DONE = "done"  # the unit's completion is recorded
@@ -99,8 +101,10 @@ L = LeaseState
 LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     # a fenced worker whose lease expired may still record its completion or its orphaning until a new
     # epoch is granted; nothing leaves `done`, and nothing returns to `running` (that is a new lease)
-    L.RUNNING: frozenset({L.ORPHANED, L.EXPIRED, L.DONE}),
-    L.ORPHANED: frozenset({L.EXPIRED, L.DONE}),
+    L.OFFERED: frozenset({L.EXPIRED}),  # withdrawn (a claim is a new lease)
+    L.RUNNING: frozenset({L.ORPHANED, L.EXPIRED, L.DONE, L.RETURNED}),
+    L.RETURNED: frozenset({L.EXPIRED}),
+    L.ORPHANED: frozenset({L.EXPIRED, L.DONE, L.RETURNED}),
     L.EXPIRED: frozenset({L.ORPHANED, L.DONE}),
     L.DONE: frozenset(),
 }

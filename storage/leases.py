@@ -63,6 +63,42 @@ def grant(
     return lease
 
 
+def offer(
+    txn: Txn, mission_id: str, unit_id: str, *, lane: str, host_id: str, ttl_s: float, **fields: object
+) -> SubagentLease:
+    """The unit offered to any `keel worker` under the next epoch (fencing every earlier holder)."""
+    return grant(txn, mission_id, unit_id, lane=lane, host_id=host_id, ttl_s=ttl_s, state=LeaseState.OFFERED, **fields)
+
+
+def claim(
+    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, worker: str, ttl_s: float, **fields: object
+) -> SubagentLease:
+    """A worker takes an offered unit: still offered at `epoch`, it is granted to `worker` under the next
+    epoch, keeping the lane, its snapshots and journal mark; else StaleLeaseError (another took it, or the
+    host withdrew it)."""
+    current = get(txn, mission_id, unit_id)
+    if current is None or current.epoch != epoch or current.state != LeaseState.OFFERED:
+        raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: the offer of epoch {epoch} is no longer open")
+    kept = {"tree": current.tree, "base_tree": current.base_tree, "last_checkpoint": current.last_checkpoint}
+    return grant(
+        txn,
+        mission_id,
+        unit_id,
+        lane=current.lane,
+        host_id=worker,
+        ttl_s=ttl_s,
+        worker=worker,
+        spec=current.spec,
+        **{**kept, **fields},
+    )
+
+
+def offers(txn: Txn, mission_ids: list[str]) -> list[tuple[str, SubagentLease]]:
+    """The units of these missions offered to workers, as (mission id, lease)."""
+    found = [(mission_id, lease) for mission_id in mission_ids for lease in list_leases(txn, mission_id)]
+    return [(mission_id, lease) for mission_id, lease in found if lease.state == LeaseState.OFFERED]
+
+
 def check(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> SubagentLease:
     """The current lease when `epoch` still holds it (and it is not finished); else StaleLeaseError."""
     lease = get(txn, mission_id, unit_id)

@@ -43,6 +43,7 @@ VERBS: dict[str, Verb] = {
     "key": Verb("keys", "store or delete a provider's API key in the OS keyring"),
     "serve": Verb("serve", "run the language server on stdio (LSP)"),
     "supervise": Verb("supervise", "start a host here for running missions whose host went silent (shared store)"),
+    "worker": Verb("worker", "run units that missions offer to workers (`workers = true`), on this machine"),
     "log": Verb("log", "show what a mission's agents did, step by step"),
     "init": Verb("init", "write a starter .keel/config.toml and mission.toml"),
     "agents": Verb("agents", "list the outside ACP agents (Claude Code, Gemini CLI, Codex) installed here"),

@@ -40,6 +40,7 @@ from keel.server.engine.policy import Policy
 from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry
+from keel.server.engine.remote import RemoteUnit
 from keel.server.engine.sandbox import ensure_sandbox
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
@@ -79,7 +80,7 @@ class MissionHost:
         self.graph = Graph([], {})
         self.sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 0}
-        self.sessions: dict[str, UnitSession] = {}
+        self.sessions: dict[str, UnitSession | RemoteUnit] = {}
         self.registry = Registry(self)
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
@@ -90,6 +91,10 @@ class MissionHost:
         self.models = ModelCalls(self)
         self.tool_env = agent_env(self.spec.env, self.models.hidden_env)  # commands': no provider key
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
+
+    @property
+    def keeps_files(self) -> bool:
+        return self.store.shared or self.spec.workers
 
     # -- state --------------------------------------------------------------------------------------
     async def _set_state(self, state: MissionState, **changes: object) -> MissionRecord:
@@ -302,7 +307,9 @@ class MissionHost:
 
     def _launch(self, uid: str) -> asyncio.Task[Outcome]:
         self.graph.start(uid)
-        session = UnitSession(self, self.registry, self.models, self.graph.units[uid])
+        unit = self.graph.units[uid]
+        run_by = RemoteUnit if self.spec.workers else UnitSession  # workers = true: `keel worker`s run it
+        session = run_by(self, self.registry, self.models, unit)
         self.sessions[uid] = session
         self.writer.parallel = len(self.sessions)
         self.stats["units_run"] += 1

@@ -97,10 +97,13 @@ def rebuild_mission_sandbox(
     return sandbox
 
 
-def rebuild_unit_sandbox(store: Store, store_path: Path, mission_id: str, held: SubagentLease) -> SubagentLease:
-    """The lease as it is here: its sandbox made again from the stored snapshots when both are there (a
-    plain folder merged file by file), else pointing at a folder that does not exist here (lost)."""
-    target = places.unit_sandbox_path(store_path, mission_id, held.lane)
+def rebuild_unit_sandbox(
+    store: Store, store_path: Path, mission_id: str, held: SubagentLease, target: Path | None = None
+) -> SubagentLease:
+    """The lease as it is here: its sandbox made again (at `target`, by default the unit's sandbox path of this
+    store) from the stored snapshots when both are there (a plain folder merged file by file), else pointing
+    at a folder that does not exist here (lost)."""
+    target = target or places.unit_sandbox_path(store_path, mission_id, held.lane)
     if target.exists():
         shutil.rmtree(target)
     merge.base_file(target).unlink(missing_ok=True)

@@ -46,6 +46,12 @@ def unit_sandbox_path(store_path: Path, mission_id: str, lane: str) -> Path:
     return keel_dir(store_path) / "sandboxes" / f"{mission_id}-units" / lane.replace("#", "-e")
 
 
+def worker_sandbox_path(store_path: Path, worker: str, mission_id: str, lane: str) -> Path:
+    """A unit's sandbox on a `keel worker` (its own per worker, so that two workers of one machine never share
+    one): `.keel/workers/<worker>/<mission>/<lane>`."""
+    return keel_dir(store_path) / "workers" / worker / mission_id / lane.replace("#", "-e")
+
+
 def unit_home_path(store_path: Path, mission_id: str, lane: str) -> Path:
     """A unit's own folder outside its sandbox, kept across its runs (an outside agent's HOME and session
     files live there): `.keel/homes/<mission>/<lane>`."""

@@ -38,6 +38,11 @@ from keel.storage import missions as m
 DEFAULT_TTL_S = 10.0
 
 
+def lease_ttl() -> float:
+    """Unit leases' ttl: KEEL_LEASE_TTL_S, or DEFAULT_TTL_S."""
+    return float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
+
+
 class Placement(msgspec.Struct, frozen=True):
     sandbox: str
     branch: str
@@ -51,7 +56,7 @@ class Placement(msgspec.Struct, frozen=True):
 class Registry:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.ttl = float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
+        self.ttl = lease_ttl()
         self.zombies: list[AgentProcess] = []
         self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
         self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots, on a shared store
@@ -79,7 +84,7 @@ class Registry:
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
-        if self.host.store.shared:  # kept, so that the unit's work can be merged on another machine
+        if self.host.keeps_files:  # kept, so that the unit's work can be merged on another machine
             scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
             return Placement(str(path), branch, base, "", scan)
         tree = await asyncio.to_thread(trees.tree_digest, path)
@@ -160,25 +165,35 @@ class Registry:
     # -- after a restart ------------------------------------------------------------------------------
     async def move_here(self) -> None:
         """The mission moved to this machine: every unfinished unit's lease points at a sandbox made here
-        from the store (moving.py), or at a folder that does not exist here when that cannot be done."""
+        from the store (moving.py), or at a folder that does not exist here when that cannot be done. A unit
+        offered to `keel worker`s, or held by one, is not on the lost machine: remote.py follows it."""
         graph = self.host.graph
         held_all = await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
         for held in held_all:
             uid = held.unit
             if uid not in graph.units or graph.mark(uid).state == UnitState.SUCCEEDED or held.lane != self.lane_of(uid):
                 continue
-            store, path = self.host.store, self.host.store_path
-            async with self.git_lock:
-                here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
-
-            def write(txn: Txn, here: SubagentLease = here) -> None:
-                current = leases.get(txn, self.mission_id, here.unit)
-                if current is not None and current.epoch == here.epoch:  # the next epoch: the lost machine's
-                    # worker, should it come back, can neither heartbeat nor complete the unit any more
-                    leases.put(txn, self.mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1))
-
-            await self.host.writer.commit(write)
+            if held.worker or held.state == LeaseState.OFFERED:
+                continue
+            await self.bring_here(held, fence=True)
             faultpoints.pause_here("MOVE_UNIT")  # crash tests: a mission half moved
+
+    async def bring_here(self, held: SubagentLease, *, fence: bool) -> SubagentLease:
+        """The unit's sandbox made on this machine from the snapshots its lease names, and the lease pointing
+        at it, held by this host. `fence`: under the next epoch, so that whoever ran it elsewhere (a lost
+        machine's worker, a `keel worker`), should it come back, can neither heartbeat nor complete it."""
+        store, path = self.host.store, self.host.store_path
+        async with self.git_lock:
+            here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
+        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id)
+
+        def write(txn: Txn) -> None:
+            current = leases.get(txn, self.mission_id, here.unit)
+            if current is not None and current.epoch == here.epoch:
+                leases.put(txn, self.mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1) if fence else here)
+
+        await self.host.writer.commit(write)
+        return here
 
     async def recover(self) -> list[SubagentLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
@@ -196,6 +211,10 @@ class Registry:
                 continue
             if held.lane != self.lane_of(uid):
                 continue
+            if held.state == LeaseState.OFFERED or (held.worker and held.state != LeaseState.DONE):
+                continue  # offered to `keel worker`s, or held by one: remote.py follows it
+            if held.worker:  # completed by a `keel worker`: its files come here from the store
+                held = await self.bring_here(held, fence=False)
             await asyncio.to_thread(terminate, held, self.mission_id)
             await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
             if held.resolution == "rerun":

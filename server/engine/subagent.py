@@ -1,6 +1,7 @@
 """A subagent: the worker process that runs one unit's agent in the unit's own sandbox, under a lease.
 
-    python -m keel.server.engine.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T -- AGENT...
+    python -m keel.server.engine.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T \
+        [--keep-files] -- AGENT...
 
 The host speaks the agent protocol to this process's stdin/stdout exactly as to an agent; the worker
 passes every frame through to the real agent (its child, working in DIR) and adds what needs a process
@@ -64,6 +65,7 @@ class Worker:
         self.sandbox = Path(args.sandbox)
         self.ttl: float = args.ttl
         self.command: list[str] = args.agent
+        self.keep_files: bool = args.keep_files or store.shared
         self.out: BinaryIO = sys.stdout.buffer
         self.parent = os.getppid()
         self.run_id: Any = None
@@ -212,7 +214,7 @@ class Worker:
             payload = result.get("result") if isinstance(result, dict) else None
             # on a shared store the result's files are kept too: another machine can merge them
             files = Snapshotter()
-            scan = files.scan(self.sandbox) if self.store.shared else None
+            scan = files.scan(self.sandbox) if self.keep_files else None
             tree = tree_digest(self.sandbox) if scan is None else ""
 
             def write(t: Txn) -> None:
@@ -296,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--epoch", type=int, required=True)
     parser.add_argument("--ttl", type=float, default=15.0)
+    parser.add_argument("--keep-files", action="store_true", help="store the result's files, not only their digest")
     parser.add_argument("agent", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -27,7 +27,7 @@ from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.errors import DiskFullError, KeelError
-from keel.protocol.records import Evidence, JournalEntry, Question, StepCost
+from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, SubagentLease
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
 from keel.server.engine import places
@@ -35,7 +35,7 @@ from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError,
 from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
 from keel.server.engine.models import ModelCalls
-from keel.server.engine.registry import Registry
+from keel.server.engine.registry import Placement
 from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
@@ -52,8 +52,19 @@ class Outcome(msgspec.Struct, frozen=True):
     error: str = ""
 
 
+class UnitPlaces(Protocol):
+    """Where a unit's session gets its sandbox and its worker's lease: the mission host's registry, or a
+    `keel worker`'s claim (workerhost.py)."""
+
+    @property
+    def ttl(self) -> float: ...
+
+    async def prepare(self, uid: str) -> Placement: ...
+    async def grant(self, uid: str, where: Placement) -> SubagentLease: ...
+
+
 class UnitSession:
-    def __init__(self, host: Host, registry: Registry, models: ModelCalls, unit: UnitSpec) -> None:
+    def __init__(self, host: Host, registry: UnitPlaces, models: ModelCalls, unit: UnitSpec) -> None:
         self.host = host
         self.registry = registry
         self.models = models
@@ -149,6 +160,7 @@ class UnitSession:
             str(self.sandbox),
             "--ttl",
             str(self.registry.ttl),
+            *(("--keep-files",) if host.keeps_files else ()),
             "--",
             *resolve_command(host.spec.agent),
         )
@@ -381,7 +393,7 @@ class UnitSession:
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
-            if host.store.shared:  # the snapshot itself is kept: the sandbox can be made again on another machine
+            if host.keeps_files:  # the snapshot itself is kept: the sandbox can be made again on another machine
                 scan = await asyncio.to_thread(self._tree.scan, self.sandbox)
             else:
                 changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)

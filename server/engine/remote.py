@@ -1,0 +1,204 @@
+"""A unit run by a `keel worker`, as its mission host sees it (missions whose spec says `workers = true`).
+
+The host does not start the unit's agent: it offers the unit in the store (storage/leases.offer: the next
+epoch, state `offered`, with the unit's spec and the snapshots its sandbox is made from: `base_tree`, and
+`tree` when the lane already holds work), and follows the lease while a worker on any machine claims and
+runs it (workerhost.py):
+- `done`: the worker's completion. The unit's files are made here from the stored snapshots (a plain
+  folder merged file by file, as a moved unit's, moving.py) and the host merges them as any unit's.
+- `returned`: the unit needs its host (a question, `plan/add`, a provider stop, a full disk, a failure).
+  Its sandbox is made here from the store under the next epoch, and the unit runs here (`UnitSession`),
+  replaying its journal up to where the worker left it.
+- `running` with a heartbeat silent past its ttl (the worker's machine died or was cut off), or
+  `orphaned`/`expired` while the mission still runs: offered again under the next epoch. The lost worker
+  is fenced: its journal writes and its completion check the epoch and are rejected.
+A stopping host (pause, question, cancel) withdraws an offer nobody took, and waits for a running worker to
+stop by itself (it stops when the mission is no longer `running`) or to go silent. Depends on the engine's
+registry, unitrun and trees modules and on storage; sees the host only through interface.Host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from keel.protocol.records import Event, SubagentLease
+from keel.protocol.spec import UnitSpec
+from keel.protocol.states import LeaseState, OutcomeKind
+from keel.server.engine.agentproc import AgentProcess
+from keel.server.engine.interface import Host
+from keel.server.engine.models import ModelCalls
+from keel.server.engine.registry import Registry
+from keel.server.engine.trees import Snapshotter
+from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.storage import Txn, leases
+from keel.storage import missions as m
+
+K = OutcomeKind
+L = LeaseState
+POLL_S = 0.1
+
+
+class RemoteUnit:
+    def __init__(self, host: Host, registry: Registry, models: ModelCalls, unit: UnitSpec) -> None:
+        self.host = host
+        self.registry = registry
+        self.models = models
+        self.unit = unit
+        self.lane = registry.lane_of(unit.id)
+        self.local: UnitSession | None = None  # the unit runs here after a worker handed it back
+        self._epoch = 0  # the epoch this host offered, or the one it saw a worker claim
+        self._stopping = False
+        self._files = Snapshotter()
+
+    # -- what the host and its registry's lease watch see of a running unit --------------------------
+    @property
+    def epoch(self) -> int:
+        return self.local.epoch if self.local is not None else self._epoch
+
+    @property
+    def proc(self) -> AgentProcess | None:
+        return self.local.proc if self.local is not None else None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self._stopping = value
+        if self.local is not None:
+            self.local.stopping = value
+
+    @property
+    def replayed(self) -> int:
+        return self.local.replayed if self.local is not None else 0
+
+    @property
+    def executed(self) -> int:
+        return self.local.executed if self.local is not None else 0
+
+    def expire(self) -> AgentProcess | None:
+        return self.local.expire() if self.local is not None else None
+
+    async def stop(self) -> None:
+        self.stopping = True
+        if self.local is not None:
+            await self.local.stop()
+
+    # -- the unit's run -------------------------------------------------------------------------------
+    async def run(self) -> Outcome:
+        held = await self._read()
+        if held is not None and held.lane == self.lane:
+            if held.state == L.DONE and held.worker:
+                return await self._done(held)
+            if held.state == L.RETURNED:
+                return await self._run_here(held)
+            if held.state == L.OFFERED or (held.worker and held.state == L.RUNNING):
+                self._epoch = held.epoch  # an earlier host's offer, or a worker still at it: followed as it is
+                return await self._follow(held.worker)
+            if not (held.tree and held.base_tree):  # work on this lane the store holds no snapshot of
+                return await self._run_here(None)
+        await self._offer(held if held is not None and held.lane == self.lane else None)
+        return await self._follow("")
+
+    async def _follow(self, worker: str) -> Outcome:
+        while True:
+            await asyncio.sleep(POLL_S)
+            held, now = await asyncio.to_thread(
+                self.host.store.read, lambda t: (leases.get(t, self.host.mission_id, self.unit.id), t.clock())
+            )
+            if held is None or held.lane != self.lane:
+                return Outcome(K.FAILED, error=f"unit {self.unit.id}'s lease on lane {self.lane} is gone")
+            if held.state == L.DONE:
+                return await self._done(held)
+            if held.state == L.RETURNED:
+                if self.stopping:
+                    return Outcome(K.STOPPED)
+                return await self._run_here(held)
+            running = held.state == L.RUNNING and not leases.expired(held, now)
+            if self.stopping:
+                if held.state == L.OFFERED:
+                    await self._withdraw(held)
+                elif running:
+                    continue  # the worker stops by itself: the mission is no longer running
+                return Outcome(K.STOPPED)
+            if running:
+                if held.worker != worker:
+                    worker = held.worker
+                    self._epoch = held.epoch
+                    await self._event("running", f"on worker {worker} ({held.hostname}), epoch {held.epoch}")
+                continue
+            if held.state == L.OFFERED:
+                continue
+            why = "its heartbeat went silent" if held.state == L.RUNNING else f"its worker left it {held.state}"
+            await self._event("expired", f"worker {held.worker} ({held.hostname}) epoch {held.epoch}: {why}")
+            await self._offer(held)
+            worker = ""
+
+    async def _offer(self, held: SubagentLease | None) -> None:
+        """Offer the unit under the next epoch: from its lane's snapshots, or the mission sandbox's files."""
+        host, uid = self.host, self.unit.id
+        scan = None
+        if held is None:  # a fresh lane starts from the mission branch as it is now (no merge in between)
+            async with self.registry.git_lock:
+                scan = await asyncio.to_thread(self._files.scan, host.sandbox)
+
+        def write(txn: Txn) -> SubagentLease:
+            if scan is not None:
+                tree = base_tree = self._files.store_txn(txn, host.sandbox, scan)
+                mark = 0
+            else:
+                assert held is not None
+                tree, base_tree, mark = held.tree, held.base_tree, held.last_checkpoint
+            return leases.offer(
+                txn,
+                host.mission_id,
+                uid,
+                lane=self.lane,
+                host_id=host.host_id,
+                ttl_s=self.registry.ttl,
+                spec=self.unit,
+                base="copy",
+                tree=tree,
+                base_tree=base_tree,
+                last_checkpoint=mark,
+            )
+
+        offered: SubagentLease = await host.writer.commit(write)
+        self._epoch = offered.epoch
+        host.progress.line(f"unit {uid} is offered to workers (epoch {offered.epoch})")
+
+    async def _withdraw(self, held: SubagentLease) -> None:
+        def write(txn: Txn) -> None:
+            current = leases.get(txn, self.host.mission_id, self.unit.id)
+            if current is not None and current.epoch == held.epoch and current.state == L.OFFERED:
+                leases.update(txn, self.host.mission_id, self.unit.id, held.epoch, state=L.EXPIRED)
+
+        await self.host.writer.commit(write)
+
+    async def _done(self, held: SubagentLease) -> Outcome:
+        """A worker's completion: its files come here from the store, for the host's merge."""
+        if held.worker:
+            await self.registry.bring_here(held, fence=False)
+        return Outcome(K.SUCCEEDED, result=held.result)
+
+    async def _run_here(self, held: SubagentLease | None) -> Outcome:
+        if held is not None:
+            self.host.progress.line(f"unit {self.unit.id} runs on its mission host: {held.why or held.state}")
+            here = await self.registry.bring_here(held, fence=True)
+            if here.base != "copy":
+                return Outcome(K.FAILED, error=f"unit {self.unit.id}: the store holds no snapshot of its sandbox")
+        self.local = UnitSession(self.host, self.registry, self.models, self.unit)
+        self.local.stopping = self.stopping
+        return await self.local.run()
+
+    async def _read(self) -> SubagentLease | None:
+        return await asyncio.to_thread(
+            self.host.store.read, lambda t: leases.get(t, self.host.mission_id, self.unit.id)
+        )
+
+    async def _event(self, state: str, message: str) -> None:
+        event = Event(kind="lease", at=time.time(), unit=self.unit.id, state=state, message=message[:500])
+        self.host.progress.line(f"unit {self.unit.id}: {state} {message}")
+        await self.host.writer.commit(lambda txn: m.add_event(txn, self.host.mission_id, event))

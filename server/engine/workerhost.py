@@ -1,0 +1,272 @@
+"""One unit of any mission, run by a `keel worker` on its own machine: the step code's host for that unit.
+
+A mission whose spec says `workers = true` offers its units in the store (remote.py) instead of running
+them. A worker that claims one (storage/leases.claim: a new epoch, fencing every earlier holder) makes the
+unit's sandbox here from the snapshots the lease names (moving.rebuild_unit_sandbox: `tree`, merged later
+against `base_tree`), and runs the same `UnitSession` a mission host runs, with this `UnitHost` in the
+host's place: the unit's worker process and agent start here, every step is journaled here, fenced by the
+unit's lease, and the snapshot of the files a step changed is stored with its entry, so the unit can be
+made again anywhere. The completion is the worker process's, as under a host (subagent.py).
+
+What only the mission host may do is not done here: a question for a person, `plan/add` (the task graph is
+the host's), a provider stop and a full disk hand the unit back (lease `returned`, `why`): the host makes
+the sandbox from the store and runs the unit itself, replaying its journal up to that point. A unit that
+fails here is handed back too, so that the host runs it to the same end and records it. A mission that
+stops being `running` (a pause, a cancel) stops the unit (lease `orphaned`); a lease another epoch took
+stops it without a further write. Depends on the engine's step code and storage; never on the host module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from keel.protocol import agent as ap
+from keel.protocol.errors import KeelError
+from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMark
+from keel.protocol.spec import UnitSpec
+from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
+from keel.server.engine import merge
+from keel.server.engine.agentproc import HandlerError, agent_env
+from keel.server.engine.graph import Graph
+from keel.server.engine.interface import TxnFn
+from keel.server.engine.journal import JournalWriter
+from keel.server.engine.models import ModelCalls
+from keel.server.engine.policy import Policy
+from keel.server.engine.progress import Progress
+from keel.server.engine.registry import Placement
+from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.storage import Store, Txn, leases
+from keel.storage import missions as m
+
+K = OutcomeKind
+WATCH_S = 0.25  # how often a running unit's mission state and lease are read
+
+
+def lane_epoch(unit_lane: str) -> int:
+    """The unit epoch a journal lane is named by (journal.lane: `id`, or `id#epoch`)."""
+    _, sep, epoch = unit_lane.rpartition("#")
+    return int(epoch) if sep and epoch.isdigit() else 0
+
+
+class WorkerPlaces:
+    """The unit's sandbox (made at the claim) and its lease: the claimed one for the first agent start, a
+    new epoch for each start after it, so that an earlier worker process is fenced off."""
+
+    def __init__(self, unit_host: UnitHost, claimed: SubagentLease, ttl: float) -> None:
+        self.unit_host = unit_host
+        self.lease = claimed
+        self.ttl = ttl
+        self._first = True
+
+    async def prepare(self, uid: str) -> Placement:
+        held = self.lease
+        return Placement(sandbox=held.sandbox, branch="", base=held.base, tree=held.tree)
+
+    async def grant(self, uid: str, where: Placement) -> SubagentLease:
+        if self._first:
+            self._first = False
+            return self.lease
+        host = self.unit_host
+        epoch = self.lease.epoch
+
+        def write(txn: Txn) -> SubagentLease:
+            held = leases.check(txn, host.mission_id, uid, epoch)
+            kept = {f: getattr(held, f) for f in ("sandbox", "base", "tree", "base_tree", "last_checkpoint", "spec")}
+            return leases.grant(
+                txn,
+                host.mission_id,
+                uid,
+                lane=held.lane,
+                host_id=held.host_id,
+                ttl_s=self.ttl,
+                worker=held.worker,
+                hostname=held.hostname,
+                **kept,
+            )
+
+        self.lease = await host.writer.commit(write)
+        return self.lease
+
+
+class UnitHost:
+    """The `interface.Host` of one claimed unit on a `keel worker`."""
+
+    def __init__(
+        self, store: Store, store_path: Path, mission_id: str, claimed: SubagentLease, workspace: Path, ttl: float
+    ) -> None:
+        assert claimed.spec is not None, "an offered lease names its unit's spec"
+        self.store = store
+        self.store_path = store_path
+        self.mission_id = mission_id
+        self.host_id = claimed.worker
+        record = store.read(lambda t: m.get_mission(t, mission_id))
+        # provider settings are this machine's (its workspace, its keyring); the sandbox is the unit's
+        self.record: MissionRecord = msgspec.structs.replace(record, workspace=str(workspace), sandbox=claimed.sandbox)
+        self.spec = record.spec
+        self.unit: UnitSpec = claimed.spec
+        self.policy = Policy(self.spec.checkpoint)
+        self.writer = JournalWriter(store, self.policy.window_s)
+        mark = UnitMark(state=UnitState.RUNNING, epoch=lane_epoch(claimed.lane))
+        self.graph = Graph([self.unit], {self.unit.id: mark})
+        self.sandbox = Path(claimed.sandbox)
+        self.progress = Progress("plain")
+        self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
+        self.files_lock = asyncio.Lock()
+        self.models = ModelCalls(self)
+        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)
+        self.places = WorkerPlaces(self, claimed, ttl)
+        self.session = UnitSession(self, self.places, self.models, self.unit)
+        self.sessions = {self.unit.id: self.session}
+        self.returned = ""  # why the unit goes back to its mission host
+        self._stop = asyncio.Event()
+
+    @property
+    def keeps_files(self) -> bool:
+        return True
+
+    async def run(self) -> Outcome:
+        """Run the unit until it completes, stops or is handed back; the lease says which to the host."""
+        task = asyncio.create_task(self.session.run())
+        watch = asyncio.create_task(self._watch())
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await self.session.stop()
+            outcome = await task
+        finally:
+            for waiter in (watch, stop):
+                waiter.cancel()
+            await asyncio.gather(watch, stop, return_exceptions=True)
+        if outcome.kind == K.FAILED and not self.returned:
+            self.returned = f"it failed on worker {self.host_id}: {outcome.error}"
+        if self.returned and outcome.kind != K.EXPIRED:
+            await self._hand_back()
+        await asyncio.to_thread(self.writer.close)
+        await self.models.aclose()
+        return outcome
+
+    async def _watch(self) -> None:
+        """Stop the unit when its mission stops running, or when another epoch holds its lease."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            record, held = await asyncio.to_thread(
+                self.store.read,
+                lambda t: (m.get_mission(t, self.mission_id), leases.get(t, self.mission_id, self.unit.id)),
+            )
+            if held is None or held.worker != self.host_id:  # the host offered it again: another epoch holds it
+                proc = self.session.expire()
+                if proc is not None:
+                    with contextlib.suppress(Exception):
+                        await proc.close(grace=0.5)
+                return
+            if record.state != MissionState.RUNNING:
+                self.progress.line(f"unit {self.unit.id}: mission {self.mission_id} is {record.state}: stopping")
+                self._stop.set()
+                return
+
+    def stop(self) -> None:
+        """Stop the unit at a consistent point (this worker is stopping): its lease reads `orphaned`."""
+        self._stop.set()
+
+    def _give_back(self, why: str) -> None:
+        if not self.returned:
+            self.returned = why
+            self.progress.line(f"unit {self.unit.id} goes back to its mission host: {why}")
+        self.session.stopping = True
+        self._stop.set()
+
+    async def _hand_back(self) -> None:
+        epoch, why = self.session.epoch, self.returned
+
+        def write(txn: Txn) -> None:
+            changes = {"state": LeaseState.RETURNED, "why": why[:2000], "heartbeat": txn.clock()}
+            leases.update(txn, self.mission_id, self.unit.id, epoch, **changes)
+
+        try:
+            await self.writer.commit(write)
+        except KeelError as exc:  # fenced meanwhile, or finished: the host goes by what the lease says
+            self.progress.line(f"unit {self.unit.id}: could not hand it back: {exc.message}")
+
+    # -- interface.Host: what only the mission host does hands the unit back ------------------------
+    async def wait_for_input(self, question: Question) -> None:
+        self._give_back(f"a question for a person: {question.text[:300]}")
+
+    async def plan_add(self, unit: str, units: Sequence[UnitSpec]) -> tuple[list[str], TxnFn]:
+        self._give_back("plan/add: the task graph is its mission host's")
+        raise HandlerError(ap.ERR_PAUSING, "this unit goes back to its mission host to add units")
+
+    async def stop_for_disk_full(self, message: str) -> None:
+        self._give_back(f"a full disk on worker {self.host_id}: {message}")
+
+    async def stop_for_provider(self, state: MissionState, message: str) -> None:
+        self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")
+
+    # -- interface.Host: the mission's checkpoints are its host's; what a step adds is recorded ----------
+    async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
+        if extra is not None:
+            await self.writer.commit(extra)
+
+    def checkpoint_soon(self, reason: str, extra: TxnFn | None = None) -> None:
+        if extra is not None:
+            self.writer.submit(extra)
+
+    def step_recorded(self, unit: str, method: str, summary: str, wall_ms: float) -> None:
+        """Nothing more to do: the mission's snapshots are its host's, and the lease holds this unit's."""
+
+
+def forget_sandbox(sandbox: Path) -> None:
+    """A unit's sandbox on this worker once the unit left it (done, handed back, stopped or fenced): the store
+    holds its files, and a later claim makes the sandbox again from there."""
+    shutil.rmtree(sandbox, ignore_errors=True)
+    merge.base_file(sandbox).unlink(missing_ok=True)
+
+
+def offered_units(txn: Txn) -> list[tuple[str, SubagentLease]]:
+    """Every unit that a running mission of the store offers to workers, as (mission id, lease)."""
+    running = [record.id for record in m.list_missions(txn) if record.state == MissionState.RUNNING]
+    return leases.offers(txn, running)
+
+
+def claim_here(
+    store: Store, store_path: Path, mission_id: str, offered: SubagentLease, worker: str, hostname: str, ttl: float
+) -> SubagentLease:
+    """Claim an offered unit for this worker; its sandbox is made here from the snapshots the lease names.
+    Raises StaleLeaseError when another worker took it first or its host withdrew it."""
+    from keel.server.engine import moving, places
+
+    sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane)
+
+    def write(txn: Txn) -> SubagentLease:
+        return leases.claim(
+            txn,
+            mission_id,
+            offered.unit,
+            offered.epoch,
+            worker=worker,
+            ttl_s=ttl,
+            sandbox=str(sandbox),
+            base="copy",
+            hostname=hostname,
+        )
+
+    claimed: SubagentLease = store.write(write)
+    try:
+        built = moving.rebuild_unit_sandbox(store, store_path, mission_id, claimed, sandbox)
+        if built.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
+            raise KeelError(f"mission {mission_id} unit {offered.unit}: the store holds no snapshot of its sandbox")
+    except Exception as exc:
+        why = f"worker {worker} could not make its sandbox: {exc}"[:2000]
+        store.write(
+            lambda t: leases.update(
+                t, mission_id, offered.unit, claimed.epoch, state=LeaseState.RETURNED, why=why, heartbeat=t.clock()
+            )
+        )
+        raise
+    return claimed

@@ -1,0 +1,232 @@
+"""Units run by `keel worker`s (`workers = true`): the product equals a mission whose host runs its units.
+
+Each test runs a mission whose host offers its units, with real `keel worker` processes claiming them, and
+checks the product: every effect (a line a `run` command appends to a side log outside every sandbox)
+made exactly once, the mission sandbox's files equal to those of the same mission run by its host alone,
+each unit succeeded once, the store verifies. The strikes come on a condition: a worker killed (with its
+worker process and agent) after its unit's first effect ran; a unit that asks a person; a pause while a
+worker runs a unit.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_helpers import files, keel, mission_id_of, read, record, start_keel, unit_events, wait_for, write_mission
+from subagent_helpers import lease
+
+from keel.protocol.states import LeaseState, MissionState
+from keel.storage import missions as m
+
+pytestmark = pytest.mark.timeout(240)
+ENV = {"KEEL_LEASE_TTL_S": "2"}
+
+
+def _units(side: Path, *, ask: bool = False) -> list[dict[str, Any]]:
+    def unit(uid: str, after: list[str]) -> dict[str, Any]:
+        steps: list[dict[str, Any]] = [
+            {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid} 1\n"}},
+            {"tool": "run", "args": {"cmd": f"echo {uid}-1 >> {side}"}},
+            {"now": True},
+            {"sleep": 0.6},
+            {"tool": "run", "args": {"cmd": f"echo {uid} 2 >> {uid}.txt; echo {uid}-2 >> {side}"}},
+        ]
+        if ask and uid == "b":
+            steps.insert(2, {"ask": "Ship b?", "choices": ["yes", "no"]})
+        return {"id": uid, "after": after, "params": {"steps": steps}}
+
+    cmd = f"cat a.txt b.txt > c.txt; echo c-1 >> {side}"
+    last = {"id": "c", "after": ["a", "b"], "params": {"steps": [{"tool": "run", "args": {"cmd": cmd}}]}}
+    return [unit("a", []), unit("b", []), last]
+
+
+def _reference(folder: Path, *, ask: bool = False) -> dict[str, Any]:
+    """The same mission with its units run by its host."""
+    folder.mkdir()
+    side = folder / "side.log"
+    store = folder / "store"
+    mission = write_mission(folder, _units(side, ask=ask), max_parallel=2)
+    proc = keel("run", str(mission), "--json", store=store, timeout=120)
+    mid = json.loads(proc.stdout.splitlines()[0])["mission"]
+    if ask:
+        assert record(store, mid).state == MissionState.WAITING_INPUT
+        keel("answer", mid, "yes", "--no-resume", store=store, check_rc=0)
+        keel("resume", mid, store=store, timeout=120, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    return {"side": sorted(side.read_text().split()), "files": files(Path(record(store, mid).sandbox))}
+
+
+def _host(folder: Path, side: Path, store: Path) -> subprocess.Popen[str]:
+    return start_keel(
+        "run", str(write_mission(folder, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
+    )
+
+
+def _worker(store: Path, units: int = 1) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "keel.server.cli", "worker", "--store", str(store), "--units", str(units)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **ENV},
+        start_new_session=True,
+    )
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and every descendant of it."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children[int(fields[1])].append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(current := todo.pop())
+        todo += children.get(current, [])
+    return found
+
+
+def _stop(*procs: subprocess.Popen[str]) -> str:
+    out = ""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            out += proc.communicate(timeout=30)[0] or ""
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out += proc.communicate()[0] or ""
+    return out
+
+
+def _check(store: Path, mid: str, side: Path, reference: dict[str, Any]) -> None:
+    counts = collections.Counter(side.read_text().split())
+    assert all(n == 1 for n in counts.values()), f"an effect ran twice: {side.read_text().split()}"
+    assert sorted(counts) == reference["side"], f"effects lost: {sorted(counts)}"
+    assert files(Path(record(store, mid).sandbox)) == reference["files"]
+    events = unit_events(store, mid)
+    for unit in ("a", "b", "c"):
+        states = [s for u, s in events if u == unit]
+        assert states.count("succeeded") == 1 and states[-1] == "succeeded", (unit, states)
+    keel("verify", store=store, check_rc=0)
+
+
+def _host_steps(host_out: str) -> int:
+    """The steps the mission host executed itself (its `host_exit` event's count)."""
+    exits = [json.loads(line) for line in host_out.splitlines() if '"host_exit"' in line]
+    return sum(int(e["executed"]) for e in exits)
+
+
+def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path) -> None:
+    reference = _reference(tmp_path / "reference")
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    host = start_keel(
+        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
+    )
+    mid = mission_id_of(host)
+    workers = [_worker(store), _worker(store)]
+    try:
+        out, err = host.communicate(timeout=120)
+    finally:
+        said = _stop(*workers)
+    assert host.returncode == 0, f"{out}\n{err}\n{said}"
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert _host_steps(out) == 0, "the mission host ran steps itself"
+    for unit in ("a", "b", "c"):
+        assert f"{mid}/{unit}: claimed" in said and f"{mid}/{unit}: succeeded" in said, said
+    _check(store, mid, side, reference)
+
+
+def test_a_worker_killed_after_its_units_effect_is_replaced_and_nothing_runs_twice(tmp_path: Path) -> None:
+    """The strike: a unit's first effect ran on the first worker, which still holds its lease; the worker,
+    its worker process and its agent are SIGKILLed. A second worker takes the unit when the lease lapses,
+    carries on from its journal in a sandbox made from the store, and nothing runs twice."""
+    reference = _reference(tmp_path / "reference")
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    host = start_keel(
+        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
+    )
+    mid = mission_id_of(host)
+    first = _worker(store, units=2)
+    second: subprocess.Popen[str] | None = None
+    try:
+        wait_for(lambda: side.exists() and "a-1" in side.read_text().split(), timeout=60)
+        held = lease(store, mid, "a")
+        assert held is not None and held.worker and held.state == LeaseState.RUNNING, held
+        assert record(store, mid).state == MissionState.RUNNING and "a-2" not in side.read_text().split()
+        for pid in _tree(first.pid):
+            os.kill(pid, signal.SIGKILL)
+        first.communicate(timeout=10)
+        second = _worker(store, units=2)
+        out, err = host.communicate(timeout=120)
+        assert host.returncode == 0, f"{out}\n{err}"
+    finally:
+        said = _stop(*(p for p in (first, second, host) if p is not None))
+    assert record(store, mid).state == MissionState.COMPLETED, said
+    assert f"{mid}/a: succeeded" in said, f"the second worker did not finish unit a: {said}"
+    events = read(store, lambda t: [e for _, e in m.events_after(t, mid) if e.kind == "lease"])
+    assert any(e.unit == "a" and e.state == "expired" for e in events), "unit a was not offered again"
+    _check(store, mid, side, reference)
+
+
+def test_a_unit_that_asks_a_person_goes_back_to_its_host(tmp_path: Path) -> None:
+    """Unit b asks a question after its first effect: its worker hands it back, the host asks; the answer
+    resumes the mission, the unit is offered again and finishes on a worker from its journal."""
+    reference = _reference(tmp_path / "reference", ask=True)
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    mission = write_mission(tmp_path, _units(side, ask=True), max_parallel=2, workers=True)
+    host = start_keel("run", str(mission), store=store, env=ENV)
+    mid = mission_id_of(host)
+    worker = _worker(store, units=2)
+    try:
+        out, err = host.communicate(timeout=120)
+        question = record(store, mid).question
+        assert record(store, mid).state == MissionState.WAITING_INPUT and question is not None, f"{out}\n{err}"
+        assert question.text == "Ship b?" and question.unit == "b"
+        assert "b-1" in side.read_text().split() and "b-2" not in side.read_text().split()
+        keel("answer", mid, "yes", "--no-resume", store=store, check_rc=0)
+        resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    finally:
+        said = _stop(worker)
+    assert "goes back to its mission host: a question for a person" in said, said
+    assert record(store, mid).state == MissionState.COMPLETED
+    _check(store, mid, side, reference)
+
+
+def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path) -> None:
+    reference = _reference(tmp_path / "reference")
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    host = start_keel(
+        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
+    )
+    mid = mission_id_of(host)
+    worker = _worker(store, units=2)
+    try:
+        wait_for(lambda: side.exists() and "a-1" in side.read_text().split(), timeout=60)
+        assert "a-2" not in side.read_text().split(), "unit a finished before the pause"
+        keel("pause", mid, store=store, check_rc=0)
+        host.communicate(timeout=60)
+        assert record(store, mid).state == MissionState.PAUSED
+        held = lease(store, mid, "a")
+        assert held is not None and held.state != LeaseState.RUNNING, f"a paused unit's lease reads {held}"
+        time.sleep(1.0)
+        assert "a-2" not in side.read_text().split(), "the worker carried on after the pause"
+        resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    finally:
+        said = _stop(worker)
+    assert record(store, mid).state == MissionState.COMPLETED, said
+    _check(store, mid, side, reference)
