@@ -11,7 +11,7 @@ import type { MissionModel } from "./model";
 export interface Subagent {
   unit: string;
   lane: string;
-  state: "running" | "expired" | "orphaned" | "done";
+  state: "offered" | "running" | "expired" | "returned" | "orphaned" | "done";
   epoch: number;
   pid: number;
   hostId: string;
@@ -23,6 +23,8 @@ export interface Subagent {
   branch: string;
   lastCheckpoint: number;
   merged: boolean;
+  worker: string;
+  why: string;
 }
 
 export interface SubagentNode {
@@ -32,7 +34,8 @@ export interface SubagentNode {
 }
 
 const ICONS: Record<Subagent["state"], string> = {
-  running: "sync~spin", expired: "warning", orphaned: "debug-disconnect", done: "pass",
+  offered: "inbox", running: "sync~spin", expired: "warning", returned: "reply", orphaned: "debug-disconnect",
+  done: "pass",
 };
 
 /** A worker whose host went away records "orphaned"; after a pause, a question or an offline stop that
@@ -75,14 +78,16 @@ export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>,
     item.id = `subagent:${node.missionId}:${s.unit}`;
     const state = subagentStateText(s.state, this.model.get(node.missionId)?.state);
     const age = s.state === "done" || state !== s.state ? "" : ` · lease ${s.leaseAge.toFixed(1)}s`;
-    item.description = `${state}${age} · ${s.sandbox}`;
+    const where = s.worker ? ` · worker ${s.worker} on ${s.hostname}` : "";
+    item.description = `${state}${age}${where} · ${s.sandbox}`;
     item.iconPath = new vscode.ThemeIcon(state === "paused" ? "debug-pause" : ICONS[s.state] ?? "circle-outline");
     item.accessibilityInformation = { label: `subagent ${s.unit}, ${state}` };
     item.contextValue = `subagent-${s.state}`;
     item.tooltip = `unit ${s.unit} (journal lane ${s.lane}): ${state} (lease ${s.state})\nlease epoch ${s.epoch}, pid ${s.pid} ` +
       `on ${s.hostname}, heartbeat ${s.leaseAge.toFixed(1)} s ago (ttl ${s.ttl} s)\n` +
       `journal up to entry ${s.lastCheckpoint}\nsandbox ${s.sandbox}\nbranch ${s.branch}` +
-      (s.merged ? "\nmerged into the mission branch" : "");
+      (s.merged ? "\nmerged into the mission branch" : "") +
+      (s.worker ? `\nrun by keel worker ${s.worker}` : "") + (s.why ? `\nhanded back: ${s.why}` : "");
     return item;
   }
 

@@ -68,4 +68,6 @@ def _print_subagents(held: list[Any]) -> None:
         print(
             f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
             f"heartbeat {ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}"
+            + (f"  worker {lease.worker} on {lease.hostname}" if lease.worker else "")
+            + (f"  handed back: {lease.why}" if lease.why else "")
         )

@@ -122,7 +122,7 @@ class RestorePointPayload(msgspec.Struct, frozen=True, rename="camel"):
 class SubagentPayload(msgspec.Struct, frozen=True, rename="camel"):
     unit: str
     lane: str
-    state: str  # running | expired (heartbeat stale or taken over) | orphaned | done
+    state: str  # offered | running | expired (heartbeat stale or taken over) | returned | orphaned | done
     epoch: int
     pid: int
     host_id: str
@@ -134,6 +134,8 @@ class SubagentPayload(msgspec.Struct, frozen=True, rename="camel"):
     branch: str
     last_checkpoint: int
     merged: bool
+    worker: str = ""  # the `keel worker` holding the unit ("": its mission host's own worker)
+    why: str = ""  # what a returned unit needs of its mission host
 
 
 def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
@@ -154,6 +156,8 @@ def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
         branch=lease.branch,
         last_checkpoint=lease.last_checkpoint,
         merged=lease.merged,
+        worker=lease.worker,
+        why=lease.why,
     )
 
 
