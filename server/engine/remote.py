@@ -11,7 +11,8 @@ runs it (workerhost.py):
   replaying its journal up to where the worker left it.
 - `running` with a heartbeat silent past its ttl (the worker's machine died or was cut off), or
   `orphaned`/`expired` while the mission still runs: offered again under the next epoch. The lost worker
-  is fenced: its journal writes and its completion check the epoch and are rejected.
+  is fenced: its journal writes and its completion check the epoch and are rejected. A unit that
+  MAX_LAPSES workers lost in one run of it runs here instead.
 A stopping host (pause, question, cancel) withdraws an offer nobody took, and waits for a running worker to
 stop by itself (it stops when the mission is no longer `running`) or to go silent. Depends on the engine's
 registry, unitrun and trees modules and on storage; sees the host only through interface.Host.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+
+import msgspec
 
 from keel.protocol.records import Event, SubagentLease
 from keel.protocol.spec import UnitSpec
@@ -37,6 +40,7 @@ from keel.storage import missions as m
 K = OutcomeKind
 L = LeaseState
 POLL_S = 0.1
+MAX_LAPSES = 3  # workers lost with the unit in one run of it; after that the host runs it itself
 
 
 class RemoteUnit:
@@ -49,6 +53,7 @@ class RemoteUnit:
         self.local: UnitSession | None = None  # the unit runs here after a worker handed it back
         self._epoch = 0  # the epoch this host offered, or the one it saw a worker claim
         self._stopping = False
+        self._lapses = 0
         self._files = Snapshotter()
 
     # -- what the host and its registry's lease watch see of a running unit --------------------------
@@ -133,6 +138,9 @@ class RemoteUnit:
                 continue
             why = "its heartbeat went silent" if held.state == L.RUNNING else f"its worker left it {held.state}"
             await self._event("expired", f"worker {held.worker} ({held.hostname}) epoch {held.epoch}: {why}")
+            self._lapses += 1
+            if self._lapses >= MAX_LAPSES:  # a unit that workers keep losing (or that keeps killing them)
+                return await self._run_here(msgspec.structs.replace(held, why=f"{self._lapses} workers lost it"))
             await self._offer(held)
             worker = ""
 

@@ -230,3 +230,29 @@ def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path)
         said = _stop(worker)
     assert record(store, mid).state == MissionState.COMPLETED, said
     _check(store, mid, side, reference)
+
+
+def test_a_host_killed_while_workers_run_its_units_is_resumed_without_redoing_them(tmp_path: Path) -> None:
+    """The strike: the host is SIGKILLed while a worker runs unit a (its first effect made). The workers
+    carry on; the next host takes over what they finished (merging it from the store) and follows the rest."""
+    reference = _reference(tmp_path / "reference")
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    host = _host(tmp_path, side, store)
+    mid = mission_id_of(host)
+    worker = _worker(store, units=2)
+    try:
+        wait_for(lambda: side.exists() and "a-1" in side.read_text().split(), timeout=60)
+        held = lease(store, mid, "a")
+        assert held is not None and held.worker and held.state == LeaseState.RUNNING, held
+        assert "a-2" not in side.read_text().split(), "unit a finished before the strike"
+        host.send_signal(signal.SIGKILL)
+        host.communicate(timeout=10)
+        assert record(store, mid).state == MissionState.RUNNING
+        wait_for(lambda: "a-2" in side.read_text().split(), timeout=60)  # the worker went on without a host
+        resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert _host_steps(resumed.stdout) == 0, "the resumed host ran steps itself"
+    finally:
+        said = _stop(worker)
+    assert record(store, mid).state == MissionState.COMPLETED, said
+    _check(store, mid, side, reference)
