@@ -32,7 +32,7 @@ from engine_helpers import write_mission
 from keel.protocol.states import LeaseState
 from keel.storage import Store, leases
 from tests.pgserver import PgServer
-from tests.postgres.machines import Machine, can_make_machines, markers, store_folder
+from tests.postgres.machines import Machine, can_make_machines, markers, remove_all, store_folder
 
 KEEL = [sys.executable, "-m", "keel.server.cli"]
 
@@ -97,12 +97,7 @@ def _round(folder: Path, server: PgServer, ttl: float) -> dict[str, float]:
         seen.setdefault("running on B", seen["done"])
         return seen
     finally:
-        for machine in (a, b):
-            machine.remove()
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=10)
+        remove_all([a, b], procs)
 
 
 def main() -> None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
-from keel.storage import Txn
+from keel.storage import Store, Txn
 from keel.storage import missions as m
 
 ATTEMPTS = 3
@@ -44,27 +46,39 @@ def _due(txn: Txn) -> list[tuple[str, str]]:
     return [(record.id, why) for record in m.list_missions(txn) if (why := control.needs_host(txn, record))]
 
 
+class Supervisor:
+    """Starts a host here for each mission of the store that needs one, at most ATTEMPTS in a row."""
+
+    def __init__(self, path: Path, say: Callable[[str], None]) -> None:
+        self.path = path
+        self.say = say
+        self.tried: dict[str, tuple[int, float]] = {}  # mission -> (hosts started here in a row, when the last one)
+
+    def look(self, store: Store) -> None:
+        due = store.read(_due)
+        tried = self.tried
+        for mission_id in set(tried) - {mission_id for mission_id, _ in due}:
+            tried[mission_id] = (0, tried[mission_id][1])  # a live host (or none needed): counted afresh
+        for mission_id, why in due:
+            count, last = tried.get(mission_id, (0, 0.0))
+            if time.monotonic() - last < SETTLE_S:
+                continue  # the host started last time is still taking over (or crashed at once)
+            if count >= ATTEMPTS:
+                if count == ATTEMPTS:
+                    self.say(f"mission {mission_id}: {why}; {ATTEMPTS} hosts started here did not take it over")
+                    tried[mission_id] = (count + 1, last)
+                continue
+            pid = control.spawn_host(self.path, mission_id)
+            tried[mission_id] = (count + 1, time.monotonic())
+            self.say(f"mission {mission_id}: {why}; host started here (pid {pid})")
+
+
 def run(args: argparse.Namespace) -> int:
-    path = store_path(args)
     with open_store(args) as store:
         store.wait_out_outages(_say)
-        tried: dict[str, tuple[int, float]] = {}  # mission -> (hosts started here in a row, when the last one)
+        supervisor = Supervisor(store_path(args), _say)
         _say(f"watching {store.describe()}")
         while True:
-            due = store.read(_due)
-            for mission_id in set(tried) - {mission_id for mission_id, _ in due}:
-                tried[mission_id] = (0, tried[mission_id][1])  # a live host (or none needed): counted afresh
-            for mission_id, why in due:
-                count, last = tried.get(mission_id, (0, 0.0))
-                if time.monotonic() - last < SETTLE_S:
-                    continue  # the host started last time is still taking over (or crashed at once)
-                if count >= ATTEMPTS:
-                    if count == ATTEMPTS:
-                        _say(f"mission {mission_id}: {why}; {ATTEMPTS} hosts started here did not take it over")
-                        tried[mission_id] = (count + 1, last)
-                    continue
-                pid = control.spawn_host(path, mission_id)
-                tried[mission_id] = (count + 1, time.monotonic())
-                _say(f"mission {mission_id}: {why}; host started here (pid {pid})")
+            supervisor.look(store)
             sys.stdout.flush()
             time.sleep(args.interval)

@@ -1,4 +1,4 @@
-"""`keel worker [--store URL] [--units N] [--interval S]`: run units that missions offer, on this machine.
+"""`keel worker [--store URL] [--units N] [--interval S] [--take-over]`: run units that missions offer, on this machine.
 
 A mission whose file says `workers = true` has its host offer its units in the store instead of running them
 (server/engine/remote.py). A worker on any machine sharing the store (PostgreSQL; or an LMDB store on this
@@ -7,7 +7,9 @@ each unit's sandbox here from the snapshots the store holds; and runs it (server
 agent here, its journal and completion into the store, fenced by the lease. A unit that needs its mission
 host (a question, `plan/add`, a provider stop, a full disk, a failure) is handed back to it. SIGTERM or
 Ctrl-C stops the running units at a consistent point (their leases read `orphaned`, and their hosts offer
-them again); a worker that dies or loses the network is fenced when its lease's ttl passes.
+them again); a worker that dies or loses the network is fenced when its lease's ttl passes. With
+`--take-over` it also does what `keel supervise` does: a running mission whose host went silent gets a host
+on this machine.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workspace", default=".", metavar="DIR", help="where this machine's provider settings are (default .)"
     )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="also start a host here for running missions whose host went silent (as `keel supervise`)",
+    )
     p.set_defaults(run=run)
 
 
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespace) -> int:
+    from keel.server.commands.supervise import Supervisor
     from keel.server.engine import moving
     from keel.server.engine.registry import lease_ttl
     from keel.server.engine.workerhost import UnitHost, claim_here, forget_sandbox, offered_units
@@ -63,7 +71,10 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     _say(f"{worker} on {hostname} takes units offered in {store.describe()}")
+    supervisor = Supervisor(path, _say) if args.take_over else None
     while not stopping.is_set():
+        if supervisor is not None:
+            await asyncio.to_thread(supervisor.look, store)
         offers = await asyncio.to_thread(store.read, offered_units) if len(running) < args.units else []
         for mission_id, offered in offers:
             if len(running) >= args.units or (mission_id, offered.unit, offered.epoch) in refused:

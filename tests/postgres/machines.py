@@ -137,6 +137,16 @@ class Machine:
             threading.Thread(target=relay, args=(server, client), daemon=True).start()
 
 
+def remove_all(machines: list[Machine], procs: list[subprocess.Popen[str]]) -> None:
+    """Remove the machines (everything running on them), then end and reap the processes started here."""
+    for machine in machines:
+        machine.remove()
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
 # -- what both machines' missions need ------------------------------------------------------------------
 def git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)

@@ -254,3 +254,18 @@ async def test_keel_serve_that_takes_over_moves_a_lost_machines_mission(tmp_path
         await client.shutdown_session()
     finally:
         machines.remove()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_keel_worker_that_takes_over_moves_a_lost_machines_mission(tmp_path: Path, pg_server: PgServer) -> None:
+    """The same with `keel worker --take-over` on machine B instead of `keel supervise`."""
+    machines = TwoMachines(tmp_path, pg_server)
+    try:
+        worker = ("worker", "--store", str(machines.store_b), "--take-over")
+        proc = machines.b.keel(*worker, env=machines.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        machines.lose_a("kill")
+    finally:
+        machines.remove()  # every process on B too
+    said = proc.communicate(timeout=30)[0]
+    assert "host started here" in said, f"keel worker did not start the host: {said}"

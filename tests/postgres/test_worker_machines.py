@@ -32,7 +32,7 @@ from keel.protocol.states import LeaseState, MissionState
 from keel.storage import leases
 from keel.storage import missions as m
 from tests.pgserver import PgServer
-from tests.postgres.machines import Machine, can_make_machines, markers, store_folder
+from tests.postgres.machines import Machine, can_make_machines, markers, remove_all, store_folder
 
 pytestmark = pytest.mark.skipif(bool(can_make_machines()), reason=can_make_machines() or "")
 
@@ -135,12 +135,7 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
 
         wait_for(rejected, timeout=120, step=0.2)
     finally:
-        for machine in (a, b):
-            machine.remove()
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=10)
+        remove_all([a, b], procs)
 
     counts = collections.Counter(markers(side))
     assert all(n == 1 for n in counts.values()), f"an effect ran twice: {markers(side)}"

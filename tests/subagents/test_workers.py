@@ -31,11 +31,15 @@ pytestmark = pytest.mark.timeout(240)
 ENV = {"KEEL_LEASE_TTL_S": "2"}
 
 
-def _units(side: Path, *, ask: bool = False) -> list[dict[str, Any]]:
+def _units(side: Path, *, ask: bool = False, linger: float = 0) -> list[dict[str, Any]]:
+    """Units a and b (an effect, a pause, another effect), then c; `linger`: a's first command goes on for
+    that long after its effect, so that a strike can land while its outcome is not recorded."""
+
     def unit(uid: str, after: list[str]) -> dict[str, Any]:
+        lingering = f"; sleep {linger}" if linger and uid == "a" else ""
         steps: list[dict[str, Any]] = [
             {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid} 1\n"}},
-            {"tool": "run", "args": {"cmd": f"echo {uid}-1 >> {side}"}},
+            {"tool": "run", "args": {"cmd": f"echo {uid}-1 >> {side}{lingering}"}},
             {"now": True},
             {"sleep": 0.6},
             {"tool": "run", "args": {"cmd": f"echo {uid} 2 >> {uid}.txt; echo {uid}-2 >> {side}"}},
@@ -65,10 +69,9 @@ def _reference(folder: Path, *, ask: bool = False) -> dict[str, Any]:
     return {"side": sorted(side.read_text().split()), "files": files(Path(record(store, mid).sandbox))}
 
 
-def _host(folder: Path, side: Path, store: Path) -> subprocess.Popen[str]:
-    return start_keel(
-        "run", str(write_mission(folder, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
-    )
+def _host(folder: Path, side: Path, store: Path, linger: float = 0) -> subprocess.Popen[str]:
+    mission = write_mission(folder, _units(side, linger=linger), max_parallel=2, workers=True)
+    return start_keel("run", str(mission), store=store, env=ENV)
 
 
 def _worker(store: Path, units: int = 1) -> subprocess.Popen[str]:
@@ -123,6 +126,26 @@ def _check(store: Path, mid: str, side: Path, reference: dict[str, Any]) -> None
     keel("verify", store=store, check_rc=0)
 
 
+def _answer_until_done(store: Path, mid: str, side: Path, said: str) -> None:
+    """An effect whose outcome the strike left unknown is a question the host asks (a worker hands it back):
+    answered from the side log, as a person would, until the mission completes."""
+    for _ in range(5):
+        current = record(store, mid)
+        if current.state == MissionState.COMPLETED:
+            return
+        question = current.question
+        assert current.state == MissionState.WAITING_INPUT and question is not None, f"{current}\n{said}"
+        assert question.kind == "uncertain-effect", f"unexpected question: {question}"
+        lane, seq = question.lane, question.seq
+        entry = read(store, lambda t, lane=lane, seq=seq: m.journal_get(t, mid, lane, seq))
+        marker = str(entry.result.get("cmd", "")).rsplit("echo ", 1)[1].split(" ")[0]
+        choice = "skip" if marker in side.read_text().split() else "rerun"
+        keel("answer", mid, choice, "--no-resume", store=store, check_rc=0)
+        resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
+        said = resumed.stdout + resumed.stderr
+    raise AssertionError(f"the mission did not complete: {record(store, mid)}\n{said}")
+
+
 def _host_steps(host_out: str) -> int:
     """The steps the mission host executed itself (its `host_exit` event's count)."""
     exits = [json.loads(line) for line in host_out.splitlines() if '"host_exit"' in line]
@@ -149,35 +172,47 @@ def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path
     _check(store, mid, side, reference)
 
 
-def test_a_worker_killed_after_its_units_effect_is_replaced_and_nothing_runs_twice(tmp_path: Path) -> None:
-    """The strike: a unit's first effect ran on the first worker, which still holds its lease; the worker,
-    its worker process and its agent are SIGKILLed. A second worker takes the unit when the lease lapses,
-    carries on from its journal in a sandbox made from the store, and nothing runs twice."""
+@pytest.mark.parametrize("strike", ["effect-recorded", "effect-in-doubt"])
+def test_a_killed_worker_is_replaced_and_nothing_runs_twice(tmp_path: Path, strike: str) -> None:
+    """The strike: unit a's first effect ran on the first worker, which still holds its lease; the worker,
+    its worker process and its agent are SIGKILLed, either once the effect's result is journaled or while
+    its command still runs (the effect made, its outcome not recorded). A second worker takes the unit when
+    the lease lapses and carries it on from its journal in a sandbox made from the store; an effect in doubt
+    goes back to the host as a question, answered from the side log as a person would. Nothing runs twice."""
+    linger = 2.0 if strike == "effect-in-doubt" else 0
     reference = _reference(tmp_path / "reference")
     side, store = tmp_path / "side.log", tmp_path / "store"
-    host = start_keel(
-        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
-    )
+    host = _host(tmp_path, side, store, linger)
     mid = mission_id_of(host)
     first = _worker(store, units=2)
     second: subprocess.Popen[str] | None = None
     try:
         wait_for(lambda: side.exists() and "a-1" in side.read_text().split(), timeout=60)
+
+        def effect_entry() -> str:
+            entry = read(store, lambda t: m.journal_get(t, mid, "a", 2))
+            return entry.phase if entry is not None else ""
+
+        if strike == "effect-recorded":
+            wait_for(lambda: effect_entry() == "done")
         held = lease(store, mid, "a")
         assert held is not None and held.worker and held.state == LeaseState.RUNNING, held
+        assert effect_entry() == ("done" if strike == "effect-recorded" else "intent"), effect_entry()
         assert record(store, mid).state == MissionState.RUNNING and "a-2" not in side.read_text().split()
         for pid in _tree(first.pid):
             os.kill(pid, signal.SIGKILL)
         first.communicate(timeout=10)
         second = _worker(store, units=2)
         out, err = host.communicate(timeout=120)
-        assert host.returncode == 0, f"{out}\n{err}"
+        _answer_until_done(store, mid, side, out + err)
     finally:
         said = _stop(*(p for p in (first, second, host) if p is not None))
     assert record(store, mid).state == MissionState.COMPLETED, said
-    assert f"{mid}/a: succeeded" in said, f"the second worker did not finish unit a: {said}"
     events = read(store, lambda t: [e for _, e in m.events_after(t, mid) if e.kind == "lease"])
     assert any(e.unit == "a" and e.state == "expired" for e in events), "unit a was not offered again"
+    if strike == "effect-in-doubt":
+        evidence = read(store, lambda t: [e for _, e in m.evidence_after(t, mid)])
+        assert any(e.kind == "answer" for e in evidence), "the effect in doubt was not asked about"
     _check(store, mid, side, reference)
 
 
@@ -222,8 +257,9 @@ def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path)
         assert record(store, mid).state == MissionState.PAUSED
         held = lease(store, mid, "a")
         assert held is not None and held.state != LeaseState.RUNNING, f"a paused unit's lease reads {held}"
-        time.sleep(1.0)
-        assert "a-2" not in side.read_text().split(), "the worker carried on after the pause"
+        at_pause = side.read_text()  # a step in flight when the pause came finishes first; then nothing more
+        time.sleep(1.5)
+        assert side.read_text() == at_pause, "the worker carried on after the pause"
         resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     finally:
