@@ -139,11 +139,16 @@ class UnitHost:
             await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
                 await self.session.stop()
-            outcome = await task
+            try:
+                outcome = await task
+            except leases.StaleLeaseError:  # a new agent start found the lease taken
+                outcome = Outcome(K.EXPIRED)
         finally:
             for waiter in (watch, stop):
                 waiter.cancel()
             await asyncio.gather(watch, stop, return_exceptions=True)
+        if outcome.kind in (K.FAILED, K.STOPPED) and not await asyncio.to_thread(self._still_held):
+            outcome = Outcome(K.EXPIRED)  # what went wrong is the fence's doing: the unit is another's now
         if outcome.kind == K.FAILED and not self.returned:
             self.returned = f"it failed on worker {self.host_id}: {outcome.error}"
         if self.returned and outcome.kind != K.EXPIRED:
@@ -151,6 +156,10 @@ class UnitHost:
         await asyncio.to_thread(self.writer.close)
         await self.models.aclose()
         return outcome
+
+    def _still_held(self) -> bool:
+        held = self.store.read(lambda t: leases.get(t, self.mission_id, self.unit.id))
+        return held is not None and held.worker == self.host_id and held.epoch == self.session.epoch
 
     async def _watch(self) -> None:
         """Stop the unit when its mission stops running, or when another epoch holds its lease."""
@@ -244,6 +253,8 @@ def claim_here(
     sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane)
 
     def write(txn: Txn) -> SubagentLease:
+        if (state := m.get_mission(txn, mission_id).state) != MissionState.RUNNING:  # a pause came first
+            raise leases.StaleLeaseError(f"mission {mission_id} is {state}: its offers are closed")
         return leases.claim(
             txn,
             mission_id,
