@@ -166,6 +166,11 @@ class DataFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def measure(self) -> int:
+        """The file's size now (a writer may have grown it since it was opened)."""
+        self.size = os.fstat(self._fd).st_size
+        return self.size
+
     def read(self, offset: int, length: int) -> bytes:
         if offset >= self.size:
             return b""

@@ -62,6 +62,9 @@ def check_data_file(path: Path) -> Meta:
     (LMDB never writes a page that was freed in the transaction that allocated it)."""
     with DataFile(path) as f:
         meta = newest(f.metas())
+        # measured after the meta page was read: LMDB writes a commit's pages before its meta page and never
+        # shrinks the file, so a meta read now never names pages past the end unless the file was cut
+        f.measure()
         size = meta.page_size
         pages = f.size // size
         for name, root in (("free-page", meta.free.root), ("main", meta.main.root)):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,7 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _RESIZE_RETRIES = 10
+_DAMAGE_READS = 3  # a data.mdb that looks damaged is read this often before it counts as damaged
 RESERVE_NAME = "reserve"
 DEFAULT_RESERVE_BYTES = 1024 * 1024
 
@@ -395,35 +397,47 @@ def _share(path: Path, readonly: bool) -> _Env | None:
 
 
 def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
-    try:
-        return lmdb.open(
-            str(path),
-            map_size=map_size,
-            max_dbs=len(DB) + 4,
-            max_readers=512,
-            readonly=readonly,
-            sync=True,
-            metasync=True,
-            subdir=True,
-            readahead=False,
-            writemap=False,
-        )
-    except (lmdb.Error, OSError) as exc:
-        raise _translate(exc, f"cannot open store at {path}", path) from None
+    """The environment; opened again when another process grew the map between LMDB's reading the file's
+    size and its first transaction (MDB_MAP_RESIZED: nothing is wrong, the store is being written)."""
+    for _ in range(_RESIZE_RETRIES):
+        try:
+            return lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=len(DB) + 4,
+                max_readers=512,
+                readonly=readonly,
+                sync=True,
+                metasync=True,
+                subdir=True,
+                readahead=False,
+                writemap=False,
+            )
+        except lmdb.MapResizedError:
+            continue
+        except (lmdb.Error, OSError) as exc:
+            raise _translate(exc, f"cannot open store at {path}", path) from None
+    raise StoreError(f"cannot open store at {path}: its map keeps being resized by another process")
 
 
 def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
-    """Refuse a damaged data.mdb before LMDB maps it. A file still too short to hold its meta pages is
-    judged again under the writer lock: another process may be creating the store at this moment."""
+    """Refuse a damaged data.mdb before LMDB maps it. A writer may be committing meanwhile (a meta page being
+    written, the file growing): a file that looks damaged is read again a few times, and damage is what
+    stays. A file still too short to hold its meta pages is judged again under the writer lock: another
+    process may be creating the store at this moment."""
     data = path / "data.mdb"
-    try:
-        check_data_file(data)
-        return
-    except FileDamage as exc:
-        if data.stat().st_size >= 2 * MAX_PAGE_SIZE:
-            raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
-    except OSError as exc:
-        raise StoreError(f"cannot read {data}: {exc}") from None
+    for attempt in range(_DAMAGE_READS):
+        try:
+            check_data_file(data)
+            return
+        except FileDamage as exc:
+            if data.stat().st_size < 2 * MAX_PAGE_SIZE:
+                break
+            if attempt == _DAMAGE_READS - 1:
+                raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
+            time.sleep(0.02)
+        except OSError as exc:
+            raise StoreError(f"cannot read {data}: {exc}") from None
     with writer.held(timeout):
         try:
             check_data_file(data)

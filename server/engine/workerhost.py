@@ -31,7 +31,7 @@ from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMark
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
-from keel.server.engine import merge
+from keel.server.engine import merge, moving, places
 from keel.server.engine.agentproc import HandlerError, agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
@@ -248,8 +248,6 @@ def claim_here(
 ) -> SubagentLease:
     """Claim an offered unit for this worker; its sandbox is made here from the snapshots the lease names.
     Raises StaleLeaseError when another worker took it first or its host withdrew it."""
-    from keel.server.engine import moving, places
-
     sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane)
 
     def write(txn: Txn) -> SubagentLease:

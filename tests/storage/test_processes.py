@@ -134,3 +134,36 @@ def test_stale_reader_slot_of_a_killed_process_is_cleared_on_open(tmp_path: Path
         for proc in (keeper, holder):
             proc.kill()
             proc.communicate(timeout=10)
+
+
+GROWER = """
+import os, sys, time
+from keel.storage import Store
+path, seconds = sys.argv[1], float(sys.argv[2])
+with Store.open(path, map_size=64 * 1024) as store:
+    print("ready", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # 64 KiB blobs: the file and its map grow all the time
+        store.write(lambda t: t.put_object(os.urandom(64 * 1024)))
+"""
+
+
+def test_opening_a_store_another_process_is_growing_never_calls_it_damaged(tmp_path: Path) -> None:
+    """Read-only opens (every `keel missions`, `keel status`, a language server) while a host commits: the
+    file grows between the check of data.mdb and its meta page, and LMDB's map is resized under the open.
+    Neither is damage: every open must succeed."""
+    path = tmp_path / "store"
+    Store.open(path, create=True).close()
+    grower = subprocess.Popen([sys.executable, "-c", GROWER, str(path), "6"], stdout=subprocess.PIPE, text=True)
+    assert grower.stdout is not None and grower.stdout.readline().strip() == "ready"
+    opened, errors = 0, []
+    while grower.poll() is None:
+        try:
+            with Store.open(path, readonly=True):
+                opened += 1
+        except Exception as exc:  # each is a failure of the test, collected to be shown
+            errors.append(f"{type(exc).__name__}: {exc}")
+    assert grower.returncode == 0
+    size = (path / "data.mdb").stat().st_size
+    assert size > 8 * 1024 * 1024, f"the store grew only to {size} bytes: the opens raced nothing"
+    assert not errors, f"{len(errors)} of {opened + len(errors)} opens failed: {errors[:3]}"

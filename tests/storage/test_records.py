@@ -43,6 +43,7 @@ MISSION_SPEC = spec.MissionSpec(
     workspace="w",
     max_parallel=2,
     plan=True,
+    workers=True,
     units=(UNIT,),
     models=spec.ModelPolicy(
         prefer=("m",),
@@ -153,6 +154,9 @@ SAMPLES: dict[type[Any], Any] = {
         commit="c" * 40,
         merged=True,
         resolution="rerun",
+        worker="w-1",
+        spec=UNIT,
+        why="a question for a person",
     ),
     records.RestorePoint: records.RestorePoint(
         id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused", created_at=5.0, label="before failover"
