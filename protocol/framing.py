@@ -10,10 +10,12 @@ a header line can make the StreamReader buffer. Depends only on the standard lib
 
 from __future__ import annotations
 
-import asyncio
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from keel.protocol.errors import ProtocolError
+
+if TYPE_CHECKING:  # asyncio is imported by the async reader only: a thread-based worker never loads it
+    import asyncio
 
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
 MAX_HEADER_SIZE = 8 * 1024
@@ -84,6 +86,8 @@ def read_frame(stream: BinaryIO, max_size: int = DEFAULT_MAX_SIZE) -> bytes | No
 
 async def read_frame_async(reader: asyncio.StreamReader, max_size: int = DEFAULT_MAX_SIZE) -> bytes | None:
     """Async twin of read_frame for asyncio streams."""
+    import asyncio
+
     headers: list[bytes] = []
     used = 0
     while True:

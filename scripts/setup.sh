@@ -33,4 +33,8 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp || constraints.txt -nt $stamp ]];
   fi
   .venv/bin/python -c "import keel.server.cli" && touch "$stamp"
 fi
+# Bytecode for keel's own folders, as an installed package has it: the editable install leaves the sources
+# uncompiled, and with PYTHONDONTWRITEBYTECODE (or a read-only checkout) every keel process compiled them
+# again at start (a host, its workers and agents: tens of ms each). A later run recompiles what changed since.
+.venv/bin/python -m compileall -q protocol storage server agents >/dev/null
 echo "setup: environment ready at $ROOT/.venv"

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, KeelError
-from keel.protocol.records import HostLease, MissionRecord
+from keel.protocol.records import HostInfo, HostLease, MissionRecord
 from keel.storage.writelock import seconds_from_env
 
 HOST_TTL_ENV = "KEEL_HOST_LEASE_TTL_S"
@@ -70,9 +70,11 @@ class HostLock:
 def host_alive(record: MissionRecord) -> bool:
     """Whether the host recorded in the mission still runs (same machine: the pid exists, not a zombie,
     and it started no later than the record says)."""
-    host = record.host
-    if host is None:
-        return False
+    return record.host is not None and host_runs(record.host)
+
+
+def host_runs(host: HostInfo) -> bool:
+    """`host_alive` for a recorded host."""
     if host.hostname and host.hostname != os.uname().nodename:
         return True  # another machine's host: assume alive (its lock is not ours to probe)
     try:

@@ -17,7 +17,6 @@ storage only.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import hashlib
@@ -26,12 +25,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
 from keel.protocol.modelwire import normalise
 from keel.storage import Store, Txn
 from keel.storage.errors import StoreBusyError, StoreUnavailableError
+
+if TYPE_CHECKING:  # imported where it is used: a worker takes `request_fingerprint` from here, not asyncio
+    import asyncio
 
 
 class NondeterminismError(KeelError):
@@ -107,6 +109,8 @@ class JournalWriter:
         self._thread.start()
 
     async def commit(self, fn: Callable[[Txn], Any], *, urgent: bool = True) -> Any:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         batch = self._enter(_Item(fn, future, loop, urgent))
@@ -258,6 +262,8 @@ class JournalWriter:
     def _settle_all(outcomes: list[tuple[_Item, Any, BaseException | None]]) -> None:
         """Settle the items' futures: directly on their loop's own thread, else with one call per loop
         (a batch wakes its loop once, not once per item)."""
+        import asyncio
+
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
         for item, result, error in outcomes:
             if item.future is not None and item.loop is not None:

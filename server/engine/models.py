@@ -29,7 +29,7 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -39,18 +39,14 @@ from keel.protocol.records import Evidence
 from keel.protocol.states import MissionState
 from keel.server.engine.agentproc import HandlerError
 from keel.server.engine.interface import Host, StepResult
-from keel.server.providers import (
-    OfflineError,
-    PolicyPauseError,
-    ProviderConfigError,
-    ProviderError,
-    ProviderEvent,
-    ProviderRouter,
-    ProviderSettings,
-    load_provider_config,
-)
+from keel.server.providers.config import ProviderSettings, load_provider_config
+from keel.server.providers.errors import OfflineError, PolicyPauseError, ProviderConfigError, ProviderError
 from keel.storage import Txn
 from keel.storage import missions as m
+
+if TYPE_CHECKING:
+    from keel.server.providers.health import ProviderEvent
+    from keel.server.providers.router import ProviderRouter
 
 Served = TypeVar("Served", ap.ModelCompleteResult, ap.ModelForwardResult)
 P = TypeVar("P")
@@ -90,6 +86,8 @@ class ModelCalls:
         if isinstance(self._config, ProviderConfigError):
             raise self._config
         if self._router is None:
+            from keel.server.providers.router import ProviderRouter  # httpx, keyring: loaded by a first call
+
             self._router = ProviderRouter(
                 self._config, self.host.spec.models, on_event=self._on_event, store=self.host.store
             )

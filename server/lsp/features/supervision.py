@@ -10,7 +10,9 @@ recorded for an offline mission that its host did not act on before it died is a
 Each mission has a small state machine, driven by a tick every 0.1 s over the hub's views (a host can die
 without writing to the store, so changes alone would not notice it). Each tick checks the host of a mission
 that needs one directly (its pid, and whether anyone holds its host lock: two cheap system calls), not the
-watcher's last picture, so a SIGKILLed host is replaced within a few tenths of a second:
+watcher's last picture. A live host on this machine is also watched through a pidfd (`hostexits.py`): its exit
+wakes the loop at once, and a tick falls due exactly when a grace period or a backoff ends, so a SIGKILLed
+host is replaced a grace period (0.1 s) after it died. Only an exit wakes the loop; a slow host never does:
 
     WATCHING → SUSPECT (running, no live host) → RESTARTING → BACKOFF → (host alive) WATCHING
                                                               BACKOFF → (attempts spent) STRANDED
@@ -26,11 +28,11 @@ between.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import os
 import time
+from collections.abc import Iterable
 
 import msgspec
 from lsprotocol import types
@@ -40,6 +42,7 @@ from keel.protocol.records import MissionRecord
 from keel.protocol.states import MissionState
 from keel.server.engine import control, hostlock, offline, places
 from keel.server.engine.hostlock import HostLock
+from keel.server.lsp.features.hostexits import HostExits
 from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import Txn
@@ -47,6 +50,7 @@ from keel.storage import missions as m
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
+MIN_WAIT_S = 0.005  # the shortest wait between ticks
 GRACE_S = 0.1
 BACKOFF_S = 1.0
 MAX_RESTARTS = 3
@@ -119,6 +123,14 @@ class HostWatch:
                 )
             else:
                 self._restart(view)
+
+    def due(self, now: float) -> float | None:
+        """Seconds until this watch acts next by itself (its grace period or backoff ends), if it waits."""
+        if self.phase is P.SUSPECT:
+            return self.since + self.grace_s - now
+        if self.phase is P.BACKOFF:
+            return self.since + self.grace_s + self.backoff_s * 2.0 ** (self.attempts - 1) - now
+        return None
 
     def _locked(self) -> bool:
         lock = HostLock(places.lock_path(self.server.store_path, self.mission_id), self.mission_id)
@@ -227,25 +239,40 @@ def register(server: KeelServer) -> None:
         grace_s = _option_s(server, "graceMs", GRACE_S)
         backoff_s = _option_s(server, "backoffMs", BACKOFF_S)
         first = True
-        while True:
-            await asyncio.sleep(TICK_S)
-            now = time.monotonic()
-            if first and server.hub.views:
-                first = False
-                live = [v.record.id for v in server.hub.views.values() if v.host_alive]
-                server.log_line(
-                    f"keel: watching {len(server.hub.views)} missions; re-attached to {len(live)} with a live host",
-                    types.MessageType.Info,
-                )
-            views = list(server.hub.views.items())
-            remote = [v for _, v in views if _elsewhere(v.record) and _needs_host(v)] if _takes_over(server) else []
-            silent = await server.blocking(_silent_elsewhere, server, remote) if remote else set()
-            for mid, view in views:
-                watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
-                if watch.phase is not P.RESTARTING:
-                    watch.step(view, now, silent=mid in silent)
+        exits = HostExits()
+        try:
+            while True:
+                await exits.wait(_next_tick(watches.values(), time.monotonic()))
+                now = time.monotonic()
+                if first and server.hub.views:
+                    first = False
+                    live = [v.record.id for v in server.hub.views.values() if v.host_alive]
+                    server.log_line(
+                        f"keel: watching {len(server.hub.views)} missions; re-attached to {len(live)} with a live host",
+                        types.MessageType.Info,
+                    )
+                views = list(server.hub.views.items())
+                remote = [v for _, v in views if _elsewhere(v.record) and _needs_host(v)] if _takes_over(server) else []
+                silent = await server.blocking(_silent_elsewhere, server, remote) if remote else set()
+                for mid, view in views:
+                    watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
+                    if watch.phase is not P.RESTARTING:
+                        watch.step(view, now, silent=mid in silent)
+                exits.watch(v for _, v in views if _needs_host(v))
+        finally:
+            exits.close()
 
     server.on_ready.append(supervise)
+
+
+def _next_tick(watches: Iterable[HostWatch], now: float) -> float:
+    """Seconds to the next tick: TICK_S, or sooner when a grace period or a backoff ends before that."""
+    wait = TICK_S
+    for watch in watches:
+        due = watch.due(now)
+        if due is not None:
+            wait = min(wait, max(due, MIN_WAIT_S))
+    return wait
 
 
 def _option_s(server: KeelServer, name: str, default_s: float) -> float:
