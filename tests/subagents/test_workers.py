@@ -11,8 +11,11 @@ worker runs a unit.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from keel.storage import missions as m
 
 pytestmark = pytest.mark.timeout(240)
 ENV = {"KEEL_LEASE_TTL_S": "2"}
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
 def _units(side: Path, *, ask: bool = False, linger: float = 0) -> list[dict[str, Any]]:
@@ -126,13 +130,13 @@ def _check(store: Path, mid: str, side: Path, reference: dict[str, Any]) -> None
     keel("verify", store=store, check_rc=0)
 
 
-def _answer_until_done(store: Path, mid: str, side: Path, said: str) -> None:
+def _answer_until_done(store: Path, mid: str, side: Path, said: str) -> int:
     """An effect whose outcome the strike left unknown is a question the host asks (a worker hands it back):
     answered from the side log, as a person would, until the mission completes."""
-    for _ in range(5):
+    for answered in range(5):
         current = record(store, mid)
         if current.state == MissionState.COMPLETED:
-            return
+            return answered
         question = current.question
         assert current.state == MissionState.WAITING_INPUT and question is not None, f"{current}\n{said}"
         assert question.kind == "uncertain-effect", f"unexpected question: {question}"
@@ -292,3 +296,68 @@ def test_a_host_killed_while_workers_run_its_units_is_resumed_without_redoing_th
         said = _stop(worker)
     assert record(store, mid).state == MissionState.COMPLETED, said
     _check(store, mid, side, reference)
+
+
+def _worker_at(store: Path, mid: str, unit: str, entries: int) -> bool:
+    """A worker holds the unit, which has journaled at least `entries` entries."""
+    held = lease(store, mid, unit)
+    running = held is not None and held.state == LeaseState.RUNNING and held.worker != ""
+    return running and held is not None and held.last_checkpoint >= entries
+
+
+CHAOS_ITERATIONS = int(os.environ.get("KEEL_WORKER_CHAOS_ITERATIONS", "6"))
+
+
+@pytest.mark.timeout(600)
+def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(tmp_path: Path, store_backend: str) -> None:
+    """Chaos over a mission run by two workers. Each iteration strikes when a unit held by a worker has
+    journaled a chosen number of entries (its effect made or not, in doubt or recorded), killing a random
+    mix of the host and the two workers (each with everything it started); the killed ones are started
+    again, an effect in doubt is answered from the side log, until the mission completes. Checked each
+    time: the strike hit a live mission at its condition; every effect exactly once, the files equal the
+    host's own run, every unit succeeded once, the store verifies."""
+    reference = _reference(tmp_path / "reference")
+    rng = random.Random(int(os.environ.get("KEEL_CHAOS_SEED", "7")))
+    kills: collections.Counter[str] = collections.Counter()
+    answered = 0
+    for i in range(CHAOS_ITERATIONS):
+        folder = tmp_path / f"i{i}"
+        folder.mkdir()
+        side, store = folder / "side.log", folder / "store"
+        unit, entries = rng.choice("ab"), rng.randint(1, 3)  # then a and b sleep, and make their last entry
+        victims = rng.choice([{"host"}, {"w1"}, {"host", "w1"}, {"w1", "w2"}, {"host", "w1", "w2"}])
+        host = _host(folder, side, store, linger=rng.choice([0, 1.0]))
+        mid = mission_id_of(host)
+        procs = {"host": host, "w1": _worker(store, units=2), "w2": _worker(store, units=2)}
+        said = ""
+        try:
+            wait_for(functools.partial(_worker_at, store, mid, unit, entries), timeout=60)
+            assert record(store, mid).state == MissionState.RUNNING, f"iteration {i}: nothing to strike"
+            for name in victims:
+                for pid in _tree(procs[name].pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                said += procs[name].communicate(timeout=10)[0] or ""
+            for name in victims - {"host"}:
+                procs[name] = _worker(store, units=2)
+            if "host" in victims:
+                resumed = keel("resume", mid, "--json", store=store, timeout=180, env=ENV)
+                said += resumed.stdout + resumed.stderr
+            else:
+                out, err = host.communicate(timeout=180)
+                said += out + err
+            answered += _answer_until_done(store, mid, side, said)
+            kills.update(victims)
+        finally:
+            said += _stop(*(p for name, p in procs.items() if name != "host"), host)
+        context = f"iteration {i}: {unit} at {entries}, killed {sorted(victims)}"
+        assert record(store, mid).state == MissionState.COMPLETED, f"{context}\n{said}"
+        try:
+            _check(store, mid, side, reference)
+        except AssertionError as exc:
+            raise AssertionError(f"{context}: {exc}") from None
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / f"worker-chaos-{store_backend}.txt").write_text(
+        f"worker chaos: {CHAOS_ITERATIONS} iterations, kills {dict(sorted(kills.items()))}, {answered} effects in "
+        f"doubt answered; every iteration: effects once, files equal, units succeeded once\n"
+    )
