@@ -92,6 +92,7 @@ def walk(path: Path, databases: frozenset[str] = frozenset()) -> list[PageProble
             meta = newest(f.metas())
         except FileDamage as exc:
             return [PageProblem("*", -1, f"the LMDB file is damaged: {path.name} {exc}")]
+        f.measure()  # after the meta page: every page a commit names was written before its meta page
         walker = _Walk(f, meta)
         problems = walker.run()
         missing = sorted(databases - {name for name, _ in walker.named})

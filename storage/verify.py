@@ -31,7 +31,8 @@ from keel.protocol.records import (
 from keel.storage.base import Store
 from keel.storage.errors import CorruptRecordError, StoreError, render_key
 from keel.storage.keys import DB
-from keel.storage.lmdbwalk import walk
+from keel.storage.lmdbfile import FileDamage
+from keel.storage.lmdbwalk import PageProblem, check_data_file, walk
 from keel.storage.migrations import SchemaInfo
 from keel.storage.record import Codec, content_digest, open_record
 from keel.storage.snapshots import is_tree_ref, tree_refs
@@ -66,11 +67,31 @@ _TYPES: dict[DB, Any] = {
 
 
 def verify_structure(data_file: Path) -> list[Problem]:
-    """Every structural problem of an LMDB data file, each naming its database and page."""
-    return [
-        Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message)
-        for p in walk(data_file, frozenset(db.value for db in DB))
-    ]
+    """Every structural problem of an LMDB data file, each naming its database and page.
+
+    A host may be committing meanwhile. LMDB reuses a freed page only once no reader's snapshot is older
+    than the transaction that freed it, and plain reads are no reader: so the walk runs inside a read
+    transaction, begun before the newest meta page is read, and no page it can reach is rewritten under it.
+    Only a file whose meta pages and size pass the plain check is opened (beginning a read transaction
+    reads nothing else); any other is walked, and reported, with plain reads alone."""
+    databases = frozenset(db.value for db in DB)
+    try:
+        check_data_file(data_file)
+    except (FileDamage, OSError):
+        return _problems(walk(data_file, databases))
+    try:
+        env = lmdb.open(str(data_file.parent), readonly=True, max_dbs=len(DB) + 4, max_readers=512, subdir=True)
+    except lmdb.Error as exc:
+        return [Problem(db="*", key="", message=f"LMDB cannot open the file: {exc}")]
+    try:
+        with env.begin():
+            return _problems(walk(data_file, databases))
+    finally:
+        env.close()
+
+
+def _problems(found: list[PageProblem]) -> list[Problem]:
+    return [Problem(db=p.db, key=f"page {p.pgno}" if p.pgno >= 0 else "", message=p.message) for p in found]
 
 
 def verify_all(store: Store) -> Report:
