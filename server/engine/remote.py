@@ -115,6 +115,7 @@ class RemoteUnit:
             )
             if held is None or held.lane != self.lane:
                 return Outcome(K.FAILED, error=f"unit {self.unit.id}'s lease on lane {self.lane} is gone")
+            self._note_progress(held)
             if held.state == L.DONE:
                 return await self._done(held)
             if held.state == L.RETURNED:
@@ -143,6 +144,13 @@ class RemoteUnit:
                 return await self._run_here(msgspec.structs.replace(held, why=f"{self._lapses} workers lost it"))
             await self._offer(held)
             worker = ""
+
+    def _note_progress(self, held: SubagentLease) -> None:
+        """The worker's journal high-water mark (written with each of its entries) goes into the host's
+        checkpoints, as a local unit's does: a restore point or a bundle then carries the unit's journal."""
+        graph = self.host.graph
+        if held.last_checkpoint > graph.mark(self.unit.id).journal_hwm:
+            graph.update(self.unit.id, journal_hwm=held.last_checkpoint)
 
     async def _offer(self, held: SubagentLease | None) -> None:
         """Offer the unit under the next epoch: from its lane's snapshots, or the mission sandbox's files."""
@@ -187,6 +195,7 @@ class RemoteUnit:
 
     async def _done(self, held: SubagentLease) -> Outcome:
         """A worker's completion: its files come here from the store, for the host's merge."""
+        self._note_progress(held)
         if held.worker:
             await self.registry.bring_here(held, fence=False)
         return Outcome(K.SUCCEEDED, result=held.result)

@@ -26,13 +26,13 @@ import msgspec
 
 from keel.protocol.errors import InvalidTransitionError
 from keel.protocol.records import CheckpointManifest, Event, MissionRecord, RestorePoint, SandboxTree, UnitMark
-from keel.protocol.states import MissionState, PauseReason, UnitState
+from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server.engine import checkpoint, faultpoints, places, trees
 from keel.server.engine.journal import lane
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
-from keel.storage import DB, Store, Txn
+from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
-from keel.storage.keys import mission_prefix
+from keel.storage.keys import mission_prefix, unit_prefix
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
@@ -50,6 +50,9 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
             marks[unit_id] = mark
             continue
         latest = current.units.get(unit_id) if current else None
+        if latest is not None and _unchanged_since(txn, mission_id, unit_id, mark, latest):
+            marks[unit_id] = _reopened(mark, mark.epoch)  # it carries on in its own sandbox, on its own lane
+            continue
         epoch = max(mark.epoch, latest.epoch if latest else 0) + 1
         old_lane, new_lane = lane(unit_id, mark.epoch), lane(unit_id, epoch)
         for entry in m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm):
@@ -71,6 +74,22 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
         sandbox_tree=target.sandbox_tree,
         label=f"restore of {point.id}" + (" with files" if files else ""),
         files_restored=files,
+    )
+
+
+def _unchanged_since(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark, latest: UnitMark) -> bool:
+    """Nothing of the unit happened after the point: the same lane, no journal entry past the point's mark,
+    and not finished since. Its sandbox then still holds its files at the point (a unit's sandbox is not
+    in the point's snapshot, and a replay does not redo its writes), so it resumes there."""
+    unit_lane = lane(unit_id, mark.epoch)
+    held = leases.get(txn, mission_id, unit_id)
+    return (
+        latest.epoch == mark.epoch
+        and mark.journal_hwm > 0
+        and txn.last_seq(DB.JOURNAL, unit_prefix(mission_id, unit_lane)) == mark.journal_hwm
+        and held is not None
+        and held.lane == unit_lane
+        and held.state != LeaseState.DONE
     )
 
 

@@ -361,3 +361,32 @@ def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(tmp_
         f"worker chaos: {CHAOS_ITERATIONS} iterations, kills {dict(sorted(kills.items()))}, {answered} effects in "
         f"doubt answered; every iteration: effects once, files equal, units succeeded once\n"
     )
+
+
+@pytest.mark.parametrize("run_by", ["workers", "host"])
+def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(tmp_path: Path, run_by: str) -> None:
+    """A point taken while unit a runs (its first effect made and journaled) carries the unit's journal, on a
+    worker as on the host; restored to that point (the newest: nothing of the unit happened after it) and
+    resumed, unit a carries on in its own sandbox from its journal: its first effect is not made again and
+    the file it wrote before the point is still there."""
+    reference = _reference(tmp_path / "reference")
+    side, store = tmp_path / "side.log", tmp_path / "store"
+    mission = write_mission(tmp_path, _units(side), max_parallel=2, workers=run_by == "workers")
+    host = start_keel("run", str(mission), store=store, env=ENV)
+    mid = mission_id_of(host)
+    worker = _worker(store, units=2)
+    try:
+        held_by = functools.partial(_worker_at, store, mid, "a", 3) if run_by == "workers" else None
+        wait_for(held_by or (lambda: (held := lease(store, mid, "a")) is not None and held.last_checkpoint >= 3))
+        keel("pause", mid, store=store, check_rc=0)
+        host.communicate(timeout=60)
+        assert record(store, mid).state == MissionState.PAUSED and "a-2" not in side.read_text().split()
+        points = json.loads(keel("points", mid, "--json", store=store, check_rc=0).stdout)
+        newest = max(points, key=lambda p: p["time"])["id"]
+        keel("restore", mid, newest, store=store, check_rc=0)
+        resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    finally:
+        said = _stop(worker)
+    assert record(store, mid).state == MissionState.COMPLETED, said
+    _check(store, mid, side, reference)
