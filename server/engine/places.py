@@ -46,10 +46,11 @@ def unit_sandbox_path(store_path: Path, mission_id: str, lane: str) -> Path:
     return keel_dir(store_path) / "sandboxes" / f"{mission_id}-units" / lane.replace("#", "-e")
 
 
-def worker_sandbox_path(store_path: Path, worker: str, mission_id: str, lane: str) -> Path:
-    """A unit's sandbox on a `keel worker` (its own per worker, so that two workers of one machine never share
-    one): `.keel/workers/<worker>/<mission>/<lane>`."""
-    return keel_dir(store_path) / "workers" / worker / mission_id / lane.replace("#", "-e")
+def worker_sandbox_path(store_path: Path, worker: str, mission_id: str, lane: str, epoch: int) -> Path:
+    """A unit's sandbox on a `keel worker`, one per claim (the lease epoch it was claimed under), so that a
+    worker taking a unit again never shares a folder with its earlier claim, which it removes when that run
+    ends: `.keel/workers/<worker>/<mission>/<lane>.<epoch>`."""
+    return keel_dir(store_path) / "workers" / worker / mission_id / f"{lane.replace('#', '-e')}.{epoch}"
 
 
 def unit_home_path(store_path: Path, mission_id: str, lane: str) -> Path:

@@ -248,7 +248,7 @@ def claim_here(
 ) -> SubagentLease:
     """Claim an offered unit for this worker; its sandbox is made here from the snapshots the lease names.
     Raises StaleLeaseError when another worker took it first or its host withdrew it."""
-    sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane)
+    sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane, offered.epoch + 1)
 
     def write(txn: Txn) -> SubagentLease:
         if (state := m.get_mission(txn, mission_id).state) != MissionState.RUNNING:  # a pause came first
@@ -266,6 +266,7 @@ def claim_here(
         )
 
     claimed: SubagentLease = store.write(write)
+    assert Path(claimed.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
     try:
         built = moving.rebuild_unit_sandbox(store, store_path, mission_id, claimed, sandbox)
         if built.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
