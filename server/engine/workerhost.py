@@ -32,7 +32,7 @@ from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMa
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
 from keel.server.engine import merge, moving, places
-from keel.server.engine.agentproc import HandlerError, agent_env
+from keel.server.engine.agentproc import AgentProcess, HandlerError, agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter
@@ -46,6 +46,7 @@ from keel.storage import missions as m
 
 K = OutcomeKind
 WATCH_S = 0.25  # how often a running unit's mission state and lease are read
+FENCED_EXIT_S = 30.0  # a fenced worker process is killed if it has not exited by itself after this long
 
 
 def lane_epoch(unit_lane: str) -> int:
@@ -125,6 +126,7 @@ class UnitHost:
         self.sessions = {self.unit.id: self.session}
         self.returned = ""  # why the unit goes back to its mission host
         self._stop = asyncio.Event()
+        self._fenced: list[AgentProcess] = []  # worker processes whose lease another epoch took
 
     @property
     def keeps_files(self) -> bool:
@@ -153,6 +155,10 @@ class UnitHost:
             self.returned = f"it failed on worker {self.host_id}: {outcome.error}"
         if self.returned and outcome.kind != K.EXPIRED:
             await self._hand_back()
+        for proc in self._fenced:  # it exits by itself once it sees its lease taken (subagent.GRACE_S after)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.proc.wait(), timeout=FENCED_EXIT_S)
+            await proc.close(grace=0.5)
         await asyncio.to_thread(self.writer.close)
         await self.models.aclose()
         return outcome
@@ -171,9 +177,8 @@ class UnitHost:
             )
             if held is None or held.worker != self.host_id:  # the host offered it again: another epoch holds it
                 proc = self.session.expire()
-                if proc is not None:
-                    with contextlib.suppress(Exception):
-                        await proc.close(grace=0.5)
+                if proc is not None:  # fenced, not killed: a completion its agent sent is tried and refused
+                    self._fenced.append(proc)
                 return
             if record.state != MissionState.RUNNING:
                 self.progress.line(f"unit {self.unit.id}: mission {self.mission_id} is {record.state}: stopping")

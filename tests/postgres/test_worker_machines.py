@@ -108,10 +108,12 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
                     return held.unit
             return ""
 
-        wait_for(lambda: bool(struck_unit()), timeout=90)
+        deadline = time.monotonic() + 90
+        while not (unit := struck_unit()):
+            assert time.monotonic() < deadline, "no unit of machine A's worker reached the strike condition"
+            time.sleep(0.01)
         worker(b, store_b)
-        unit = struck_unit()
-        assert unit and record(store, mid).state == MissionState.RUNNING, "nothing to strike"
+        assert record(store, mid).state == MissionState.RUNNING, "nothing to strike"
         epoch = read(store, lambda t: leases.get(t, mid, unit)).epoch
         cut_at = time.monotonic()
         a.cut()
