@@ -98,12 +98,11 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
                 await asyncio.wait_for(stopping.wait(), args.interval)
         for task in done:
             unit_host = running.pop(task)
+            await asyncio.to_thread(forget_sandbox, unit_host.sandbox)  # what it did is in the store
             if (error := task.exception()) is not None:  # the lease tells its host; this worker goes on
                 _say(f"{unit_host.mission_id}/{unit_host.unit.id}: stopped by an error: {error!r}")
-                await asyncio.to_thread(forget_sandbox, unit_host.sandbox)
                 continue
             outcome = task.result()
-            await asyncio.to_thread(forget_sandbox, unit_host.sandbox)  # what it did is in the store
             said = f": {unit_host.returned}" if unit_host.returned else (f": {outcome.error}" if outcome.error else "")
             _say(f"{unit_host.mission_id}/{unit_host.unit.id}: {outcome.kind.value}{said[:300]}")
     for unit_host in running.values():

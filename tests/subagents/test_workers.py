@@ -159,9 +159,7 @@ def _host_steps(host_out: str) -> int:
 def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path) -> None:
     reference = _reference(tmp_path / "reference")
     side, store = tmp_path / "side.log", tmp_path / "store"
-    host = start_keel(
-        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
-    )
+    host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
     workers = [_worker(store), _worker(store)]
     try:
@@ -248,9 +246,7 @@ def test_a_unit_that_asks_a_person_goes_back_to_its_host(tmp_path: Path) -> None
 def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path) -> None:
     reference = _reference(tmp_path / "reference")
     side, store = tmp_path / "side.log", tmp_path / "store"
-    host = start_keel(
-        "run", str(write_mission(tmp_path, _units(side), max_parallel=2, workers=True)), store=store, env=ENV
-    )
+    host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
     worker = _worker(store, units=2)
     try:
