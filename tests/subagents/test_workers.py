@@ -105,6 +105,13 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the process and every descendant of it; one that exits meanwhile is already gone."""
+    for each in _tree(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(each, signal.SIGKILL)
+
+
 def _stop(*procs: subprocess.Popen[str]) -> str:
     out = ""
     for proc in procs:
@@ -181,7 +188,7 @@ def test_a_killed_worker_is_replaced_and_nothing_runs_twice(tmp_path: Path, stri
     its command still runs (the effect made, its outcome not recorded). A second worker takes the unit when
     the lease lapses and carries it on from its journal in a sandbox made from the store; an effect in doubt
     goes back to the host as a question, answered from the side log as a person would. Nothing runs twice."""
-    linger = 2.0 if strike == "effect-in-doubt" else 0
+    linger = 30.0 if strike == "effect-in-doubt" else 0
     reference = _reference(tmp_path / "reference")
     side, store = tmp_path / "side.log", tmp_path / "store"
     host = _host(tmp_path, side, store, linger)
@@ -201,9 +208,9 @@ def test_a_killed_worker_is_replaced_and_nothing_runs_twice(tmp_path: Path, stri
         assert held is not None and held.worker and held.state == LeaseState.RUNNING, held
         assert effect_entry() == ("done" if strike == "effect-recorded" else "intent"), effect_entry()
         assert record(store, mid).state == MissionState.RUNNING and "a-2" not in side.read_text().split()
-        for pid in _tree(first.pid):
-            os.kill(pid, signal.SIGKILL)
+        _kill_tree(first.pid)
         first.communicate(timeout=10)
+        assert effect_entry() == ("done" if strike == "effect-recorded" else "intent"), "the strike came too late"
         second = _worker(store, units=2)
         out, err = host.communicate(timeout=120)
         _answer_until_done(store, mid, side, out + err)
@@ -330,9 +337,7 @@ def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(tmp_
             wait_for(functools.partial(_worker_at, store, mid, unit, entries), timeout=60)
             assert record(store, mid).state == MissionState.RUNNING, f"iteration {i}: nothing to strike"
             for name in victims:
-                for pid in _tree(procs[name].pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                _kill_tree(procs[name].pid)
                 said += procs[name].communicate(timeout=10)[0] or ""
             for name in victims - {"host"}:
                 procs[name] = _worker(store, units=2)
