@@ -37,6 +37,7 @@ from keel.server.engine.journal import NondeterminismError, lane, request_finger
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Placement
 from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
+from keel.server.engine.sandbox import SandboxError
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.storage import Txn, leases
@@ -282,6 +283,8 @@ class UnitSession:
             if entry.phase == "done":
                 self.note_replay(entry)
                 return answer(entry)
+        if method == "tool/run" and not self.sandbox.is_dir():
+            self._sandbox_gone(seq)
         step = Step(seq, method, fp, time.monotonic(), intent=entry)
         if method in WAITS_FOR_A_PERSON:  # not in flight: a stop does not wait for it
             return await handler(self, step, params)
@@ -333,6 +336,17 @@ class UnitSession:
         )
         self.fatal = error
         raise HandlerError(ap.ERR_NONDETERMINISM, error.message)
+
+    def _sandbox_gone(self, seq: int) -> None:
+        """The unit's sandbox folder was removed under it: a tool call there would fail for a reason that is
+        not the call's, so nothing is recorded for entry `seq` and the unit fails; its journal stays as it
+        was, for a run in a sandbox made again."""
+        error = SandboxError(
+            f"unit {self.unit.id}'s sandbox {self.sandbox} is gone: its tool call (entry {seq}) was not run "
+            "and nothing was recorded for it"
+        )
+        self.fatal = error
+        raise HandlerError(rpc.INTERNAL_ERROR, error.message)
 
     def _notice(self, method: str, params: Any) -> None:
         if method == REPLAYED:

@@ -322,3 +322,40 @@ def test_a_merge_conflict_asks_the_person_and_rerun_resolves_it(tmp_path: Path) 
     assert [e.unit for e in _evidence(store, mid, "merge-conflict")] == [loser]
     assert [e.unit for e in _evidence(store, mid, "reexecuted")] == [loser]
     assert unit_events(store, mid).count((loser, "succeeded")) == 1
+
+
+def test_a_sandbox_removed_under_a_running_unit_fails_it_and_records_nothing_for_its_next_call(
+    tmp_path: Path,
+) -> None:
+    """A unit's sandbox folder removed while its agent runs: the next tool call is not run, its failure is
+    not recorded as the call's result (a replay would only give it back), and the unit stops with an error
+    naming the sandbox; the resume finds a lost sandbox with effects and asks, as after a crash."""
+    side = tmp_path / "side.log"
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "A\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo ran >> {side}"}},
+                    {"sleep": 3},
+                    {"tool": "run", "args": {"cmd": f"echo again >> {side}"}},
+                ]
+            },
+        }
+    ]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
+    mid = mission_id_of(host)
+    wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
+    held = lease(store, mid, "a")
+    assert held is not None
+    shutil.rmtree(held.sandbox)
+    out, err = host.communicate(timeout=60)
+    assert host.returncode != 0 and f"sandbox {held.sandbox} is gone" in out + err, out + err
+    journal = read(store, lambda t: m.journal_entries(t, mid, "a"))
+    assert not [e for e in journal if "again" in e.summary], journal  # the last call left no entry
+    assert side.read_text().split() == ["ran"]
+    keel("resume", mid, store=store, check_rc=3)
+    question = record(store, mid).question
+    assert question is not None and question.kind == "reexecute" and question.unit == "a", question
