@@ -235,7 +235,7 @@ class Registry:
             else:
                 why = await asyncio.to_thread(self._sandbox_problem, held)
                 if why:
-                    await self._sandbox_question(uid, held, why)
+                    await self.lost_sandbox(uid, held, why)
         return finished
 
     def _sandbox_problem(self, held: SubagentLease) -> str:
@@ -255,7 +255,7 @@ class Registry:
                 )
         return ""
 
-    async def _sandbox_question(self, uid: str, held: SubagentLease, why: str) -> None:
+    async def lost_sandbox(self, uid: str, held: SubagentLease, why: str) -> None:
         """A sandbox that is gone or changed: a unit with no effect in its journal starts again from
         scratch by itself; one with effects asks the person, naming the effects a rerun would repeat."""
         effects = await asyncio.to_thread(self.effects_of, held.lane)

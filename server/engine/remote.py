@@ -12,7 +12,10 @@ runs it (workerhost.py):
 - `running` with a heartbeat silent past its ttl (the worker's machine died or was cut off), or
   `orphaned`/`expired` while the mission still runs: offered again under the next epoch. The lost worker
   is fenced: its journal writes and its completion check the epoch and are rejected. A unit that
-  MAX_LAPSES workers lost in one run of it runs here instead.
+  MAX_LAPSES workers lost in one run of it runs here instead. A unit whose lane the store holds no
+  snapshot of (an outside, appending agent changes its sandbox between entries) cannot be made again
+  anywhere: it is a lost sandbox (registry.lost_sandbox: run again from scratch when its journal holds no
+  effect, else a `reexecute` question).
 A stopping host (pause, question, cancel) withdraws an offer nobody took, and waits for a running worker to
 stop by itself (it stops when the mission is no longer `running`) or to go silent. Depends on the engine's
 registry, unitrun and trees modules and on storage; sees the host only through interface.Host.
@@ -142,6 +145,8 @@ class RemoteUnit:
             self._lapses += 1
             if self._lapses >= MAX_LAPSES:  # a unit that workers keep losing (or that keeps killing them)
                 return await self._run_here(msgspec.structs.replace(held, why=f"{self._lapses} workers lost it"))
+            if not (held.tree and held.base_tree):  # an appending agent's sandbox: no snapshot to offer again
+                return await self._run_here(msgspec.structs.replace(held, why=f"worker {held.worker} lost it"))
             await self._offer(held)
             worker = ""
 
@@ -204,8 +209,11 @@ class RemoteUnit:
         if held is not None:
             self.host.progress.line(f"unit {self.unit.id} runs on its mission host: {held.why or held.state}")
             here = await self.registry.bring_here(held, fence=True)
-            if here.base != "copy":
-                return Outcome(K.FAILED, error=f"unit {self.unit.id}: the store holds no snapshot of its sandbox")
+            if here.base != "copy":  # the sandbox stayed on the worker's machine: as any lost sandbox
+                where = f"worker {held.worker or '?'} ({held.hostname or '?'})"
+                why = f"its sandbox was on {where}, and the store holds no snapshot of it"
+                await self.registry.lost_sandbox(self.unit.id, here, why)
+                return Outcome(K.STOPPED)
         self.local = UnitSession(self.host, self.registry, self.models, self.unit)
         self.local.stopping = self.stopping
         return await self.local.run()

@@ -64,6 +64,18 @@ class Workspace:
             start_new_session=True,
         )
 
+    def worker(self) -> subprocess.Popen[str]:
+        """A `keel worker` of this workspace: it takes the units a `workers = true` mission offers."""
+        return subprocess.Popen(
+            [KEEL, "worker", "--units", "1"],
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
     def mission_id(self) -> str:
         rows = json.loads(self.keel("missions", "--json").stdout or "[]")
         assert rows, "no mission in the store"
@@ -137,7 +149,11 @@ def agent_pids(name: str, root: Path) -> list[int]:
 def kill_agent(name: str, root: Path) -> list[int]:
     """SIGKILL the outside agent: its process and every process below it (Claude Code's CLI runs under
     its adapter), all at once, as a crash of the agent would."""
-    pids = agent_pids(name, root)
+    return kill_tree(agent_pids(name, root))
+
+
+def kill_tree(pids: list[int]) -> list[int]:
+    """SIGKILL these processes and every process below them, all at once; returns the pids struck."""
     tree: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:

@@ -24,6 +24,7 @@ from acpkit import (
     kill_agent,
     kill_host,
     kill_keel_process,
+    kill_tree,
     require_agent,
     settle,
     wait_for,
@@ -164,6 +165,50 @@ def test_command_in_doubt_after_a_crash_is_never_run_twice(agent: str, model: Sc
     assert ws.state(mission) == "completed", resumed.stdout + resumed.stderr
     check_files(ws, mission)  # runs.log holds one "ran": the command ran once
     assert model.steps()[-1] == "done"
+
+
+def test_an_agent_unit_a_lost_worker_held_is_asked_about_never_run_again_silently(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    """`workers = true`: a `keel worker` runs Claude Code's unit and is SIGKILLed with all it started, after
+    the agent's edits. An outside agent changes its sandbox between entries, so the store holds no snapshot
+    to make that sandbox again elsewhere: when the worker's lease lapses the host does not offer the unit
+    again (a worker could not start it) but treats it as a lost sandbox with effects and asks. The person
+    says "rerun": the unit runs again from scratch on another worker, and the files equal an undisturbed
+    run's (the test command, never reached before the strike, ran once)."""
+    require_agent("claude")
+    ws = workspace(tmp_path, "claude", [model], permissions="workers = true\n")
+    ws.env["KEEL_LEASE_TTL_S"] = "2"
+    model.stall_at("test")
+    host = ws.start()
+    wait_for("the mission's store", lambda: ws.keel("missions", "--json").stdout.strip() not in ("", "[]"))
+    first, second = ws.worker(), None
+    try:
+        wait_for("the model to stall mid-answer", model.stalled.is_set)
+        mission = ws.mission_id()
+        units = json.loads(ws.keel("status", mission, "--json").stdout)["subagents"]
+        assert [(u["unit"], bool(u.get("worker"))) for u in units] == [("u1", True)], units  # a worker runs it
+        edits = [i for i in journal(ws, mission) if i["kind"] == "tool" and i.get("effect") == "done"]
+        assert edits, "the strike must come after the agent's edits"
+        assert kill_tree([first.pid])
+        first.wait(timeout=10)
+        model.release()
+        out = finish(host)
+        assert host.returncode == 3, out
+        question = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]["question"]
+        assert question["kind"] == "reexecute" and question["unit"] == "u1", question
+        assert "no snapshot" in question["text"] and question["choices"] == ["rerun", "fail"], question
+        second = ws.worker()
+        answered = ws.keel("answer", mission, "rerun")
+        assert answered.returncode == 0, answered.stdout + answered.stderr
+        wait_for("the mission to complete after the answer", lambda: ws.state(mission) == "completed")
+    finally:
+        for proc in (p for p in (host, first, second) if p is not None):
+            kill_tree([proc.pid])
+            print(proc.args, proc.communicate(timeout=10)[0])
+    check_files(ws, mission)
+    reexecuted = [i for i in journal(ws, mission) if "executed again from scratch" in str(i.get("title", ""))]
+    assert reexecuted or "rerun" in ws.keel("log", mission).stdout
 
 
 @pytest.mark.parametrize("agent", AGENTS)
