@@ -1,4 +1,5 @@
-"""`keel status [ID]`: one mission in detail (read-only), or the list of all as `keel missions` prints it."""
+"""`keel status [ID]`: one mission in detail (read-only): its state, question, units, the logs on this machine
+(the host's, and each unit agent's stderr) and its subagents; or the list of all as `keel missions` prints it."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import argparse
 import time
 from typing import Any
 
+from keel.protocol.records import Evidence
 from keel.server.commands import help_of
-from keel.server.commands.common import open_store, print_json
+from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.missions import ago, run_missions
+from keel.server.engine import places
 from keel.server.engine.control import unit_states
 from keel.server.exits import Exit
 from keel.storage import leases
@@ -36,6 +39,7 @@ def run_status(args: argparse.Namespace) -> int:
                 "states": unit_states(txn, mid),
                 "points": len(m.restore_points(txn, mid)),
                 "subagents": leases.list_leases(txn, mid),
+                **_evidence(txn, mid),
             }
 
         data = store.read(read)
@@ -50,11 +54,34 @@ def run_status(args: argparse.Namespace) -> int:
     if r.error:
         print(f"  error    {r.error}")
     print(f"  restore points {data['points']}")
+    if (log := places.log_path(store_path(args), r.id)).exists():
+        print(f"  log      {log}")
     for unit_id, state in data["states"].items():
         mark = data["units"].get(unit_id)
         print(f"  {state:<10} {unit_id}" + (f"  {mark.error}" if mark and mark.error else ""))
+        if (agent_log := places.agent_log_path(store_path(args), r.id, unit_id)).exists():
+            print(f"             agent's stderr: {agent_log}")
     _print_subagents(data["subagents"])
+    if data["evidence"]:
+        print("  evidence " + ", ".join(f"{n} {kind}" for kind, n in sorted(data["evidence"].items())))
+        for item in data["notable"]:
+            print(f"    {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(item.at))}  {item.kind:<14} {item.summary}")
     return Exit.OK
+
+
+ROUTINE = ("tool", "diff")  # evidence of every step: counted; the rest (verifications, answers, …) listed
+NOTABLE = 10
+
+
+def _evidence(txn: Any, mission_id: str) -> dict[str, Any]:
+    """The mission's evidence counted by kind, and its last NOTABLE items that are not routine."""
+    counts: dict[str, int] = {}
+    notable: list[Evidence] = []
+    for _, item in m.evidence_after(txn, mission_id):
+        counts[item.kind] = counts.get(item.kind, 0) + 1
+        if item.kind not in ROUTINE:
+            notable = [*notable[-(NOTABLE - 1) :], item]
+    return {"evidence": counts, "notable": notable}
 
 
 def _print_subagents(held: list[Any]) -> None:

@@ -116,7 +116,7 @@ def _keel(*args: str) -> list[str]:
 def run_demo(out: TextIO, store: Path | None = None) -> int:
     """The demo in a temporary folder, store included; with `store`, the mission is recorded there
     instead and the folder with the sample repository (the mission's workspace) is kept, so that
-    `keel inspect`, `keel points` or `keel apply` can look at what the demo did afterwards."""
+    `keel status`, `keel points` or `keel apply` can look at what the demo did afterwards."""
     if store is None:
         with tempfile.TemporaryDirectory(prefix="keel-demo-") as tmp:
             return _demo(out, Path(tmp), Path(tmp) / ".keel" / "store")
@@ -124,7 +124,7 @@ def run_demo(out: TextIO, store: Path | None = None) -> int:
     store = store.resolve()  # the host's workers run in sandboxes: a relative path would point elsewhere
     code = _demo(out, root, store)
     print(
-        f"the mission stays in store {store} (keel inspect --store {store}); its sample repository "
+        f"the mission stays in store {store} (keel status --store {store}); its sample repository "
         f"stays at {root / 'shop'}",
         file=out,
         flush=True,

@@ -44,6 +44,16 @@ def test_demo_records_its_mission_in_the_given_store(tmp_path: Path) -> None:
         )
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["mission"]["state"] == "completed"
+        named = re.search(r"\((keel [^)]*)\)", proc.stdout)  # the command the demo names to look further
+        assert named, proc.stdout
+        for argv in (named.group(1).split()[1:], ["status", missions[0].id, "--store", str(store)]):
+            looked = subprocess.run(
+                [sys.executable, "-m", "keel.server.cli", *argv], capture_output=True, text=True, timeout=60, env=env
+            )
+            assert looked.returncode == 0, f"keel {' '.join(argv)}: {looked.stdout}{looked.stderr}"
+        logs = re.findall(r"agent's stderr: (\S+)", looked.stdout)
+        assert len(logs) == 4 and all(Path(log).is_file() for log in logs), looked.stdout
+        assert "verification   python -m unittest -q test_shop: passed" in looked.stdout, looked.stdout
         assert not (tmp_path / ".keel").exists()  # nothing went to the default store
     finally:
         if kept:
