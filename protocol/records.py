@@ -149,6 +149,10 @@ class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):
     error: str = ""
     agent_state: str = ""  # blob digest of the latest state/save
     epoch: int = 0
+    # a unit that had not finished: the snapshot of its own sandbox at journal_hwm, and of the files it
+    # started from (its lease's trees), so that a restore to this point makes that sandbox again
+    tree: str = ""
+    base_tree: str = ""
 
 
 class CheckpointManifest(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -43,7 +43,7 @@ from keel.protocol.records import (
 from keel.storage.errors import CorruptRecordError, render_key
 from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix
 from keel.storage.record import Codec, content_digest, open_record, seal
-from keel.storage.snapshots import is_tree_ref, tree_refs
+from keel.storage.snapshots import manifest_trees, tree_refs
 from keel.storage.txn import Txn, decode_value
 
 MAGIC = b"KEELBUNDLE"
@@ -174,8 +174,9 @@ def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -
         seen.add(digest)
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)
         seen.update(ref for ref in manifest_refs(manifest) if get_blob(ref) is not None)
-        if is_tree_ref(manifest.sandbox_tree) and manifest.sandbox_tree not in seen:
-            seen.update(tree_refs(get_blob, manifest.sandbox_tree, skip=seen))
+        for tree in manifest_trees(manifest):
+            if tree not in seen:
+                seen.update(tree_refs(get_blob, tree, skip=seen))
         stack.append(manifest.parent)
     return seen
 
@@ -391,8 +392,8 @@ def _check_chain(
             raise BundleError(f"bundle lacks checkpoint {digest[:16]} of mission {mid}: a record was dropped")
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)
         refs = manifest_refs(manifest)
-        if is_tree_ref(manifest.sandbox_tree):
-            refs += tree_refs(get_blob, manifest.sandbox_tree) or [manifest.sandbox_tree]
+        for tree in manifest_trees(manifest):
+            refs += tree_refs(get_blob, tree) or [tree]
         for ref in refs:
             if get_blob(ref) is None:
                 raise BundleError(

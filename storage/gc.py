@@ -8,8 +8,8 @@ evidence, control, points, leases, HEAD) of missions that no longer exist. A dam
 collection (CorruptRecordError) before anything is deleted.
 
 Depends on keel.storage only. Sandbox file snapshots are reached through each manifest's `sandbox_tree`
-(its folder blobs, or an older keel's flat tree blob, and every file blob they name:
-`snapshots.tree_refs`). If a new kind of blob is ever
+and its unfinished units' `tree` and `base_tree` (`snapshots.manifest_trees`: their folder blobs, or an
+older keel's flat tree blob, and every file blob they name: `snapshots.tree_refs`). If a new kind of blob is ever
 referenced from outside checkpoint manifests, `bundle.manifest_refs` must learn it, or gc would remove it.
 """
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 
 import msgspec
 
-from keel.protocol.records import FolderEntry, SandboxFolder, SandboxTree, TreeEntry
+from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxFolder, SandboxTree, TreeEntry
 from keel.storage.errors import CorruptRecordError
 from keel.storage.keys import DB
 from keel.storage.record import content_digest
@@ -30,6 +30,14 @@ def is_tree_ref(value: str) -> bool:
     """A sandbox_tree naming a snapshot blob (checkpoints of older keels hold a 32-hex digest of the
     files instead, which names no blob: those points restore state but not files)."""
     return len(value) == 64
+
+
+def manifest_trees(manifest: CheckpointManifest) -> list[str]:
+    """The snapshots a checkpoint names: the mission sandbox's, and the own sandboxes of units that had not
+    finished (each unit's files and the files it started from)."""
+    marks = manifest.units.values()
+    found = [manifest.sandbox_tree, *(m.tree for m in marks), *(m.base_tree for m in marks)]
+    return list(dict.fromkeys(t for t in found if is_tree_ref(t)))
 
 
 def folder_blob(entries: tuple[FolderEntry, ...]) -> tuple[bytes, str]:

@@ -35,7 +35,7 @@ from keel.storage.lmdbfile import FileDamage
 from keel.storage.lmdbwalk import PageProblem, check_data_file, walk
 from keel.storage.migrations import SchemaInfo
 from keel.storage.record import Codec, content_digest, open_record
-from keel.storage.snapshots import is_tree_ref, tree_refs
+from keel.storage.snapshots import manifest_trees, tree_refs
 from keel.storage.txn import Txn, decode_value
 
 
@@ -171,8 +171,9 @@ def _check_chain(
             manifest.context,
             *(mark.agent_state for mark in manifest.units.values()),
         ]
-        tree = manifest.sandbox_tree
-        if is_tree_ref(tree) and tree not in seen:
+        for tree in manifest_trees(manifest):
+            if tree in seen:
+                continue
             seen.add(tree)
             files = check(DB.BLOBS, tree.encode(), partial(tree_refs, txn.get_blob, tree, seen))
             refs += files if isinstance(files, list) and files else [tree]

@@ -14,13 +14,15 @@ from typing import Any
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, RestorePoint, UnitMark
+from keel.protocol.records import CheckpointManifest, RestorePoint, SubagentLease, UnitMark
 from keel.protocol.spec import MissionSpec, UnitSpec
-from keel.protocol.states import MissionState
+from keel.protocol.states import MissionState, UnitState
 from keel.server.engine import faultpoints
+from keel.server.engine.journal import lane
 from keel.storage import DB, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix
+from keel.storage.snapshots import is_tree_ref
 
 
 def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
@@ -67,6 +69,23 @@ def commit(
         files_restored=files_restored,
     )
     return m.commit_checkpoint(txn, manifest, label=label)
+
+
+def with_unit_trees(marks: dict[str, UnitMark], held: list[SubagentLease]) -> dict[str, UnitMark]:
+    """The marks of units that had not finished, with the snapshots of their own sandboxes: their leases'
+    trees, read while no tool call changes files. A restore to the checkpoint makes those sandboxes again.
+    A mark's journal mark becomes its lease's when that is higher (a `keel worker` records steps its host
+    has not noted yet): the snapshot and the journal copied up to the mark then agree."""
+    leases = {x.unit: x for x in held}
+    out = dict(marks)
+    for uid, mark in marks.items():
+        found = leases.get(uid)
+        if mark.state == UnitState.SUCCEEDED or found is None or found.lane != lane(uid, mark.epoch):
+            continue
+        if is_tree_ref(found.tree) and is_tree_ref(found.base_tree):
+            hwm = max(mark.journal_hwm, found.last_checkpoint)
+            out[uid] = msgspec.structs.replace(mark, journal_hwm=hwm, tree=found.tree, base_tree=found.base_tree)
+    return out
 
 
 def load_graph(txn: Txn, digest: str) -> list[UnitSpec]:

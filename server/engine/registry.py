@@ -34,6 +34,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
+from keel.storage.snapshots import is_tree_ref
 
 DEFAULT_TTL_S = 10.0
 
@@ -48,7 +49,7 @@ class Placement(msgspec.Struct, frozen=True):
     branch: str
     base: str
     tree: str
-    # a fresh sandbox on a shared store: its snapshot, stored with its first lease (the unit's base_tree);
+    # a fresh sandbox: its snapshot, stored with its first lease (the unit's base_tree);
     # a worker started again in it keeps the lease's trees
     scan: trees.Scan | None = None
 
@@ -84,11 +85,9 @@ class Registry:
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
-        if self.host.keeps_files:  # kept, so that the unit's work can be merged on another machine
-            scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
-            return Placement(str(path), branch, base, "", scan)
-        tree = await asyncio.to_thread(trees.tree_digest, path)
-        return Placement(str(path), branch, base, tree)
+        # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
+        scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
+        return Placement(str(path), branch, base, "", scan)
 
     async def grant(self, uid: str, where: Placement) -> SubagentLease:
         unit_lane = self.lane_of(uid)
@@ -215,6 +214,8 @@ class Registry:
                 continue  # offered to `keel worker`s, or held by one: remote.py follows it
             if held.worker:  # completed by a `keel worker`: its files come here from the store
                 held = await self.bring_here(held, fence=False)
+            elif not held.sandbox and is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
+                held = await self.bring_here(held, fence=False)  # reopened by a restore: the point's files
             await asyncio.to_thread(terminate, held, self.mission_id)
             await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
             if held.resolution == "rerun":
@@ -240,8 +241,10 @@ class Registry:
 
     def _sandbox_problem(self, held: SubagentLease) -> str:
         path = Path(held.sandbox)
-        if not held.sandbox or not path.exists():
-            return f"its sandbox {held.sandbox or '(none)'} is missing"
+        if not held.sandbox:
+            return held.why or "it has no sandbox"
+        if not path.exists():
+            return f"its sandbox {held.sandbox} is missing"
         entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, held.lane))
         if held.tree and not any(e.phase == "intent" for e in entries):
             try:
@@ -262,7 +265,7 @@ class Registry:
         if not effects:
             await self.reexecute(uid, held, why)
             return
-        missing = not await asyncio.to_thread(Path(held.sandbox).exists)
+        missing = not held.sandbox or not await asyncio.to_thread(Path(held.sandbox).exists)
         choices = ("rerun", "fail") if missing else ("continue", "rerun")
         keep = "fail the unit (fail)" if missing else "go on from its journal with the sandbox as it is (continue)"
         text = (

@@ -25,7 +25,16 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.errors import InvalidTransitionError
-from keel.protocol.records import CheckpointManifest, Event, MissionRecord, RestorePoint, SandboxTree, UnitMark
+from keel.protocol.records import (
+    CheckpointManifest,
+    Event,
+    JournalEntry,
+    MissionRecord,
+    RestorePoint,
+    SandboxTree,
+    SubagentLease,
+    UnitMark,
+)
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server.engine import checkpoint, faultpoints, places, trees
 from keel.server.engine.journal import lane
@@ -33,6 +42,7 @@ from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_topleve
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
+from keel.storage.snapshots import is_tree_ref
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
@@ -55,9 +65,11 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
             continue
         epoch = max(mark.epoch, latest.epoch if latest else 0) + 1
         old_lane, new_lane = lane(unit_id, mark.epoch), lane(unit_id, epoch)
-        for entry in m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm):
+        entries = m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm)
+        for entry in entries:
             m.journal_put(txn, mission_id, new_lane, entry)
         marks[unit_id] = _reopened(mark, epoch)
+        _place_reopened(txn, mission_id, unit_id, new_lane, mark, entries, point.id)
     m.set_mission_state(
         txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None, error=""
     )
@@ -90,6 +102,35 @@ def _unchanged_since(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark, la
         and held is not None
         and held.lane == unit_lane
         and held.state != LeaseState.DONE
+    )
+
+
+def _place_reopened(
+    txn: Txn, mission_id: str, unit_id: str, unit_lane: str, mark: UnitMark, entries: list[JournalEntry], point: str
+) -> None:
+    """A reopened unit whose journal up to the point changed files needs its sandbox as it was at the point:
+    a lease on its lane names the point's snapshots of that sandbox (the resuming host makes it from them,
+    registry.recover), or, from a point that holds none, no sandbox at all (then a lost sandbox: run again
+    when its journal holds no effect, else a question). It never goes on in a fresh sandbox without the
+    files its replayed steps made."""
+    if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
+        return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
+    held = leases.get(txn, mission_id, unit_id)
+    kept = is_tree_ref(mark.tree) and is_tree_ref(mark.base_tree)
+    leases.put(
+        txn,
+        mission_id,
+        SubagentLease(
+            unit=unit_id,
+            lane=unit_lane,
+            epoch=(held.epoch if held else 0) + 1,
+            host_id="",
+            state=LeaseState.ORPHANED,
+            tree=mark.tree if kept else "",
+            base_tree=mark.base_tree if kept else "",
+            last_checkpoint=mark.journal_hwm,
+            why="" if kept else f"restore point {point} holds no snapshot of its sandbox",
+        ),
     )
 
 
@@ -250,6 +291,11 @@ def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str,
     marks = {
         uid: mk if mk.state == UnitState.SUCCEEDED else _reopened(mk, mk.epoch) for uid, mk in target.units.items()
     }
+    for uid, mk in target.units.items():
+        if mk.state != UnitState.SUCCEEDED:
+            unit_lane = lane(uid, mk.epoch)
+            entries = m.journal_entries(txn, new_id, unit_lane, upto=mk.journal_hwm)
+            _place_reopened(txn, new_id, uid, unit_lane, mk, entries, f"{record.id}:{point.id}")
     manifest = CheckpointManifest(
         mission_id=new_id,
         number=target.number + 1,

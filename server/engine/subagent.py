@@ -44,7 +44,7 @@ from keel.protocol.records import Event
 from keel.protocol.states import LeaseState
 from keel.server.engine.merge import clear_stale_locks, commit_unit
 from keel.server.engine.replay import REPLAYED, WorkerReplay, is_replay_notice
-from keel.server.engine.trees import Snapshotter, tree_digest
+from keel.server.engine.trees import Snapshotter
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -65,7 +65,6 @@ class Worker:
         self.sandbox = Path(args.sandbox)
         self.ttl: float = args.ttl
         self.command: list[str] = args.agent
-        self.keep_files: bool = args.keep_files or store.shared
         self.out: BinaryIO = sys.stdout.buffer
         self.parent = os.getppid()
         self.run_id: Any = None
@@ -212,13 +211,12 @@ class Worker:
             self.store.read(lambda t: leases.check(t, self.mission, self.unit, self.epoch))
             commit = commit_unit(self.sandbox, self.unit)
             payload = result.get("result") if isinstance(result, dict) else None
-            # on a shared store the result's files are kept too: another machine can merge them
+            # the result's files are kept, not only their digest: another machine or a restore can make them
             files = Snapshotter()
-            scan = files.scan(self.sandbox) if self.keep_files else None
-            tree = tree_digest(self.sandbox) if scan is None else ""
+            scan = files.scan(self.sandbox)
 
             def write(t: Txn) -> None:
-                done = tree if scan is None else files.store_txn(t, self.sandbox, scan)
+                done = files.store_txn(t, self.sandbox, scan)
                 leases.complete(t, self.mission, self.unit, self.epoch, result=payload, commit=commit, tree=done)
 
             self.store.write(write)
@@ -298,7 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--epoch", type=int, required=True)
     parser.add_argument("--ttl", type=float, default=15.0)
-    parser.add_argument("--keep-files", action="store_true", help="store the result's files, not only their digest")
     parser.add_argument("agent", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent

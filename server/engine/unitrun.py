@@ -161,7 +161,6 @@ class UnitSession:
             str(self.sandbox),
             "--ttl",
             str(self.registry.ttl),
-            *(("--keep-files",) if host.keeps_files else ()),
             "--",
             *resolve_command(host.spec.agent),
         )
@@ -407,10 +406,8 @@ class UnitSession:
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
-            if host.keeps_files:  # the snapshot itself is kept: the sandbox can be made again on another machine
-                scan = await asyncio.to_thread(self._tree.scan, self.sandbox)
-            else:
-                changes["tree"] = await asyncio.to_thread(self._tree.digest, self.sandbox)
+            # the snapshot itself is kept: the sandbox can be made again (another machine, a restore point)
+            scan = await asyncio.to_thread(self._tree.scan, self.sandbox)
 
         def write(txn: Txn) -> None:
             if scan is not None:

@@ -128,10 +128,6 @@ class UnitHost:
         self._stop = asyncio.Event()
         self._fenced: list[AgentProcess] = []  # worker processes whose lease another epoch took
 
-    @property
-    def keeps_files(self) -> bool:
-        return True
-
     async def run(self) -> Outcome:
         """Run the unit until it completes, stops or is handed back; the lease says which to the host."""
         task = asyncio.create_task(self.session.run())

@@ -54,20 +54,15 @@ class Workspace:
         )
 
     def start(self, mission: str = "task.mission.toml") -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [KEEL, "run", mission],
-            cwd=self.root,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        return self.spawn("run", mission)
 
     def worker(self) -> subprocess.Popen[str]:
         """A `keel worker` of this workspace: it takes the units a `workers = true` mission offers."""
+        return self.spawn("worker", "--units", "1")
+
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [KEEL, "worker", "--units", "1"],
+            [KEEL, *args],
             cwd=self.root,
             env=self.env,
             stdout=subprocess.PIPE,

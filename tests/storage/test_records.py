@@ -65,7 +65,15 @@ QUESTION = records.Question(
 )
 COST = records.StepCost(wall_ms=12.5, tokens=99)
 MARK = records.UnitMark(
-    state=UnitState.RUNNING, journal_hwm=7, attempts=2, result={"r": 1}, error="e", agent_state="ab" * 32, epoch=3
+    state=UnitState.RUNNING,
+    journal_hwm=7,
+    attempts=2,
+    result={"r": 1},
+    error="e",
+    agent_state="ab" * 32,
+    epoch=3,
+    tree="cd" * 32,
+    base_tree="ef" * 32,
 )
 TOOL = agent.ToolCallSpec(name="read_file", description="d", parameters={"type": "object"})
 

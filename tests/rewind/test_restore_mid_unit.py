@@ -1,0 +1,99 @@
+"""A restore point taken while a unit was half-way (the point of a pause, the unit then resumed and
+finished): restoring to it, or forking from it, makes the unit's own sandbox as it was at the point from
+the point's snapshot of it, so the unit's recorded steps before the point are answered from the journal
+(their effects not made again) and their files are still there. The result equals an undisturbed run's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keel.storage import missions as m
+from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record, wait_for
+from tests.rewind.kit import mission_toml, points
+
+
+def _units(side: Path) -> list[dict[str, object]]:
+    return [
+        {
+            "id": "u1",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "made before the point\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo u1-1 >> {side} && echo shell > s.txt"}},
+                    {"sleep": 6},  # the pause comes here
+                    {"tool": "write_file", "args": {"path": "b.txt", "content": "made after the point\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo u1-2 >> {side}"}},
+                ]
+            },
+        },
+        {"id": "u2", "after": ["u1"], "params": {"steps": [{"tool": "run", "args": {"cmd": "cat *.txt > all"}}]}},
+    ]
+
+
+RESULT = {
+    "README.md": b"hello\n",
+    "data.bin": BINARY,
+    "old.txt": b"to be deleted\n",
+    "a.txt": b"made before the point\n",
+    "s.txt": b"shell\n",
+    "b.txt": b"made after the point\n",
+    "all": b"made before the point\nmade after the point\nto be deleted\nshell\n",  # cat a b old s
+}
+
+
+def _mission_paused_mid_unit(tmp: Path) -> tuple[Path, str, str, Path]:
+    """(store, mission id, the pause's point, side log): u1 paused after its first two steps, then resumed
+    to the end."""
+    ws, side, store = tmp / "ws", tmp / "side.log", tmp / "store"
+    git_workspace(ws)
+    (tmp / "mission.toml").write_text(mission_toml(_units(side)))
+    host = subprocess.Popen(
+        [sys.executable, "-m", "keel.server.cli", "run", str(tmp / "mission.toml"), "--plain", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: store.exists() and bool(json.loads(keel("missions", "--json", store=store).stdout or "[]")))
+        mid = json.loads(keel("missions", "--json", store=store).stdout)[0]["id"]
+
+        def step_two_done() -> bool:
+            entry = read(store, lambda t: m.journal_get(t, mid, "u1", 2))
+            return entry is not None and entry.phase == "done"
+
+        wait_for(step_two_done, timeout=60)
+        ok(keel("pause", mid, store=store))
+        out, _ = host.communicate(timeout=60)
+    finally:
+        host.kill()
+    assert record(store, mid).state.value == "paused", out
+    point = points(store, mid)[-1]
+    manifest = read(store, lambda t: m.get_checkpoint(t, m.get_point(t, mid, point["id"]).checkpoint))
+    mark = manifest.units["u1"]
+    assert mark.state.value != "succeeded" and mark.journal_hwm >= 2 and mark.tree, mark  # really half-way
+    ok(keel("resume", mid, "--plain", store=store, timeout=120))
+    assert files(Path(record(store, mid).sandbox)) == RESULT
+    assert side.read_text().split() == ["u1-1", "u1-2"]
+    return store, mid, point["id"], side
+
+
+@pytest.mark.parametrize("how", ["restore", "fork"])
+def test_a_point_inside_a_unit_gives_back_the_units_files(tmp_path: Path, how: str) -> None:
+    store, mid, point, side = _mission_paused_mid_unit(tmp_path)
+    if how == "restore":
+        ok(keel("restore", mid, point, "--files", store=store))
+        target = mid
+    else:
+        forked = json.loads(ok(keel("fork", mid, point, "--json", store=store)).stdout)
+        target = forked["mission"]
+    ok(keel("resume", target, "--plain", store=store, timeout=120))
+    assert record(store, target).state.value == "completed"
+    # u1's steps before the point ran once; the ones after it run again from the point, as they should
+    assert side.read_text().split() == ["u1-1", "u1-2", "u1-2"]
+    assert files(Path(record(store, target).sandbox)) == RESULT
+    ok(keel("verify", store=store))
