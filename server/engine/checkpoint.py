@@ -73,9 +73,12 @@ def commit(
 
 def with_unit_trees(marks: dict[str, UnitMark], held: list[SubagentLease]) -> dict[str, UnitMark]:
     """The marks of units that had not finished, with the snapshots of their own sandboxes: their leases'
-    trees, read while no tool call changes files. A restore to the checkpoint makes those sandboxes again.
-    A mark's journal mark becomes its lease's when that is higher (a `keel worker` records steps its host
-    has not noted yet): the snapshot and the journal copied up to the mark then agree."""
+    trees, read in the checkpoint's transaction. A restore to the checkpoint makes those sandboxes again. A
+    lease's tree is written in the transaction of the journal entry that changed the files, with that
+    entry's seq as `last_checkpoint`, so the mark takes the lease's journal mark when it is higher (steps
+    recorded since the host noted them, e.g. by a `keel worker`): the snapshot and the journal copied up to
+    the mark then agree. An effect in flight at that moment is an intent past the tree: a restore settles
+    it as after a crash (reconciled with the files, or asked about)."""
     leases = {x.unit: x for x in held}
     out = dict(marks)
     for uid, mark in marks.items():

@@ -26,7 +26,7 @@ import msgspec
 
 from keel.protocol.diskspace import disk_full
 from keel.protocol.errors import DiskFullError, InvalidTransitionError
-from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question, UnitMark
+from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
 from keel.server.engine import checkpoint, moving, offline, places
@@ -112,24 +112,17 @@ class MissionHost:
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
         async with self.files_lock:  # marks and files from the same moment: no tool call in between
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() else None
-            write = self._checkpoint_write(reason, extra, scan, await self._marks_with_files())
+            write = self._checkpoint_write(reason, extra, scan)
         await self.writer.commit(write)
-
-    async def _marks_with_files(self) -> dict[str, UnitMark]:
-        """The units' marks, with the snapshots of unfinished units' own sandboxes (under the files lock)."""
-        held = await asyncio.to_thread(self.store.read, lambda t: leases.list_leases(t, self.mission_id))
-        return checkpoint.with_unit_trees(self.graph.marks(), held)
         self.policy.snapshotted()
 
     def checkpoint_soon(self, reason: str, extra: TxnFn | None = None) -> None:
         """A checkpoint queued now, without a file snapshot (none can be taken synchronously): it commits no
         later than the step being recorded; `restore --files` says that this point has no files."""
-        self.writer.submit(self._checkpoint_write(reason, extra, None, self.graph.marks()))
+        self.writer.submit(self._checkpoint_write(reason, extra, None))
 
-    def _checkpoint_write(
-        self, reason: str, extra: TxnFn | None, scan: Scan | None, marks: dict[str, UnitMark]
-    ) -> TxnFn:
-        units, state = self.graph.unit_list(), self.record.state
+    def _checkpoint_write(self, reason: str, extra: TxnFn | None, scan: Scan | None) -> TxnFn:
+        units, marks, state = self.graph.unit_list(), self.graph.marks(), self.record.state
         config = checkpoint.config_of(self.spec, self.models.active_model)
 
         def write(txn: Txn) -> None:
@@ -141,7 +134,7 @@ class MissionHost:
                 self.mission_id,
                 reason=reason,
                 units=units,
-                marks=marks,
+                marks=checkpoint.with_unit_trees(marks, leases.list_leases(txn, self.mission_id)),
                 config=config,
                 state=state,
                 sandbox_tree=tree_digest,
@@ -524,8 +517,7 @@ class MissionHost:
         async with self.files_lock:
             added = self.graph.add(list(units), unit)
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
-            marks = await self._marks_with_files()
-            return added, self._checkpoint_write(f"plan: {unit} added {len(added)}", None, scan, marks)
+            return added, self._checkpoint_write(f"plan: {unit} added {len(added)}", None, scan)
 
     def step_recorded(self, unit: str, method: str, summary: str, wall_ms: float) -> None:
         self._step = f"{unit}: {summary or method}"

@@ -281,3 +281,20 @@ def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path:
     keel("resume", mid, store=store, check_rc=0)
     sandbox = sandbox_of(store, mid)
     assert sorted(p.name for p in sandbox.glob("w*.txt")) == sorted(f"w{i}-{k}.txt" for i in range(3) for k in (1, 2))
+
+
+def test_snapshot_checkpoints_come_at_the_policys_interval_not_after_every_step(tmp_path: Path) -> None:
+    """`policy = "interval"`: a snapshot checkpoint when interval_ms has passed since the last one, so a
+    unit of 24 steps of 50 ms or more makes about one per 300 ms of its run, never one per step."""
+    steps = [{"tool": "run", "args": {"cmd": "sleep 0.05"}} for _ in range(24)]
+    mission = write_mission(
+        tmp_path, [{"id": "u1", "params": {"steps": steps}}], checkpoint={"policy": "interval", "interval_ms": 300}
+    )
+    store = tmp_path / "store"
+    keel("run", str(mission), "--plain", store=store, timeout=120, check_rc=0)
+    mid = read(store, m.list_missions)[0].id
+    entries = read(store, lambda t: m.journal_entries(t, mid, "u1"))
+    run_ms = (entries[-1].at - entries[0].at) * 1000
+    snapshots = [p for p in read(store, lambda t: m.restore_points(t, mid)) if p.reason == "snapshot"]
+    assert len(entries) == 24 and run_ms >= 24 * 50
+    assert 1 <= len(snapshots) <= run_ms / 300 + 2, f"{len(snapshots)} snapshots in {run_ms:.0f} ms of steps"
