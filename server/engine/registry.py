@@ -60,7 +60,7 @@ class Registry:
         self.ttl = lease_ttl()
         self.zombies: list[AgentProcess] = []
         self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
-        self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots, on a shared store
+        self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots (their base_tree)
 
     @property
     def mission_id(self) -> str:
