@@ -118,6 +118,8 @@ def commit_all(sandbox: Path, message: str) -> None:
 def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
     """Remove a unit's sandbox and branch, whatever state a killed git left them in (a worktree locked
     while it was being made, stale lock files)."""
+    if not target.is_absolute():  # never a path relative to wherever this process runs ("" is ".")
+        raise SandboxError(f"refusing to remove unit sandbox {str(target)!r}: not an absolute path")
     if is_git(mission_sandbox):
         clear_stale_locks(target)
         git(mission_sandbox, "worktree", "unlock", str(target), check=False)

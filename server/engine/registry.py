@@ -308,8 +308,9 @@ class Registry:
         if mark.state == UnitState.RUNNING:
             graph.suspend(uid)
         graph.update(uid, epoch=mark.epoch + 1, journal_hwm=0, agent_state="")
-        async with self.git_lock:
-            await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)
+        if held.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
+            async with self.git_lock:
+                await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)
         item = Evidence(
             kind="reexecuted",
             at=time.time(),

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from keel.storage import Store, Txn
 from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record, wait_for
 from tests.rewind.kit import mission_toml, points
@@ -97,3 +100,36 @@ def test_a_point_inside_a_unit_gives_back_the_units_files(tmp_path: Path, how: s
     assert side.read_text().split() == ["u1-1", "u1-2", "u1-2"]
     assert files(Path(record(store, target).sandbox)) == RESULT
     ok(keel("verify", store=store))
+
+
+def test_a_point_without_the_units_snapshot_asks_before_running_its_effects_again(tmp_path: Path) -> None:
+    """A point that names no snapshot of the unit's own sandbox (written by an older keel; an outside
+    agent's unit has none either): the restored unit has no sandbox to go on in, and its journal up to
+    the point holds effects, so the person is asked ("rerun" or "fail") instead of a replay into a sandbox
+    without their files. "rerun" runs it from scratch, effects and all, and the result is right."""
+    store, mid, point, side = _mission_paused_mid_unit(tmp_path)
+
+    def older(txn: Txn) -> str:
+        head = m.head_checkpoint(txn, mid)
+        paused = m.get_checkpoint(txn, m.get_point(txn, mid, point).checkpoint)
+        assert head is not None
+        marks = {uid: msgspec.structs.replace(mk, tree="", base_tree="") for uid, mk in paused.units.items()}
+        copy = msgspec.structs.replace(
+            paused, number=head.number + 1, parent=m.head(txn, mid) or "", units=marks, created_at=time.time()
+        )
+        return m.commit_checkpoint(txn, copy, label="as an older keel wrote it").id
+
+    with Store.open(store, create=False) as s:
+        old_point = s.write(older)
+    ok(keel("restore", mid, old_point, "--files", store=store))
+    asked = keel("resume", mid, "--plain", store=store, timeout=120)
+    assert asked.returncode == 3, asked.stdout + asked.stderr
+    question = record(store, mid).question
+    assert question is not None and question.kind == "reexecute" and question.unit == "u1", question
+    assert f"restore point {old_point} holds no snapshot of its sandbox" in question.text, question.text
+    assert question.choices == ("rerun", "fail") and side.read_text().split() == ["u1-1", "u1-2"]
+    ok(keel("answer", mid, "rerun", "--no-resume", store=store))
+    ok(keel("resume", mid, "--plain", store=store, timeout=120))
+    assert record(store, mid).state.value == "completed"
+    assert side.read_text().split() == ["u1-1", "u1-2", "u1-1", "u1-2"]  # the person chose to run it again
+    assert files(Path(record(store, mid).sandbox)) == RESULT
