@@ -217,14 +217,15 @@ class Registry:
             elif not held.sandbox and is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
                 held = await self.bring_here(held, fence=False)  # reopened by a restore: the point's files
             await asyncio.to_thread(terminate, held, self.mission_id)
-            await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
+            if held.sandbox:
+                await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
             if held.resolution == "rerun":
                 why = "a person chose to run it again" + (
                     " after a merge conflict" if held.state == LeaseState.DONE else ""
                 )
                 await self.reexecute(uid, held, why)
             elif held.state == LeaseState.DONE and (
-                held.commit or held.merged or await asyncio.to_thread(Path(held.sandbox).exists)
+                held.commit or held.merged or (held.sandbox and await asyncio.to_thread(Path(held.sandbox).exists))
             ):
                 finished.append(held)
             elif held.resolution == "fail":
