@@ -427,7 +427,7 @@ def _check_workspace(bundle: Bundle) -> None:
     if ws.kind == "git":
         if len(ws.base_commit) not in (40, 64) or any(c not in "0123456789abcdef" for c in ws.base_commit):
             raise BundleError(f"bundle base commit {ws.base_commit!r} is not a commit id")
-        expected = {PATCH_KEY}
+        expected = {PATCH_KEY} if ws.paths else set()  # a sandbox with no change carries no patch
     elif ws.kind == "files":
         expected = {p.encode() for p in ws.paths}
         bad = [p for p, mode in ws.modes.items() if mode not in ("x", "l") or p not in ws.paths]

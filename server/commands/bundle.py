@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,10 @@ from keel.protocol.states import TERMINAL_MISSION_STATES
 from keel.server import sandboxcopy, signing
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine import merge, places, registry
+from keel.server.engine import merge, places, registry, trees
 from keel.server.engine.hostlock import host_alive
 from keel.server.exits import Exit
-from keel.storage import Store
+from keel.storage import Store, Txn
 from keel.storage import bundle as b
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir, store_exists
@@ -61,10 +62,10 @@ def run_export(args: argparse.Namespace) -> int:
             raise b.BundleError(
                 f"mission {mission_id} is running; pause it first (`keel pause {mission_id} --wait 30`), then export"
             )
-        records = store.read(lambda t: b.collect_records(t, mission_id))
         sandbox = Path(record.sandbox or places.sandbox_path(store_path(args), mission_id))
         if record.state not in TERMINAL_MISSION_STATES:
             _carry_unit_work(store, mission_id, sandbox)
+        records = store.read(lambda t: b.collect_records(t, mission_id))
     section, payloads = sandboxcopy.capture(sandbox, Path(record.workspace or "."), args.base)
     records += [(b.WORKSPACE_DB, key, data) for key, data in payloads]
     key = signing.signing_key()
@@ -105,11 +106,36 @@ def _carry_unit_work(store: Store, mission_id: str, sandbox: Path) -> None:
             f"then export"
         ) from None
     if carried:
+        _checkpoint_carried(store, mission_id, sandbox, carried)
         print(
             f"keel: merged the unfinished work of unit(s) {', '.join(carried)} into the mission sandbox "
             f"(their sandboxes stay on this machine)",
             file=sys.stderr,
         )
+
+
+def _checkpoint_carried(store: Store, mission_id: str, sandbox: Path, carried: list[str]) -> None:
+    """The mission sandbox now holds the carried work: a checkpoint names its files, so that a resume that
+    checks the sandbox against its HEAD's files (after a restore with files) finds them, here and where
+    the bundle is imported."""
+    files = trees.Snapshotter()
+    scan = files.scan(sandbox)
+
+    def write(txn: Txn) -> None:
+        head = m.head_checkpoint(txn, mission_id)
+        if head is None:
+            return
+        manifest = msgspec.structs.replace(
+            head,
+            number=head.number + 1,
+            reason=f"export: carried the work of unit(s) {', '.join(carried)}",
+            created_at=time.time(),
+            parent=m.head(txn, mission_id) or "",
+            sandbox_tree=files.store_txn(txn, sandbox, scan),
+        )
+        m.commit_checkpoint(txn, manifest)
+
+    store.write(write)
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -398,8 +399,10 @@ class Registry:
 def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> list[str]:
     """Merge the work of every unit not yet succeeded (and not yet merged) from its own sandbox into the
     mission sandbox, so that the mission sandbox holds all of the mission's work (export: a bundle carries
-    only the mission sandbox). Only while no host runs the mission. Returns the units carried; a conflict
-    raises MergeConflict (the units before it stay carried, that one merged nothing)."""
+    only the mission sandbox). A unit whose sandbox is not on this machine (a `keel worker` ran it, or a
+    restore reopened it) is carried from the snapshots its lease names. Only while no host runs the
+    mission. Returns the units carried; a conflict raises MergeConflict (the units before it stay carried,
+    that one merged nothing)."""
     head = store.read(lambda t: m.head_checkpoint(t, mission_id))
     marks = head.units if head else {}
     carried = []
@@ -411,11 +414,15 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
             or held.merged
             or held.resolution == "skip"
             or held.lane != lane(held.unit, mark.epoch)
-            or not held.sandbox
         ):
             continue
-        if Path(held.sandbox).is_dir():
+        if held.sandbox and Path(held.sandbox).is_dir():
             merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
+            carried.append(held.unit)
+        elif is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
+            with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
+                made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
+                merge.carry(mission_sandbox, Path(made.sandbox), held.unit)
             carried.append(held.unit)
     return carried
 

@@ -159,3 +159,22 @@ def _only_mission(store: Path) -> str:
     missions = read(store, m.list_missions)
     assert len(missions) == 1
     return str(missions[0].id)
+
+
+def test_a_mission_that_changed_no_file_exports_and_imports(tmp_path: Path) -> None:
+    """A git sandbox with nothing changed against its base (a mission paused before its first merge, or one
+    whose units only read): its bundle carries no patch, and the import takes it as it is."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    git_workspace(a / "ws")
+    units = [{"id": "u1", "params": {"steps": [{"tool": "read_file", "args": {"path": "README.md"}}]}}]
+    ok(keel("run", str(write_mission(a, units)), "--plain", store=a / "store"))
+    mission_id = _only_mission(a / "store")
+    bundle = tmp_path / "m.keelbundle"
+    summary = json.loads(ok(keel("export", mission_id, "-o", str(bundle), "--json", store=a / "store")).stdout)
+    assert summary["workspace"] == "git"
+    b.mkdir()
+    git(b, "clone", "-q", str(a / "ws"), "ws")
+    ok(keel("import", str(bundle), "--workspace", str(b / "ws"), "--allow-unsigned", store=b / "store"))
+    assert record(b / "store", mission_id).state.value == "completed"
+    assert files(Path(record(b / "store", mission_id).sandbox)) == files(Path(record(a / "store", mission_id).sandbox))
+    ok(keel("verify", store=b / "store"))

@@ -16,7 +16,7 @@ import pytest
 
 from keel.storage import Store, Txn
 from keel.storage import missions as m
-from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record, wait_for
+from tests.bundles.kit import BINARY, files, git, git_workspace, keel, ok, read, record, wait_for
 from tests.rewind.kit import mission_toml, points
 
 
@@ -85,15 +85,23 @@ def _mission_paused_mid_unit(tmp: Path) -> tuple[Path, str, str, Path]:
     return store, mid, point["id"], side
 
 
-@pytest.mark.parametrize("how", ["restore", "fork"])
+@pytest.mark.parametrize("how", ["restore", "fork", "export"])
 def test_a_point_inside_a_unit_gives_back_the_units_files(tmp_path: Path, how: str) -> None:
+    """`export`: restored, then exported before any host made the unit's sandbox again; the bundle carries
+    the unit's files at the point (from the point's snapshot), and the mission finishes on another store."""
     store, mid, point, side = _mission_paused_mid_unit(tmp_path)
-    if how == "restore":
-        ok(keel("restore", mid, point, "--files", store=store))
-        target = mid
+    target = mid
+    if how == "fork":
+        target = json.loads(ok(keel("fork", mid, point, "--json", store=store)).stdout)["mission"]
     else:
-        forked = json.loads(ok(keel("fork", mid, point, "--json", store=store)).stdout)
-        target = forked["mission"]
+        ok(keel("restore", mid, point, "--files", store=store))
+    if how == "export":
+        bundle, elsewhere = tmp_path / "m.keelbundle", tmp_path / "b"
+        ok(keel("export", mid, "-o", str(bundle), store=store))
+        elsewhere.mkdir()
+        git(elsewhere, "clone", "-q", str(tmp_path / "ws"), "ws")
+        store = elsewhere / "store"
+        ok(keel("import", str(bundle), "--workspace", str(elsewhere / "ws"), "--allow-unsigned", store=store))
     ok(keel("resume", target, "--plain", store=store, timeout=120))
     assert record(store, target).state.value == "completed"
     # u1's steps before the point ran once; the ones after it run again from the point, as they should
