@@ -87,6 +87,7 @@ class MissionHost:
         self._files = Snapshotter()
         self.files_lock = asyncio.Lock()  # held by effectful tool calls; a file snapshot waits for them
         self._step = ""
+        self._snapshot: asyncio.Task[None] | None = None  # the snapshot checkpoint being written, if any
         self.wait_online = wait_online
         self.models = ModelCalls(self)
         self.tool_env = agent_env(self.spec.env, self.models.hidden_env)  # commands': no provider key
@@ -522,9 +523,10 @@ class MissionHost:
     def step_recorded(self, unit: str, method: str, summary: str, wall_ms: float) -> None:
         self._step = f"{unit}: {summary or method}"
         self._draw()
-        if self.policy.record(wall_ms) and not self._stop.is_set():
-            task = asyncio.create_task(self.checkpoint("snapshot"))
-            task.add_done_callback(lambda t: t.exception())
+        due = self.policy.record(wall_ms) and not self._stop.is_set()
+        if due and (self._snapshot is None or self._snapshot.done()):  # one at a time: it resets the clock
+            self._snapshot = asyncio.create_task(self.checkpoint("snapshot"))
+            self._snapshot.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def _draw(self) -> None:
         counts = self.graph.counts()

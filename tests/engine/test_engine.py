@@ -4,6 +4,8 @@ points and restore, one host per mission."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from engine_helpers import (
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
 from keel.storage.location import store_exists
+from keel.storage.writelock import LOCK_NAME, holder_pid
 
 
 def _edit_units(side: Path) -> list[dict]:
@@ -250,10 +253,23 @@ def test_agent_plans_units_and_the_control_api_runs_detached(tmp_path: Path) -> 
     assert (tmp_path / "logs" / f"{mid}.log").exists()  # the detached host's own log file
 
 
-def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path: Path) -> None:
-    import os
-    import signal
+def _freeze_outside_a_write(pid: int, store: Path) -> None:
+    """SIGSTOP the host at a moment it holds neither byte of the LMDB store's writer lock: frozen inside a
+    write it would make every other writer give up (exit 7, naming it), which is tested elsewhere."""
+    for _ in range(200):
+        os.kill(pid, signal.SIGSTOP)
+        lock = store / LOCK_NAME
+        if not lock.exists():
+            return
+        with lock.open("rb") as f:
+            if pid not in (holder_pid(f.fileno(), 0), holder_pid(f.fileno(), 1)):
+                return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.005)
+    raise AssertionError(f"host {pid} was inside a write every time it was frozen")
 
+
+def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path: Path) -> None:
     store = tmp_path / "store"
     units = [
         {
@@ -272,7 +288,7 @@ def test_a_pause_the_host_never_acknowledged_is_honoured_after_a_crash(tmp_path:
     mid = mission_id_of(host)
     wait_for(lambda: record(store, mid).state == MissionState.RUNNING)
     time.sleep(0.2)
-    os.kill(host.pid, signal.SIGSTOP)  # frozen: alive, but it cannot see the request
+    _freeze_outside_a_write(host.pid, store)  # frozen: alive, but it cannot see the request
     keel("pause", mid, store=store, check_rc=0)
     assert record(store, mid).state == MissionState.RUNNING
     kill(host)
