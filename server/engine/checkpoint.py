@@ -22,7 +22,7 @@ from keel.server.engine.journal import lane
 from keel.storage import DB, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix
-from keel.storage.snapshots import both_kept
+from keel.storage.snapshots import is_tree_ref
 
 
 def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
@@ -85,7 +85,7 @@ def with_unit_trees(marks: dict[str, UnitMark], held: list[SubagentLease]) -> di
         found = leases.get(uid)
         if mark.state == UnitState.SUCCEEDED or found is None or found.lane != lane(uid, mark.epoch):
             continue
-        if both_kept(found.tree, found.base_tree):
+        if is_tree_ref(found.tree) and is_tree_ref(found.base_tree):
             hwm = max(mark.journal_hwm, found.last_checkpoint)
             out[uid] = msgspec.structs.replace(mark, journal_hwm=hwm, tree=found.tree, base_tree=found.base_tree)
     return out

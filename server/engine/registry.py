@@ -35,7 +35,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
-from keel.storage.snapshots import both_kept
+from keel.storage.snapshots import is_tree_ref
 
 DEFAULT_TTL_S = 10.0
 
@@ -213,9 +213,10 @@ class Registry:
                 continue
             if held.state == LeaseState.OFFERED or (held.worker and held.state != LeaseState.DONE):
                 continue  # offered to `keel worker`s, or held by one: remote.py follows it
-            # completed by a `keel worker`, or reopened by a restore: its files come here from the store
-            if held.worker or (not held.sandbox and both_kept(held.tree, held.base_tree)):
+            if held.worker:  # completed by a `keel worker`: its files come here from the store
                 held = await self.bring_here(held, fence=False)
+            elif not held.sandbox and is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
+                held = await self.bring_here(held, fence=False)  # reopened by a restore: the point's files
             await asyncio.to_thread(terminate, held, self.mission_id)
             if held.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
@@ -418,7 +419,7 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
         if held.sandbox and Path(held.sandbox).is_dir():
             merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
             carried.append(held.unit)
-        elif both_kept(held.tree, held.base_tree):
+        elif is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
             with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
                 made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
                 merge.carry(mission_sandbox, Path(made.sandbox), held.unit)

@@ -42,7 +42,7 @@ from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_topleve
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
-from keel.storage.snapshots import both_kept
+from keel.storage.snapshots import is_tree_ref
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
@@ -116,7 +116,7 @@ def _place_reopened(
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
     held = leases.get(txn, mission_id, unit_id)
-    kept = both_kept(mark.tree, mark.base_tree)
+    kept = is_tree_ref(mark.tree) and is_tree_ref(mark.base_tree)
     leases.put(
         txn,
         mission_id,
