@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
 from keel.protocol.modelwire import normalise
-from keel.storage import Store, Txn
+from keel.storage import DB, Store, Txn, leases
 from keel.storage.errors import StoreBusyError, StoreUnavailableError
+from keel.storage.keys import unit_prefix
 
 if TYPE_CHECKING:  # imported where it is used: a worker takes `request_fingerprint` from here, not asyncio
     import asyncio
@@ -70,6 +71,37 @@ def request_fingerprint(method: str, params: Any) -> str:
 def lane(unit_id: str, epoch: int) -> str:
     """The journal a unit writes to: its id, or `id#epoch` after a restore started it afresh."""
     return unit_id if epoch == 0 else f"{unit_id}#{epoch}"
+
+
+def lane_epoch(unit_lane: str) -> int:
+    """The unit epoch a journal lane is named by (`lane`: `id`, or `id#epoch`)."""
+    _, sep, epoch = unit_lane.rpartition("#")
+    return int(epoch) if sep and epoch.isdigit() else 0
+
+
+def fresh_epoch(txn: Txn, mission_id: str, unit_id: str, *named: int) -> int:
+    """An epoch whose lane no record of the unit has used: past every lane of the unit the journal holds
+    (on any branch of the mission's history: a restore's lanes outlive the points that superseded them),
+    its lease's and the `named` ones. A reused lane would hand a replay entries recorded after its point."""
+    held = leases.get(txn, mission_id, unit_id)
+    used = max((*named, lane_epoch(held.lane) if held else 0, *_journal_epochs(txn, mission_id, unit_id)), default=0)
+    return used + 1
+
+
+def _journal_epochs(txn: Txn, mission_id: str, unit_id: str) -> list[int]:
+    """The epochs of the unit's `id#epoch` lanes in the journal: one seek per lane, not a walk of its entries."""
+    head = unit_prefix(mission_id, unit_id)[:-1] + b"#"
+    found: list[int] = []
+    start = head
+    while True:
+        first = next(iter(txn.scan_raw(DB.JOURNAL, head, start=start)), None)
+        if first is None:
+            return found
+        end = first[0].index(b"\x00", len(head))
+        name = first[0][len(head) : end]
+        if name.isdigit():
+            found.append(int(name))
+        start = first[0][:end] + b"\x01"  # past every entry of this lane: the next lane's name sorts after
 
 
 class _Item:

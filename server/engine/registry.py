@@ -29,7 +29,7 @@ from keel.protocol.states import LeaseState, UnitState
 from keel.server.engine import faultpoints, merge, moving, places, trees
 from keel.server.engine.agentproc import AgentProcess, kill_session
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
-from keel.server.engine.journal import lane
+from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.merge import MergeConflict
 from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
@@ -306,10 +306,11 @@ class Registry:
     async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
         """Start the unit afresh on a new journal lane and sandbox; the evidence says why."""
         graph = self.host.graph
-        mark = graph.mark(uid)
-        if mark.state == UnitState.RUNNING:
+        named = graph.mark(uid).epoch
+        epoch = await asyncio.to_thread(self.host.store.read, lambda t: fresh_epoch(t, self.mission_id, uid, named))
+        if graph.mark(uid).state == UnitState.RUNNING:
             graph.suspend(uid)
-        graph.update(uid, epoch=mark.epoch + 1, journal_hwm=0, agent_state="")
+        graph.update(uid, epoch=epoch, journal_hwm=0, agent_state="")
         if held.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
             async with self.git_lock:
                 await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)

@@ -37,7 +37,7 @@ from keel.protocol.records import (
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server.engine import checkpoint, faultpoints, places, trees
-from keel.server.engine.journal import lane
+from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
@@ -63,7 +63,7 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
         if latest is not None and _unchanged_since(txn, mission_id, unit_id, mark, latest):
             marks[unit_id] = _reopened(mark, mark.epoch)  # it carries on in its own sandbox, on its own lane
             continue
-        epoch = max(mark.epoch, latest.epoch if latest else 0) + 1
+        epoch = fresh_epoch(txn, mission_id, unit_id, mark.epoch, latest.epoch if latest else 0)
         old_lane, new_lane = lane(unit_id, mark.epoch), lane(unit_id, epoch)
         entries = m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm)
         for entry in entries:

@@ -35,7 +35,7 @@ from keel.server.engine import merge, moving, places
 from keel.server.engine.agentproc import AgentProcess, HandlerError, agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
-from keel.server.engine.journal import JournalWriter
+from keel.server.engine.journal import JournalWriter, lane_epoch
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.policy import Policy
 from keel.server.engine.progress import Progress
@@ -47,12 +47,6 @@ from keel.storage import missions as m
 K = OutcomeKind
 WATCH_S = 0.25  # how often a running unit's mission state and lease are read
 FENCED_EXIT_S = 30.0  # a fenced worker process is killed if it has not exited by itself after this long
-
-
-def lane_epoch(unit_lane: str) -> int:
-    """The unit epoch a journal lane is named by (journal.lane: `id`, or `id#epoch`)."""
-    _, sep, epoch = unit_lane.rpartition("#")
-    return int(epoch) if sep and epoch.isdigit() else 0
 
 
 class WorkerPlaces:
