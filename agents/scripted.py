@@ -10,6 +10,7 @@
       { add_units = [ { id = "later", params = { steps = [] } } ] },
       { model = { messages = [ { role = "user", content = "hi" } ] } },
       { evidence = { kind = "note", summary = "checked" } },
+      { repeat = 1000, steps = [ { tool = "read_file", args = { path = "a.py" } } ] },
     ]
 
 A failed tool step fails the unit unless it says `allow_failure = true`. Test-only steps: `fail` (raise),
@@ -34,6 +35,12 @@ async def run_steps(ctx: Context) -> dict[str, Any]:
     for index, step in enumerate(ctx.params.get("steps", [])):
         if not isinstance(step, dict):
             raise ValueError(f"unit {ctx.unit.id} step {index}: expected a table, got {type(step).__name__}")
+        if "repeat" in step:  # a long unit in a few lines: its outputs are counted, not kept
+            for _ in range(int(step["repeat"])):
+                for inner in step.get("steps", []):
+                    await _step(ctx, index, inner)
+            outputs.append({"repeated": int(step["repeat"])})
+            continue
         outputs.append(await _step(ctx, index, step))
     return {"unit": ctx.unit.id, "steps": len(outputs), "outputs": outputs}
 

@@ -126,8 +126,24 @@ def journal_put(txn: Txn, mission_id: str, unit_id: str, entry: JournalEntry) ->
     txn.put(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), entry.seq), entry)
 
 
-def journal_entries(txn: Txn, mission_id: str, unit_id: str, upto: int | None = None) -> list[JournalEntry]:
-    return txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, upto=upto)
+def journal_entries(
+    txn: Txn, mission_id: str, unit_id: str, upto: int | None = None, after: int = 0
+) -> list[JournalEntry]:
+    return txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after, upto=upto)
+
+
+def journal_scan(txn: Txn, mission_id: str, unit_id: str) -> Iterator[JournalEntry]:
+    """A lane's entries one at a time, for a question about the whole lane that need not hold it."""
+    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry):
+        yield entry
+
+
+def journal_last_done(txn: Txn, mission_id: str, unit_id: str, kind: str) -> JournalEntry | None:
+    """The newest entry of the lane of this kind whose result is recorded, read from the end backwards."""
+    for _key, entry in txn.scan(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, reverse=True):
+        if entry.kind == kind and entry.phase == "done":
+            return entry
+    return None
 
 
 def journal_truncate(txn: Txn, mission_id: str, unit_id: str, after: int) -> int:

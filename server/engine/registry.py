@@ -247,8 +247,10 @@ class Registry:
             return held.why or "it has no sandbox"
         if not path.exists():
             return f"its sandbox {held.sandbox} is missing"
-        entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, held.lane))
-        if held.tree and not any(e.phase == "intent" for e in entries):
+        in_doubt = self.host.store.read(
+            lambda t: any(e.phase == "intent" for e in m.journal_scan(t, self.mission_id, held.lane))
+        )
+        if held.tree and not in_doubt:
             try:
                 found = trees.digest_as_recorded(path, held.tree)
             except trees.SandboxUnreadableError as exc:
@@ -285,12 +287,13 @@ class Registry:
 
     def effects_of(self, unit_lane: str) -> list[str]:
         """The effectful calls recorded (done, or intended) in a journal lane, described."""
-        entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, unit_lane))
-        return [
-            f"{e.summary or e.kind} (entry {e.seq}{', maybe' if e.phase == 'intent' else ''})"
-            for e in entries
-            if e.tool_class == "effectful"
-        ]
+        return self.host.store.read(
+            lambda t: [
+                f"{e.summary or e.kind} (entry {e.seq}{', maybe' if e.phase == 'intent' else ''})"
+                for e in m.journal_scan(t, self.mission_id, unit_lane)
+                if e.tool_class == "effectful"
+            ]
+        )
 
     def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> TxnFn:
         """A transaction function that clears the lease's applied resolution. `tree=""` for "continue": the

@@ -40,10 +40,12 @@ from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.sandbox import SandboxError
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
-from keel.storage import Txn, leases
+from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
+from keel.storage.keys import unit_prefix
 
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
+PAGE = 1000  # a replay reads a numbering agent's lane this many entries at a time, as the agent gets there
 K = OutcomeKind
 
 
@@ -89,6 +91,8 @@ class UnitSession:
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
         self.handed = 0  # entries 1..handed were sent to the worker to answer (replay.py), until it reports
+        self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
+        self._paging = asyncio.Lock()
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
         self._idle = asyncio.Event()
@@ -138,11 +142,15 @@ class UnitSession:
         return Outcome(K.FAILED, error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
 
     async def _run_once(self, start: int) -> Outcome:
-        entries = await asyncio.to_thread(
-            self.host.store.read, lambda t: m.journal_entries(t, self.host.mission_id, self.lane)
-        )
-        self.entries = {e.seq: e for e in entries}
-        self.top = max(self.entries, default=0)
+        mission_id, unit_lane = self.host.mission_id, self.lane
+
+        def opening(t: Txn) -> tuple[int, dict[int, JournalEntry], JournalEntry | None]:
+            top = t.last_seq(DB.JOURNAL, unit_prefix(mission_id, unit_lane))
+            saved = m.journal_last_done(t, mission_id, unit_lane, "state/save")
+            return top, {e.seq: e for e in m.journal_entries(t, mission_id, unit_lane, upto=PAGE)}, saved
+
+        self.top, self.entries, saved = await asyncio.to_thread(self.host.store.read, opening)
+        self.loaded = min(self.top, PAGE)
         self.seq = 0
         host = self.host
         worker = (
@@ -186,23 +194,26 @@ class UnitSession:
             await asyncio.wait_for(proc.request("initialize", init), timeout=60), ap.InitializeResult
         )
         self.appending = hello.journal == "append"
+        if self.appending and self.loaded < self.top:  # it looks back over its whole history
+            rest = await asyncio.to_thread(
+                self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=self.loaded)
+            )
+            self.entries.update((e.seq, e) for e in rest)
+            self.loaded = self.top
         if self.appending:  # carry on after the last entry; nothing is answered by position
             self.seq = self.top
             self.unsettled = unsettled_effects(self.entries.values())
             self.asked = {}
         self.handed = 0
         if not self.appending and self.entries:  # the worker answers what it can of the replay (replay.py)
-            notice, handed = await asyncio.to_thread(replay_notice, list(self.entries.values()))
-            if notice and self.seq == 0:  # else the agent's requests are already being numbered here
-                self.handed = handed
-                proc.send_body(notice)
+            await self._hand_replay(proc)
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
         params = ap.UnitRunParams(
             unit=self.unit,
             attempt=start,
-            state=self._saved_state(),
-            replaying=bool(self.entries),
+            state=_saved_state(saved),
+            replaying=self.top > 0,
             home=str(home),
             history=tuple(_history_line(e) for e in sorted(self.entries.values(), key=lambda e: e.seq))
             if self.appending
@@ -219,6 +230,14 @@ class UnitSession:
         decoded = msgspec.convert(result or {}, ap.UnitRunResult)
         return Outcome(K.SUCCEEDED, result=decoded.result)
 
+    async def _hand_replay(self, proc: AgentProcess) -> None:
+        """Send the worker the table of answers it may give the agent itself (replay.py); the table's bytes
+        are not held past the send."""
+        notice, handed = await asyncio.to_thread(replay_notice, list(self.entries.values()))
+        if notice and self.seq == 0:  # else the agent's requests are already being numbered here
+            self.handed = handed
+            proc.send_body(notice)
+
     async def _disk_full(self, message: str) -> Outcome:
         await self.host.stop_for_disk_full(message)
         return Outcome(K.STOPPED)
@@ -233,10 +252,6 @@ class UnitSession:
                     path, f"unit {self.unit.id}'s worker stopped while the filesystem was full", what
                 ).message
         return ""
-
-    def _saved_state(self) -> Any:
-        saved = [e for e in self.entries.values() if e.kind == "state/save" and e.phase == "done"]
-        return saved[-1].result.get("state") if saved and isinstance(saved[-1].result, dict) else None
 
     async def stop(self) -> None:
         """Reach a consistent point: no new step starts, the running ones finish recording; then stop."""
@@ -268,6 +283,8 @@ class UnitSession:
         self.seq += 1
         seq = self.seq
         fp = request_fingerprint(method, params)
+        if not self.appending and self.loaded < seq <= self.top:
+            await self._page_in(seq)
         entry = self.entries.get(seq)
         if self.appending:  # nothing is answered by position; an effect in doubt is settled by its own entry
             entry = self.unsettled.pop(fp, None) if method in ("tool/run", "effect/ask") else None
@@ -298,6 +315,20 @@ class UnitSession:
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
+
+    async def _page_in(self, seq: int) -> None:
+        """Read the lane's next entries from `seq` on: a replay holds a page ahead of the agent, never the
+        whole history (one request at a time reads; the others wait for its page)."""
+        async with self._paging:
+            if seq <= self.loaded:
+                return
+            upto = min(self.top, seq + PAGE - 1)
+            mission_id, unit_lane = self.host.mission_id, self.lane
+            page = await asyncio.to_thread(
+                self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=seq - 1, upto=upto)
+            )
+            self.entries.update((e.seq, e) for e in page)
+            self.loaded = upto
 
     async def _skipped(self, step: Step, entry: JournalEntry) -> Any:
         """The answer to an appending agent's effect that a person said had already happened ("skip")."""
@@ -365,6 +396,8 @@ class UnitSession:
                 self.proc._fail(error)
             return
         self.seq = count
+        for seq in range(1, count + 1):  # answered next to the agent: never looked up here
+            self.entries.pop(seq, None)
         self.replayed += count
         self.host.stats["replayed"] += count
 
@@ -374,9 +407,19 @@ class UnitSession:
 
     def note_replay(self, entry: JournalEntry) -> None:
         """A step answered from its recorded entry."""
-        self.entries[entry.seq] = entry
+        self._keep(entry)
         self.replayed += 1
         self.host.stats["replayed"] += 1
+
+    def _keep(self, entry: JournalEntry) -> None:
+        """Hold an entry in memory only while this run may still look it up: an agent numbering its requests
+        never asks for a number again (a restarted one has the lane read anew), so only an intent waits
+        for its outcome; an appending agent's run looks back over its whole history. A long unit's host
+        then holds what is ahead of the agent, never everything behind it."""
+        if self.appending or entry.phase == "intent":
+            self.entries[entry.seq] = entry
+        else:
+            self.entries.pop(entry.seq, None)
 
     async def record(self, step: Step, result: StepResult) -> Any:
         """Make the step's entry durable (group-committed when cheap), then return its answer."""
@@ -421,7 +464,7 @@ class UnitSession:
 
         urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
-        self.entries[step.seq] = entry
+        self._keep(entry)
         if done:
             self.executed += 1
             host.stats["executed"] += 1
@@ -555,6 +598,11 @@ async def _effect_done(session: UnitSession, step: Step, params: Any) -> Any:
     if settled is not None:
         session.entries[seq] = settled
     return answered
+
+
+def _saved_state(saved: JournalEntry | None) -> Any:
+    """The agent state the newest `state/save` entry holds, for `unit/run`."""
+    return saved.result.get("state") if saved is not None and isinstance(saved.result, dict) else None
 
 
 def unsettled_effects(entries: Iterable[JournalEntry]) -> dict[str, JournalEntry]:
