@@ -4,7 +4,8 @@ Each unit works in its own sandbox (`.keel/sandboxes/<mission>-units/<lane>`, a 
 `keel/<mission>-units/<lane>`, or a copy) and stays there after it finished. Nothing reads it again once
 the unit succeeded and its lease says merged: its commit is reachable from the mission branch, a restore
 or a fork starts every unfinished unit on a new lane with a new sandbox, and an export carries only units
-not yet succeeded. Those sandboxes and branches are removed; everything else is kept: a unit that is not
+not yet succeeded. Those sandboxes and branches are removed, and so are those of lanes no lease names any
+more (a restore or a re-execution moved their unit to a new lane); everything else is kept: a unit that is not
 finished, a lease that is not merged (a skipped merge too), a branch with commits the mission branch lacks,
 a path outside the mission's units folder, and every unit of a mission whose host is alive. The mission's
 host lock is held while its sandboxes go, so no host can start in the middle. Only keel's own worktrees
@@ -34,7 +35,7 @@ from keel.storage import missions as m
 class UnitGcItem(msgspec.Struct, frozen=True):
     mission: str
     unit: str
-    kind: str  # "sandbox" | "branch"
+    kind: str  # "sandbox" | "base record" (the file digests a sandbox started from) | "branch"
     name: str  # the sandbox's path or the branch's name
     bytes: int = 0
     reason: str = ""  # why it is kept (kept items only)
@@ -98,7 +99,7 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
         sandbox = sandbox if sandbox is not None and (sandbox.exists() or sandbox.is_symlink()) else None
         branch = lease.branch if lease.branch.startswith(f"keel/{mission_id}-units/") else ""
         tip = _tip(repo, branch) if repo is not None and branch else ""
-        items = ([UnitGcItem(mission_id, lease.unit, "sandbox", str(sandbox), _size(sandbox))] if sandbox else []) + (
+        items = (_sandbox_items(mission_id, lease.unit, sandbox) if sandbox else []) + (
             [UnitGcItem(mission_id, lease.unit, "branch", branch)] if tip else []
         )
         why = _needed(lease, marks.get(lease.unit), sandbox, units_root, repo, tip, mission_id)
@@ -108,7 +109,42 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
         plan.remove += items
         if tip:
             plan.tips[branch] = tip
+    _superseded(plan, mission_id, units_root, held)
     return plan
+
+
+def _superseded(plan: _Plan, mission_id: str, units_root: Path, held: list[SubagentLease]) -> None:
+    """Sandboxes, base records and branches of lanes no lease names: a restore, a fork's parent or a
+    re-execution started their unit on a new lane, and nothing reads an old lane's folder again (a point
+    inside the unit gets its files from the lane's snapshots in the store)."""
+    named = {Path(lease.sandbox).name for lease in held if lease.sandbox}
+    branches = {lease.branch for lease in held}
+    for path in sorted(units_root.iterdir()) if units_root.is_dir() else ():
+        sandbox = path.name.removesuffix(".base.json")
+        if sandbox in named or (path.name != sandbox and (units_root / sandbox).exists()):
+            continue  # a lease's folder, or the base record of a folder that is itself listed
+        if path.name == sandbox:
+            plan.remove += _sandbox_items(mission_id, sandbox, path)
+        else:
+            plan.remove.append(UnitGcItem(mission_id, sandbox, "base record", str(path), _size(path)))
+    if plan.repo is None:
+        return
+    prefix = f"refs/heads/keel/{mission_id}-units/"
+    listed = merge.git(plan.repo, "for-each-ref", "--format=%(refname) %(objectname)", prefix, check=False)
+    for line in listed.stdout.splitlines():
+        ref, _, tip = line.partition(" ")
+        branch = ref.removeprefix("refs/heads/")
+        if branch not in branches:
+            plan.remove.append(UnitGcItem(mission_id, branch.rsplit("/", 1)[-1], "branch", branch))
+            plan.tips[branch] = tip
+
+
+def _sandbox_items(mission_id: str, unit: str, sandbox: Path) -> list[UnitGcItem]:
+    """A sandbox and, when it has one, its base record (`merge.base_file`): they go together."""
+    base = merge.base_file(sandbox)
+    return [UnitGcItem(mission_id, unit, "sandbox", str(sandbox), _size(sandbox))] + (
+        [UnitGcItem(mission_id, unit, "base record", str(base), _size(base))] if base.exists() else []
+    )
 
 
 def _needed(
@@ -144,6 +180,8 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
     for item in plan.remove:
         if item.kind == "sandbox":
             _remove_sandbox(Path(item.name), repo)
+        elif item.kind == "base record":
+            Path(item.name).unlink(missing_ok=True)
     for branch, tip in plan.tips.items():
         if repo is not None:
             merge.git(repo, "update-ref", "-d", f"refs/heads/{branch}", tip)
@@ -153,8 +191,9 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
 
 
 def _remove_sandbox(path: Path, repo: Path | None) -> None:
-    """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted. Only
-    when git could not remove the worktree are stale entries pruned (git prunes all of them at once)."""
+    """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted with its
+    base record. Only when git could not remove the worktree are stale entries pruned (git prunes all of
+    them at once)."""
     left = (
         merge.is_git(path)
         and repo is not None
@@ -214,8 +253,9 @@ def describe(report: UnitGcReport) -> list[str]:
     lines += [f"  kept unit {item.kind} {item.name}: {item.reason}" for item in report.kept]
     lines += [f"  left mission {mid} alone: its host is running" for mid in report.running]
     sandboxes = sum(1 for item in report.removed if item.kind == "sandbox")
+    branches = sum(1 for item in report.removed if item.kind == "branch")
     lines.append(
-        f"gc {verb} {sandboxes} unit sandboxes and {len(report.removed) - sandboxes} unit branches "
+        f"gc {verb} {sandboxes} unit sandboxes and {branches} unit branches "
         f"({report.bytes_freed} bytes freed); kept {len(report.kept)}"
     )
     return lines

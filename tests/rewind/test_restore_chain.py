@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.bundles.kit import git_workspace, keel, ok, record, toml
+from tests.bundles.kit import git, git_workspace, keel, ok, record, toml
 from tests.rewind.kit import points, sandbox_files
 
 UNITS: list[dict[str, Any]] = [
@@ -76,4 +76,30 @@ def test_a_restore_to_a_point_a_restore_made_replays_only_what_that_point_holds(
     _restore_and_resume(store, mid, r)
     assert record(store, mid).state.value == "completed"
     assert sandbox_files(sandbox) == undisturbed
+    ok(keel("verify", store=store))
+
+
+def test_gc_removes_the_sandboxes_and_branches_of_lanes_a_restore_superseded(tmp_path: Path) -> None:
+    store, mid = _mission(tmp_path)
+    s = next(p["id"] for p in points(store, mid) if p["reason"] == "unit succeeded: a")
+    _restore_and_resume(store, mid, s)
+    ws = tmp_path / "ws"
+    units = store.parent / "sandboxes" / f"{mid}-units"
+    if not units.is_dir():  # a PostgreSQL store's folder holds no files: keel's files are under the workspace
+        units = ws / ".keel" / "sandboxes" / f"{mid}-units"
+    before = sorted(p.name for p in units.iterdir())
+    assert any("-e" not in name for name in before), f"the first run's lanes are there: {before}"
+
+    first = json.loads(ok(keel("gc", "--json", store=store)).stdout)["units"]
+    removed = {(item["kind"], Path(item["name"]).name) for item in first["removed"]}
+    listed = {(("base record", n) if n.endswith(".base.json") else ("sandbox", n)) for n in before}
+    assert listed <= removed, first
+    assert first["kept"] == []
+    assert not units.exists() or not any(units.iterdir())
+    branches = git(ws, "for-each-ref", "--format=%(refname)", f"refs/heads/keel/{mid}-units/")
+    assert branches == "", branches
+
+    again = json.loads(ok(keel("gc", "--json", store=store)).stdout)["units"]
+    assert again["removed"] == [] and again["kept"] == []
+    ok(keel("resume", mid, "--plain", store=store))  # a completed mission: nothing to do, nothing missing
     ok(keel("verify", store=store))

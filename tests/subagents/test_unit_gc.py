@@ -137,6 +137,9 @@ def test_gc_removes_a_finished_units_copy_in_a_plain_folder(tmp_path: Path) -> N
     held = lease(store, mid, "a")
     assert held is not None and (Path(held.sandbox) / ".git").exists() is False and Path(held.sandbox).is_dir()
     report = _gc(store)
-    assert [(x["kind"], x["name"]) for x in report["removed"]] == [("sandbox", held.sandbox)]
+    assert [(x["kind"], x["name"]) for x in report["removed"]] == [
+        ("sandbox", held.sandbox),
+        ("base record", held.sandbox + ".base.json"),  # the digests the copy started from: listed as it goes
+    ]
     assert not Path(held.sandbox).parent.exists()  # the copy and its record of digests are gone
     assert files(Path(record(store, mid).sandbox)) == {"a.txt": b"a\n"}
