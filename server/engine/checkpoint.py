@@ -71,23 +71,45 @@ def commit(
     return m.commit_checkpoint(txn, manifest, label=label)
 
 
-def with_unit_trees(marks: dict[str, UnitMark], held: list[SubagentLease]) -> dict[str, UnitMark]:
-    """The marks of units that had not finished, with the snapshots of their own sandboxes: their leases'
-    trees, read in the checkpoint's transaction. A restore to the checkpoint makes those sandboxes again. A
-    lease's tree is written in the transaction of the journal entry that changed the files, with that
+class QuietMark(msgspec.Struct, frozen=True):
+    """A running unit at its last quiet moment (none of its changes in flight): its journal lane, the last
+    entry it had committed, and the snapshots of its own sandbox then (its lease's `tree`, written with the
+    entry that last changed the files, and `base_tree`). The files and the journal agree at that moment."""
+
+    lane: str
+    journal_hwm: int
+    tree: str
+    base_tree: str
+
+
+def with_unit_trees(
+    marks: dict[str, UnitMark], held: list[SubagentLease], quiet: dict[str, QuietMark] | None = None
+) -> dict[str, UnitMark]:
+    """The marks of units that had not finished, with the snapshots of their own sandboxes, so that a
+    restore to the checkpoint makes those sandboxes again.
+
+    A unit this host runs is taken at its own last quiet moment (`quiet`): no change of it is half-made
+    there, whatever the other units are doing, so no unit waits for another's command. Any other unit
+    (run by a `keel worker`, or not running) is taken from its lease as the checkpoint's transaction reads
+    it. A lease's tree is written in the transaction of the journal entry that changed the files, with that
     entry's seq as `last_checkpoint`, so the mark takes the lease's journal mark when it is higher (steps
     recorded since the host noted them, e.g. by a `keel worker`): the snapshot and the journal copied up to
-    the mark then agree. An effect in flight at that moment is an intent past the tree: a restore settles
-    it as after a crash (reconciled with the files, or asked about)."""
+    the mark then agree. An effect a worker has in flight at that moment is an intent past the tree: a
+    restore settles it as after a crash (reconciled with the files, or asked about)."""
     leases = {x.unit: x for x in held}
     out = dict(marks)
     for uid, mark in marks.items():
-        found = leases.get(uid)
-        if mark.state == UnitState.SUCCEEDED or found is None or found.lane != lane(uid, mark.epoch):
+        if mark.state == UnitState.SUCCEEDED:
             continue
-        if is_tree_ref(found.tree) and is_tree_ref(found.base_tree):
-            hwm = max(mark.journal_hwm, found.last_checkpoint)
-            out[uid] = msgspec.structs.replace(mark, journal_hwm=hwm, tree=found.tree, base_tree=found.base_tree)
+        calm = (quiet or {}).get(uid)
+        if mark.state == UnitState.RUNNING and calm is not None and calm.lane == lane(uid, mark.epoch):
+            hwm, tree, base_tree = calm.journal_hwm, calm.tree, calm.base_tree
+        elif (found := leases.get(uid)) is not None and found.lane == lane(uid, mark.epoch):
+            hwm, tree, base_tree = max(mark.journal_hwm, found.last_checkpoint), found.tree, found.base_tree
+        else:
+            continue
+        if is_tree_ref(tree) and is_tree_ref(base_tree):
+            out[uid] = msgspec.structs.replace(mark, journal_hwm=hwm, tree=tree, base_tree=base_tree)
     return out
 
 

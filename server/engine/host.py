@@ -85,7 +85,6 @@ class MissionHost:
         self._stop: asyncio.Event = asyncio.Event()
         self._stop_state: MissionState | None = None
         self._files = Snapshotter()
-        self.files_lock = asyncio.Lock()  # held by effectful tool calls; a file snapshot waits for them
         self._step = ""
         self._snapshot: asyncio.Task[None] | None = None  # the snapshot checkpoint being written, if any
         self.wait_online = wait_online
@@ -111,9 +110,12 @@ class MissionHost:
         return self.record
 
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
-        async with self.files_lock:  # marks and files from the same moment: no tool call in between
+        # the mission sandbox's files and the units' marks from one moment: no merge half-made in between;
+        # each running unit is taken at its own last quiet moment (with_unit_trees), so no unit is waited for
+        async with self.registry.git_lock:
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if tree and self.sandbox.exists() else None
             write = self._checkpoint_write(reason, extra, scan)
+        # handed to the writer before another checkpoint can take the lock: they commit in the order taken
         await self.writer.commit(write)
         self.policy.snapshotted()
 
@@ -122,8 +124,11 @@ class MissionHost:
         later than the step being recorded; `restore --files` says that this point has no files."""
         self.writer.submit(self._checkpoint_write(reason, extra, None))
 
-    def _checkpoint_write(self, reason: str, extra: TxnFn | None, scan: Scan | None) -> TxnFn:
+    def _checkpoint_write(self, reason: str, extra: TxnFn | None, scan: Scan | None, recording: str = "") -> TxnFn:
+        """`recording`: the unit whose step's transaction this checkpoint is written in; its lease there,
+        written by that step, is the unit at a quiet moment, its step included."""
         units, marks, state = self.graph.unit_list(), self.graph.marks(), self.record.state
+        quiet = {uid: q for uid, s in self.sessions.items() if uid != recording and (q := s.quiet) is not None}
         config = checkpoint.config_of(self.spec, self.models.active_model)
 
         def write(txn: Txn) -> None:
@@ -135,7 +140,7 @@ class MissionHost:
                 self.mission_id,
                 reason=reason,
                 units=units,
-                marks=checkpoint.with_unit_trees(marks, leases.list_leases(txn, self.mission_id)),
+                marks=checkpoint.with_unit_trees(marks, leases.list_leases(txn, self.mission_id), quiet),
                 config=config,
                 state=state,
                 sandbox_tree=tree_digest,
@@ -326,16 +331,21 @@ class MissionHost:
             return
         merged: TxnFn | None = None
         if outcome.kind == K.SUCCEEDED:
-            try:
-                conflict = await self.registry.merge(uid)
-            except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
-                self.graph.suspend(uid)
-                await self.stop_for_disk_full(exc.message)
+            full = ""
+            async with self.registry.git_lock:  # a checkpoint sees the merge and the unit's success together
+                try:
+                    conflict = await self.registry.merge(uid)
+                except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
+                    self.graph.suspend(uid)
+                    conflict, full = None, exc.message
+                if conflict is None and not full:
+                    self.graph.succeed(uid, outcome.result)
+            if full:
+                await self.stop_for_disk_full(full)
                 return
             if conflict is not None:
                 await self.registry.ask_about_conflict(uid, conflict)
                 return
-            self.graph.succeed(uid, outcome.result)
             merged = self.registry.merged(uid)
         else:
             self.graph.fail(uid, outcome.error)
@@ -515,10 +525,10 @@ class MissionHost:
     async def plan_add(self, unit: str, units: Sequence[UnitSpec]) -> tuple[list[str], TxnFn]:
         """Add units to the graph; returns their ids and the checkpoint that makes the change durable in
         the transaction of the step's journal entry."""
-        async with self.files_lock:
+        async with self.registry.git_lock:
             added = self.graph.add(list(units), unit)
             scan = await asyncio.to_thread(self._files.scan, self.sandbox) if self.sandbox.exists() else None
-            return added, self._checkpoint_write(f"plan: {unit} added {len(added)}", None, scan)
+            return added, self._checkpoint_write(f"plan: {unit} added {len(added)}", None, scan, recording=unit)
 
     def step_recorded(self, unit: str, method: str, summary: str, wall_ms: float) -> None:
         self._step = f"{unit}: {summary or method}"

@@ -12,9 +12,9 @@ agentproc); never on host, unitrun, toolcalls, models or registry, which all dep
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -109,8 +109,6 @@ class Host(Protocol):
     @property
     def stats(self) -> dict[str, int]: ...
     @property
-    def files_lock(self) -> asyncio.Lock: ...
-    @property
     def tool_env(self) -> Mapping[str, str]: ...
     @property
     def sessions(self) -> Mapping[str, LeasedWorker]: ...
@@ -136,5 +134,6 @@ class UnitSteps(Protocol):
     @property
     def sandbox(self) -> Path: ...
 
+    def changing(self) -> AbstractAsyncContextManager[None]: ...
     async def record(self, step: Step, result: StepResult) -> Any: ...
     def note_replay(self, entry: JournalEntry) -> None: ...

@@ -60,7 +60,9 @@ class Registry:
         self.host = host
         self.ttl = lease_ttl()
         self.zombies: list[AgentProcess] = []
-        self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
+        # one change of the mission sandbox at a time (a merge, a unit sandbox made from it), and none while a
+        # checkpoint takes its snapshot
+        self.git_lock = asyncio.Lock()
         self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots (their base_tree)
 
     @property
@@ -358,14 +360,15 @@ class Registry:
 
     # -- merging ----------------------------------------------------------------------------------------
     async def merge(self, uid: str) -> merge.MergeConflict | None:
+        """Merge a finished unit into the mission sandbox; the caller holds `git_lock` (and records the
+        unit's success under it, so that a checkpoint never sees one without the other)."""
         held = await asyncio.to_thread(self._lease, uid)
         if held is None or held.merged or held.resolution == "skip":
             return None
-        async with self.git_lock:
-            try:
-                await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(held.sandbox), uid, held.commit)
-            except merge.MergeConflict as conflict:
-                return conflict
+        try:
+            await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(held.sandbox), uid, held.commit)
+        except merge.MergeConflict as conflict:
+            return conflict
         return None
 
     async def ask_about_conflict(self, uid: str, conflict: MergeConflict) -> None:

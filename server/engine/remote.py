@@ -32,6 +32,7 @@ from keel.protocol.records import Event, SubagentLease
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, OutcomeKind
 from keel.server.engine.agentproc import AgentProcess
+from keel.server.engine.checkpoint import QuietMark
 from keel.server.engine.interface import Host
 from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Registry
@@ -67,6 +68,11 @@ class RemoteUnit:
     @property
     def proc(self) -> AgentProcess | None:
         return self.local.proc if self.local is not None else None
+
+    @property
+    def quiet(self) -> QuietMark | None:
+        """Run here: the unit at its last quiet moment; run by a worker, its lease says (with_unit_trees)."""
+        return self.local.quiet if self.local is not None else None
 
     @property
     def stopping(self) -> bool:

@@ -74,7 +74,7 @@ class ToolCalls:
         return await asyncio.shield(task)
 
     async def _locked(self, tool: Tool, call: ap.ToolRunParams, step: Step) -> Any:
-        async with self.session.host.files_lock:  # a file snapshot is never taken in the middle of a change
+        async with self.session.changing():  # this unit's snapshot is never taken in the middle of its change
             return await self._change(tool, call, step)
 
     async def _settled(self, seq: int) -> JournalEntry | None:

@@ -14,10 +14,11 @@ through interface.Host, never imports the host module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
+from keel.server.engine.checkpoint import QuietMark
 from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
 from keel.server.engine.models import ModelCalls
@@ -43,6 +45,7 @@ from keel.server.engine.trees import Scan, Snapshotter
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
+from keel.storage.snapshots import is_tree_ref
 
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
 PAGE = 1000  # a replay reads a numbering agent's lane this many entries at a time, as the agent gets there
@@ -95,6 +98,11 @@ class UnitSession:
         self._paging = asyncio.Lock()
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
+        # held while one of this unit's changes (an effectful or idempotent tool call) is being made and
+        # recorded; other units' changes never wait for it
+        self._change = asyncio.Lock()
+        self._lease = ("", "", 0)  # the lease's tree, base_tree and last_checkpoint as this session last wrote them
+        self.quiet: QuietMark | None = None  # this unit at its last moment with no change in flight
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -109,7 +117,10 @@ class UnitSession:
             return Outcome(K.FAILED, error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
-                self.epoch = (await self.registry.grant(self.unit.id, placement)).epoch
+                granted = await self.registry.grant(self.unit.id, placement)
+                self.epoch = granted.epoch
+                self._lease = (granted.tree, granted.base_tree, granted.last_checkpoint)
+                self._note_quiet()
                 placement = msgspec.structs.replace(placement, scan=None)  # a fresh sandbox's base: stored once
                 return await self._run_once(start)
             except DiskFullError as exc:
@@ -405,6 +416,28 @@ class UnitSession:
     def unit_id(self) -> str:
         return self.unit.id
 
+    @contextlib.asynccontextmanager
+    async def changing(self) -> AsyncIterator[None]:
+        """Held while a change of this unit's files is made and recorded (intent, effect, result and the
+        snapshot of its sandbox): a checkpoint takes this unit as it was before the change, or after it."""
+        try:
+            async with self._change:
+                yield
+        finally:
+            self._note_quiet()
+
+    def _note_quiet(self) -> None:
+        """Remember this unit as it is now, when none of its changes is in flight: every entry up to its mark
+        is committed, and its lease's tree is the snapshot of its sandbox after them."""
+        if self._change.locked():
+            return
+        tree, base_tree, lease_hwm = self._lease
+        if not (is_tree_ref(tree) and is_tree_ref(base_tree)):  # an outside agent's sandbox: no snapshot
+            self.quiet = None
+            return
+        hwm = max(self.host.graph.mark(self.unit.id).journal_hwm, lease_hwm)
+        self.quiet = QuietMark(lane=self.lane, journal_hwm=hwm, tree=tree, base_tree=base_tree)
+
     def note_replay(self, entry: JournalEntry) -> None:
         """A step answered from its recorded entry."""
         self._keep(entry)
@@ -464,11 +497,14 @@ class UnitSession:
 
         urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
+        self._lease = (changes.get("tree", self._lease[0]), self._lease[1], hwm)
         self._keep(entry)
         if done:
             self.executed += 1
             host.stats["executed"] += 1
             host.graph.update(self.unit.id, journal_hwm=hwm)
+        self._note_quiet()
+        if done:
             host.step_recorded(self.unit.id, step.method, result.summary, wall_ms)
         return answer(entry)
 

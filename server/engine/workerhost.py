@@ -112,7 +112,6 @@ class UnitHost:
         self.sandbox = Path(claimed.sandbox)
         self.progress = Progress("plain")
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
-        self.files_lock = asyncio.Lock()
         self.models = ModelCalls(self)
         self.tool_env = agent_env(self.spec.env, self.models.hidden_env)
         self.places = WorkerPlaces(self, claimed, ttl)
