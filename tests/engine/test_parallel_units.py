@@ -13,7 +13,7 @@ from engine_helpers import keel, read, write_mission
 
 from keel.storage import missions as m
 
-WAIT_TICKS = 600  # of 0.05 s: how long a command waits for the other one to start before it gives up
+WAIT_TICKS = 2400  # of 0.05 s (2 minutes): how long a command waits for the other one to start before it gives up
 
 
 def _command(side: Path, me: str, other: str) -> str:
@@ -34,7 +34,7 @@ def test_two_units_commands_overlap_in_time(tmp_path: Path) -> None:
     ]
     path = write_mission(tmp_path, units, max_parallel=2)
     store = tmp_path / "store"
-    done = keel("run", str(path), "--plain", store=store, timeout=180)
+    done = keel("run", str(path), "--plain", store=store, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     assert [x.state.value for x in read(store, m.list_missions)] == ["completed"]
     a = (float((side / "a.started").read_text()), float((side / "a.ended").read_text()))
