@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from keel.protocol import __version__
-from keel.storage.errors import StoreTooNewError
+from keel.storage.errors import StoreError, StoreTooNewError
 from keel.storage.keys import DB
 from keel.storage.location import URL_FILE
 from keel.storage.migrations import MIGRATIONS, SCHEMA_VERSION, SchemaInfo
@@ -125,6 +125,15 @@ class Store(abc.ABC):
     def full_disk(self) -> str:
         """Why the store's disk counts as full now, or "": the caller should stop."""
         return self.disk_full
+
+    # -- giving space back ----------------------------------------------------------------------
+    def compact(self) -> tuple[int, int]:
+        """Rewrite the store's file without its free space: (bytes before, bytes after). A database server
+        gives space back itself (PostgreSQL's autovacuum reuses it; `VACUUM FULL` returns it)."""
+        raise StoreError(
+            f"{self.describe()} is a database server's: it reuses freed space itself "
+            "(VACUUM FULL keel_records gives it back to the filesystem)"
+        )
 
     # -- schema ---------------------------------------------------------------------------------
     def schema(self) -> SchemaInfo:

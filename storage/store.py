@@ -24,6 +24,7 @@ StoreBusyError rather than hanging everyone.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import lmdb
 
 from keel.protocol.diskspace import NEARLY_FULL_BYTES, disk_full, free_bytes, is_disk_full
 from keel.storage.base import Store
-from keel.storage.errors import StoreDamagedError, StoreError, StoreFullError
+from keel.storage.errors import StoreBusyError, StoreDamagedError, StoreError, StoreFullError
 from keel.storage.keys import DB
 from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
 from keel.storage.lmdbwalk import check_data_file
@@ -344,6 +345,42 @@ class LmdbStore(Store):
                 )
             self._env.set_mapsize(min(current * 2, self.max_map_size))
 
+    # -- giving space back ----------------------------------------------------------------------
+    def compact(self) -> tuple[int, int]:
+        """Rewrite data.mdb without its free pages (LMDB's compacting copy) and put the copy in its place:
+        (bytes before, bytes after). A file never shrinks otherwise: LMDB reuses freed pages, it does not
+        give them back. Under the writer lock, and only while no other process has the store open (a
+        process holding the old file would go on writing into it): one that has is named, nothing changes."""
+        data = self.path / "data.mdb"
+        with self._writer.held(self.write_timeout):
+            self._refuse_other_users()
+            copy = self.path / "compact.tmp"
+            shutil.rmtree(copy, ignore_errors=True)
+            copy.mkdir()
+            try:
+                self._env.copy(str(copy), compact=True)
+                _fsync(copy / "data.mdb")
+                before, after = data.stat().st_size, (copy / "data.mdb").stat().st_size
+                with self._shared.lock:
+                    self._refuse_other_users()
+                    map_size = int(self._env.info()["map_size"])
+                    self._env.close()
+                    os.replace(copy / "data.mdb", data)
+                    _fsync(self.path)
+                    env = _lmdb_open(self.path, map_size, self._shared.readonly)
+                    self._shared.env, self._shared.dbs = env, self._open_dbs(env)
+            finally:
+                shutil.rmtree(copy, ignore_errors=True)
+        return before, after
+
+    def _refuse_other_users(self) -> None:
+        others = sorted(_lock_holders(self.path / "lock.mdb") - {os.getpid()})
+        if others:
+            raise StoreBusyError(
+                f"store at {self.path} is open in other processes (pid {', '.join(map(str, others))}): "
+                "stop their mission hosts and `keel serve`, then compact"
+            )
+
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:
         """The id of the newest committed write transaction (any process): the change signal."""
@@ -418,6 +455,28 @@ def _lmdb_open(path: Path, map_size: int, readonly: bool) -> lmdb.Environment:
         except (lmdb.Error, OSError) as exc:
             raise _translate(exc, f"cannot open store at {path}", path) from None
     raise StoreError(f"cannot open store at {path}: its map keeps being resized by another process")
+
+
+def _lock_holders(lock_file: Path) -> set[int]:
+    """Processes holding a POSIX lock on LMDB's lock file: every process that has the store open does (LMDB
+    takes one at open and keeps it). Read from /proc/locks, so that no descriptor of the file is opened and
+    closed here (closing one would drop this process's own LMDB lock)."""
+    st = lock_file.stat()
+    node = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders: set[int] = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "POSIX" in fields and node in fields:
+            holders.add(int(fields[fields.index(node) - 1]))
+    return holders
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:

@@ -1,7 +1,9 @@
-"""`keel gc [--keep-last N] [--keep POINT ...] [--dry-run]`: remove what no mission reaches any more.
+"""`keel gc [--keep-last N] [--keep POINT ...] [--dry-run] [--compact]`: remove what no mission reaches any more.
 
 The store's part is storage/gc.py's, in one write transaction; then the sandboxes and branches of finished,
-merged units go (server/engine/unitgc.py). This module parses the policy and prints.
+merged units go (server/engine/unitgc.py); with `--compact` the LMDB file is rewritten without its free
+pages (`Store.compact`: LMDB reuses freed pages but never gives them back to the filesystem). This module
+parses the policy and prints.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import unitgc
 from keel.server.exits import Exit
-from keel.storage.gc import gc_txn
+from keel.storage.errors import StoreBusyError
+from keel.storage.gc import GcReport, gc_txn
 
 
 class GcUsageError(KeelError):
@@ -40,6 +43,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--keep", nargs="+", default=[], metavar="POINT", help="restore points to keep: p3, a label, or MISSION:p3"
     )
     p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+    p.add_argument(
+        "--compact",
+        action="store_true",
+        help="then rewrite the store's file without its free space (LMDB; no other process may have it open)",
+    )
     p.set_defaults(run=run_gc)
 
 
@@ -49,10 +57,23 @@ def run_gc(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep), dry_run=args.dry_run))
         units = unitgc.collect(store, store_path(args), dry_run=args.dry_run)
+        compacted, busy = None, None
+        try:
+            compacted = store.compact() if args.compact and not args.dry_run else None
+        except StoreBusyError as exc:  # what gc did stands; the file is left as it was
+            busy = exc
     if args.json:
-        print_json({**msgspec.to_builtins(report), "units": msgspec.to_builtins(units)})
-        return Exit.OK
-    verb = "would remove" if args.dry_run else "removed"
+        sizes = {"compacted": {"bytes_before": compacted[0], "bytes_after": compacted[1]}} if compacted else {}
+        print_json({**msgspec.to_builtins(report), "units": msgspec.to_builtins(units), **sizes})
+    else:
+        _describe(report, units, compacted, args.dry_run)
+    if busy is not None:
+        raise busy
+    return Exit.OK
+
+
+def _describe(report: GcReport, units: unitgc.UnitGcReport, compacted: tuple[int, int] | None, dry_run: bool) -> None:
+    verb = "would remove" if dry_run else "removed"
     print(
         f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
         f"{len(report.points_dropped)} restore points, {report.orphan_records} records of deleted missions; "
@@ -61,4 +82,5 @@ def run_gc(args: argparse.Namespace) -> int:
     for point in report.points_dropped:
         print(f"  dropped restore point {point}")
     print("\n".join(unitgc.describe(units)))
-    return Exit.OK
+    if compacted:
+        print(f"compacted the store's file: {compacted[0]} -> {compacted[1]} bytes")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from keel.protocol.records import CheckpointManifest, Event, JournalEntry, RestorePoint
 from keel.protocol.spec import UnitSpec
@@ -121,3 +125,72 @@ def test_gc_after_a_real_mission_then_resume_from_the_store(tmp_path: Path) -> N
         ok(keel("restore", mission_id, point.id, store=store_path))
         with Store.open(store_path, create=False) as store:
             assert verify_all(store).ok
+
+
+def _stray_blobs(store_path: Path, count: int) -> None:
+    """Blobs nothing reaches (incompressible, so the file really holds them)."""
+    with Store.open(store_path, create=False) as store:
+        for _ in range(count):
+            store.write(lambda t: t.put_blob(os.urandom(64 * 1024)))
+
+
+@pytest.mark.lmdb_only("compaction rewrites the LMDB file; a database server gives space back itself")
+def test_gc_compact_gives_the_freed_space_back_and_every_point_still_restores(tmp_path: Path) -> None:
+    git_workspace(tmp_path / "ws")
+    units = [{"id": "u", "params": {"steps": [{"tool": "write_file", "args": {"path": "f.txt", "content": "f\n"}}]}}]
+    store_path = tmp_path / "store"
+    ok(keel("run", str(write_mission(tmp_path, units)), "--plain", store=store_path))
+    _stray_blobs(store_path, 80)
+    grown = (store_path / "data.mdb").stat().st_size
+    plain = json.loads(ok(keel("gc", "--json", store=store_path)).stdout)
+    assert plain["blobs_removed"] == 80 and "compacted" not in plain
+    assert (store_path / "data.mdb").stat().st_size >= grown  # LMDB reuses freed pages; it never gives them back
+
+    _stray_blobs(store_path, 80)
+    report = json.loads(ok(keel("gc", "--compact", "--json", store=store_path)).stdout)
+    sizes = report["compacted"]
+    assert sizes["bytes_before"] >= grown and sizes["bytes_after"] < grown - 4 * 1024 * 1024, sizes
+    assert (store_path / "data.mdb").stat().st_size == sizes["bytes_after"]
+    with Store.open(store_path, create=False) as store:
+        assert verify_all(store).ok
+        mission_id = store.read(m.list_missions)[0].id
+        points = store.read(lambda t: m.restore_points(t, mission_id))
+    for point in points:
+        ok(keel("restore", mission_id, point.id, "--files", store=store_path))
+    ok(keel("resume", mission_id, "--plain", store=store_path))
+
+
+@pytest.mark.lmdb_only("compaction rewrites the LMDB file; a database server gives space back itself")
+def test_gc_compact_refuses_while_another_process_has_the_store_open(tmp_path: Path) -> None:
+    store_path = tmp_path / "store"
+    with Store.open(store_path) as store:
+        make_mission(store, "m1")
+    _stray_blobs(store_path, 20)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(store_path)], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        before = (store_path / "data.mdb").stat()
+        busy = keel("gc", "--compact", store=store_path)
+        assert busy.returncode == 7, busy.stdout + busy.stderr
+        assert f"pid {holder.pid}" in busy.stderr and "gc removed 20 blobs" in busy.stdout
+        after = (store_path / "data.mdb").stat()  # gc's own removals are written; the file is not replaced
+        assert (after.st_ino, after.st_size >= before.st_size) == (before.st_ino, True)
+    finally:
+        holder.kill()
+        holder.wait()
+    ok(keel("gc", "--compact", store=store_path))  # the other process is gone: its reader slot is cleared
+    with Store.open(store_path, create=False) as store:
+        assert verify_all(store).ok
+
+
+HOLD = """
+import sys
+from keel.storage import Store
+from keel.storage import missions as m
+store = Store.open(sys.argv[1], create=False)
+store.read(m.list_missions)
+print("open", flush=True)
+sys.stdin.read()
+"""
