@@ -22,7 +22,9 @@ which machine). A connection lost before COMMIT was sent is retried; a connectio
 leaves the outcome unknown, and keel reads it back (`pg_xact_status` of the noted transaction id) on a
 new connection: committed is success, anything else runs `fn` again. Never a guess.
 
-An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
+A server that refuses keel's credentials or role (a wrong or missing password, a role or database that does
+not exist, no pg_hba.conf rule) is StoreRefusedError at once, with the server's words: waiting would not
+help. An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
 `reconnect_s` ($KEEL_STORE_RECONNECT_S, default 30 s), then StoreUnavailableError says for how long and
 why. A mission host and a unit worker wait for ever (`reconnect_s = inf`): for them a store that is away
 is a pause, never a failure; `on_wait` reports the wait in their logs. The URL comes from
@@ -46,7 +48,13 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from keel.storage.base import Store
-from keel.storage.errors import StoreBusyError, StoreError, StoreFullError, StoreUnavailableError
+from keel.storage.errors import (
+    StoreBusyError,
+    StoreError,
+    StoreFullError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from keel.storage.keys import DB, SEQ_BYTES
 from keel.storage.location import URL_FILE
 from keel.storage.txn import Txn, prefix_end
@@ -160,6 +168,10 @@ class PgStore(Store):
             try:
                 return self._open()
             except psycopg.OperationalError as exc:
+                if refused_for_good(str(exc)):
+                    raise StoreRefusedError(
+                        f"the PostgreSQL server of {self.describe()} refused keel: {server_words(str(exc))}"
+                    ) from None
                 waited = time.monotonic() - started
                 if waited >= limit:
                     raise StoreUnavailableError(
@@ -464,6 +476,33 @@ class PgTxn(Txn):
             binary=True,
         ).fetchone()
         return 0 if row is None else int.from_bytes(bytes(row[0])[len(prefix) :], "big")
+
+
+# What a server (or libpq) says when it will never let this connection in, however often it is tried.
+_REFUSALS = (
+    "password authentication failed",
+    "no password supplied",
+    "authentication failed",  # SCRAM, md5, ident, peer, cert
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "does not exist",  # a role or a database
+    "is not permitted to log in",
+    "permission denied for database",
+    "password is required",
+)
+
+
+def refused_for_good(message: str) -> bool:
+    """Whether a failed connection's message is a refusal of keel's credentials or role (permanent) rather
+    than a server that is away, starting up, shutting down or full (worth waiting for)."""
+    text = message.lower()
+    return any(words in text for words in _REFUSALS)
+
+
+def server_words(message: str) -> str:
+    """The part of libpq's message that is the server's own ("FATAL:  password authentication failed …")."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line.rsplit(" failed: ", 1)[-1].replace("FATAL:  ", "")
 
 
 def _back_off(attempt: int) -> None:

@@ -215,6 +215,9 @@ class UnitHost:
     async def stop_for_disk_full(self, message: str) -> None:
         self._give_back(f"a full disk on worker {self.host_id}: {message}")
 
+    async def stop_for_store(self, message: str) -> None:
+        self._give_back(f"on worker {self.host_id}: {message}")
+
     async def stop_for_provider(self, state: MissionState, message: str) -> None:
         self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")
 
