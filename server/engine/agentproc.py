@@ -81,13 +81,25 @@ _PROC_TRANSITIONS = {
 }
 
 
+def keel_only_env(hide: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Names of keel's environment that neither agents nor commands get, even when named: the store's
+    settings (KEEL_STORE, libpq's PG*) and `hide` (the providers' `api_key_env` variables)."""
+    return hide | store_env().keys() | {"KEEL_STORE", STORE_ENV_VAR}
+
+
+def plain_env(given: dict[str, str]) -> dict[str, str]:
+    """A mission's `[env]` values without any whose name looks like a secret's (a secret is never written
+    in a mission file)."""
+    return {k: v for k, v in given.items() if not _SECRET.search(k)}
+
+
 def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict[str, str]:
     """The parent's environment without anything that looks like a secret (or is named in `hide`, e.g.
     the providers' `api_key_env` variables) and without the store's settings (KEEL_STORE, libpq's PG*),
     plus the mission's env."""
-    keel_only = hide | store_env().keys() | {"KEEL_STORE", STORE_ENV_VAR}
+    keel_only = keel_only_env(hide)
     env = {k: v for k, v in os.environ.items() if not _SECRET.search(k) and k not in keel_only}
-    env.update({k: v for k, v in extra.items() if not _SECRET.search(k)})
+    env.update(plain_env(extra))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

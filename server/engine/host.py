@@ -30,7 +30,6 @@ from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRe
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
 from keel.server.engine import checkpoint, moving, offline, places
-from keel.server.engine.agentproc import agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.interface import TxnFn
@@ -42,6 +41,7 @@ from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry
 from keel.server.engine.remote import RemoteUnit
 from keel.server.engine.sandbox import ensure_sandbox
+from keel.server.engine.toolcalls import mission_tool_env
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.server.exits import Exit
@@ -90,7 +90,7 @@ class MissionHost:
         self._snapshot: asyncio.Task[None] | None = None  # the snapshot checkpoint being written, if any
         self.wait_online = wait_online
         self.models = ModelCalls(self)
-        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)  # commands': no provider key
+        self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)  # commands': an allowlist
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
 
     # -- state --------------------------------------------------------------------------------------

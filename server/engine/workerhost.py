@@ -32,7 +32,7 @@ from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMa
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
 from keel.server.engine import merge, moving, places
-from keel.server.engine.agentproc import AgentProcess, HandlerError, agent_env
+from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter
@@ -40,6 +40,7 @@ from keel.server.engine.models import ModelCalls
 from keel.server.engine.policy import Policy
 from keel.server.engine.progress import Progress
 from keel.server.engine.registry import Placement
+from keel.server.engine.toolcalls import mission_tool_env
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -120,7 +121,7 @@ class UnitHost:
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
         self.files_lock = asyncio.Lock()
         self.models = ModelCalls(self)
-        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)
+        self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)
         self.places = WorkerPlaces(self, claimed, ttl)
         self.session = UnitSession(self, self.places, self.models, self.unit)
         self.sessions = {self.unit.id: self.session}
