@@ -9,6 +9,10 @@ Layout (in the schema the URL's search_path names, `public` by default):
 bytes are the sealed record LMDB would hold, verified on every read: a row changed behind keel's back
 is a CorruptRecordError naming its database and key, as on LMDB.
 
+First contact: opening a database that has no keel tables makes them, and one with no schema record writes
+it, also for a read-only verb (`keel missions` on a new database lists none); a role that may not create
+the tables gets a StoreError that names them.
+
 Change wake-ups: every write NOTIFYs the store's channel at commit; `subscribe` LISTENs on one connection
 per process and wakes the watchers, which then read `keel_clock` (a wake-up may be lost; they still poll
 now and then, and catch up after a reconnect).
@@ -136,7 +140,7 @@ class PgStore(Store):
         store = cls(path, read_url(path), readonly, write_timeout)
         try:
             store._prepare()
-            store._ensure_schema()
+            store._first_contact()
         except BaseException:
             store.close()
             raise
@@ -219,11 +223,31 @@ class PgStore(Store):
             self._lock_key = int(row[0])
             self._channel = f"keel_changes_{self._lock_key & 0xFFFFFFFF:08x}"  # one per store (schema)
             if not row[1]:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
-                    conn.execute(_TABLES)
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
+                        conn.execute(_TABLES)
+                except pgerrors.InsufficientPrivilege as exc:
+                    raise StoreError(
+                        f"the PostgreSQL store {self.describe()} has no keel tables yet (keel_records, keel_clock) "
+                        f"and this role may not make them: {_first_line(exc)}; grant it CREATE on the schema, or "
+                        "let a role that has it run any keel command once"
+                    ) from None
 
         self._with_connection(run)
+
+    def _first_contact(self) -> None:
+        """Write the schema record when the store has none yet (a new or half-made database): also for a
+        read-only open, as LMDB's migrates a store read-write when it must. A read-only verb's first
+        contact then answers like any other's (no missions) instead of failing on a missing record."""
+        if self.readonly and not self._schema_current():
+            self.readonly = False
+            try:
+                self._ensure_schema()
+            finally:
+                self.readonly = True
+        else:
+            self._ensure_schema()
 
     def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run `fn` on a pooled connection; when the connection breaks, again on a new one (`fn` must be

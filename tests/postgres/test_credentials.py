@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,17 +14,7 @@ from engine_helpers import write_mission
 
 from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
-
-
-def _keel(cwd: Path, *args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "keel.server.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+from tests.postgres.pgcli import keel_in
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -44,10 +32,10 @@ def test_units_run_when_the_password_is_in_pgpassword(tmp_path: Path, pg_server:
     steps = [{"tool": "run", "args": {"cmd": f"env > {side}"}}, {"now": True}]
     mission = write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}, {"id": "b", "after": ["a"]}])
     env = _env(tmp_path, PGPASSWORD=password)
-    ran = _keel(tmp_path, "run", str(mission), "--json", "--store", url, env=env)
+    ran = keel_in(tmp_path, "run", str(mission), "--json", "--store", url, whole_env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     mid = json.loads(ran.stdout.splitlines()[0])["mission"]
-    status = _keel(tmp_path, "status", mid, "--json", "--store", url, env=env)
+    status = keel_in(tmp_path, "status", mid, "--json", "--store", url, whole_env=env)
     assert json.loads(status.stdout)["mission"]["state"] == "completed"
     seen = side.read_text()
     assert password not in seen and "PGPASSWORD" not in seen
@@ -70,12 +58,12 @@ def test_a_worker_process_that_cannot_open_the_store_pauses_the_mission(tmp_path
     )
     env = _env(tmp_path, PGPASSWORD=password)
     started = time.monotonic()
-    ran = _keel(tmp_path, "run", str(mission), "--json", "--store", str(folder), env=env)
+    ran = keel_in(tmp_path, "run", str(mission), "--json", "--store", str(folder), whole_env=env)
     took = time.monotonic() - started
     (folder / URL_FILE).write_text(url + "\n")
-    status = _keel(tmp_path, "status", "--json", "--store", str(folder), env=env)
+    status = keel_in(tmp_path, "status", "--json", "--store", str(folder), whole_env=env)
     (listed,) = json.loads(status.stdout)
-    shown = _keel(tmp_path, "status", listed["id"], "--store", str(folder), env=env).stdout
+    shown = keel_in(tmp_path, "status", listed["id"], "--store", str(folder), whole_env=env).stdout
     assert listed["state"] == "paused" and listed["pause_reason"] == "store", (ran.stdout, ran.stderr, shown)
     assert f'password authentication failed for user "{other}"' in shown, shown
     assert "unit b" in shown and "3 times" in shown, shown
@@ -87,7 +75,7 @@ def test_a_wrong_password_fails_at_once_with_the_servers_words(tmp_path: Path, p
     url = pg_server.role_url(role, pg_server.role_schema(role))
     env = {**_env(tmp_path, PGPASSWORD="not-the-password"), "KEEL_STORE_RECONNECT_S": "30"}
     started = time.monotonic()
-    listed = _keel(tmp_path, "missions", "--store", url, env=env)
+    listed = keel_in(tmp_path, "missions", "--store", url, whole_env=env)
     took = time.monotonic() - started
     assert listed.returncode == 8, (listed.returncode, listed.stderr)  # README: 8 store refused
     assert f'password authentication failed for user "{role}"' in listed.stderr, listed.stderr
