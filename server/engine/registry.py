@@ -35,6 +35,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
+from keel.storage.reach import GAP_S, Reach
 from keel.storage.snapshots import is_tree_ref
 
 DEFAULT_TTL_S = 10.0
@@ -124,15 +125,20 @@ class Registry:
     # -- while the host runs --------------------------------------------------------------------------
     async def watch(self) -> None:
         """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
+        period = max(0.05, self.ttl / 4)
+        reach = Reach(GAP_S + period)  # a store outage silences every worker: no evidence of a dead one
         while True:
-            await asyncio.sleep(max(0.05, self.ttl / 4))
+            await asyncio.sleep(period)
+            started = time.monotonic()
             held_now, now = await asyncio.to_thread(
                 self.host.store.read, lambda t: (leases.list_leases(t, self.mission_id), t.clock())
             )
+            since = reach.note(started, now)
             current = {x.unit: x for x in held_now}
             for uid, session in list(self.host.sessions.items()):
                 held = current.get(uid)
-                if held and held.epoch == session.epoch and session.proc is not None and leases.expired(held, now):
+                live = session.proc is not None
+                if held and held.epoch == session.epoch and live and leases.expired(held, now, since):
                     await self._take_over(session, held, now - held.heartbeat)
 
     async def _take_over(self, session: LeasedWorker, held: SubagentLease, silent_s: float) -> None:
