@@ -180,12 +180,13 @@ class PgStore(Store):
                 if waited >= limit:
                     raise StoreUnavailableError(
                         f"the PostgreSQL store {self.describe()} could not be reached for {waited:.0f} s: "
-                        f"{_first_line(exc)}"
+                        f"{unreachable_why(str(exc))}"
                     ) from None
                 if self.on_wait is not None and waited - reported >= WAIT_REPORT_S:
                     reported = waited
                     self.on_wait(
-                        f"waiting for the PostgreSQL store {self.describe()} ({waited:.0f} s): {_first_line(exc)}"
+                        f"the PostgreSQL store {self.describe()} is unreachable ({waited:.0f} s so far; waiting for "
+                        f"it): {unreachable_why(str(exc))}"
                     )
                 _back_off(attempt)
         raise AssertionError("unreachable")
@@ -523,6 +524,32 @@ def refused_for_good(message: str) -> bool:
     return any(words in text for words in _REFUSALS)
 
 
+# libpq's words for a server it cannot reach, and what they mean to an operator
+_LOST = "the connection to it was lost (a network cut, or the server stopped)"
+_UNREACHABLE = (
+    ("server closed the connection unexpectedly", _LOST),
+    ("connection refused", "nothing accepts connections at its address (the server is down or restarting)"),
+    ("timeout expired", "no answer within the connect timeout (a network cut, or the server is overloaded)"),
+    ("could not translate host name", "its host name does not resolve"),
+    ("no route to host", "there is no route to its host"),
+    ("network is unreachable", "there is no route to its network"),
+    ("the database system is starting up", "the server is starting up"),
+    ("the database system is shutting down", "the server is shutting down"),
+    ("the database system is in recovery mode", "the server is recovering after a crash"),
+    ("ssl syscall error", _LOST),
+)
+
+
+def unreachable_why(message: str) -> str:
+    """Why a server cannot be reached, in an operator's words, with libpq's own words after them."""
+    text = message.lower()
+    words = _first_line(Exception(message)).removeprefix("connection failed: ")
+    for needle, meaning in _UNREACHABLE:
+        if needle in text:
+            return f"{meaning} [{words}]"
+    return words
+
+
 def server_words(message: str) -> str:
     """The part of libpq's message that is the server's own ("FATAL:  password authentication failed …")."""
     line = message.strip().splitlines()[0] if message.strip() else message
@@ -556,5 +583,7 @@ def _translate(exc: psycopg.Error, store: PgStore) -> StoreError:
             "nothing committed was lost"
         )
     if isinstance(exc, psycopg.OperationalError):
-        return StoreUnavailableError(f"the PostgreSQL store {store.describe()} is unavailable: {_first_line(exc)}")
+        return StoreUnavailableError(
+            f"the PostgreSQL store {store.describe()} is unreachable: {unreachable_why(str(exc))}"
+        )
     return StoreError(f"PostgreSQL store {store.describe()}: {_first_line(exc)}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
+from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease, WorkerPlace
 from keel.protocol.states import LeaseState, UnitState
 from keel.server.engine import faultpoints, merge, moving, places, trees
 from keel.server.engine.agentproc import AgentProcess, kill_session
@@ -191,7 +191,10 @@ class Registry:
         store, path = self.host.store, self.host.store_path
         async with self.git_lock:
             here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
-        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id)
+        ran_on = held.ran_on
+        if held.worker:  # `keel status` goes on saying where it ran
+            ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.sandbox)
+        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id, ran_on=ran_on)
 
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.mission_id, here.unit)
