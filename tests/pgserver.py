@@ -41,7 +41,9 @@ def _free_port() -> int:
 class PgServer:
     """One running cluster; `stop()` ends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, stock: bool = False) -> None:
+        """`stock`: pg_hba.conf as a stock PostgreSQL 15 has it (TCP by scram-sha-256; the unix socket, in
+        `root`, by trust here, where a package install has peer), instead of trust everywhere."""
         bindir = _bindir()
         if bindir is None:
             raise RuntimeError("PostgreSQL is not installed: run scripts/setup.sh --system (Debian's postgresql)")
@@ -53,7 +55,8 @@ class PgServer:
         if os.getuid() == 0:
             self.user = "postgres"
             shutil.chown(self.root, "postgres")
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-instructions")
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256"] if stock else ["-A", "trust"]
+        self._run("initdb", "-D", str(self.data), *auth, "-U", "postgres", "--no-instructions")
         self.start()
 
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
