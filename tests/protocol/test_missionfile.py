@@ -140,7 +140,7 @@ BAD = [
     ("timeout-inf", HEAD + UNIT_A + "timeout_s = inf\n", ":6: units[0].timeout_s: must be at most 604800, got inf"),
     (
         "permissions-env-not-names",
-        HEAD + UNIT_A + "[permissions]\nenv = \"JAVA_HOME\"\n",
+        HEAD + UNIT_A + '[permissions]\nenv = "JAVA_HOME"\n',
         ":7: permissions.env: expected array, got str",
     ),
     (
