@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +41,32 @@ def test_units_run_when_the_password_is_in_pgpassword(tmp_path: Path, pg_server:
     assert json.loads(status.stdout)["mission"]["state"] == "completed"
     seen = side.read_text()
     assert password not in seen and "PGPASSWORD" not in seen
+
+
+def test_keel_workers_run_units_when_the_password_is_in_pgpassword(tmp_path: Path, pg_server: PgServer) -> None:
+    role, password = pg_server.password_role()
+    url = pg_server.role_url(role, pg_server.role_schema(role))
+    units = [{"id": u, "params": {"steps": [{"now": True}]}} for u in ("a", "b")]
+    mission = write_mission(tmp_path, units, workers=True)
+    env = _env(tmp_path, PGPASSWORD=password)
+    first = keel_in(tmp_path, "missions", "--store", url, whole_env=env)  # the store exists before the worker
+    assert first.returncode == 0, first.stderr
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "keel.server.cli", "worker", "--store", url, "--units", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        ran = keel_in(tmp_path, "run", str(mission), "--json", "--store", url, whole_env=env, timeout=120)
+    finally:
+        worker.terminate()
+        said, _ = worker.communicate(timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr + said
+    mid = json.loads(ran.stdout.splitlines()[0])["mission"]
+    assert f"{mid}/a: succeeded" in said and f"{mid}/b: succeeded" in said, said
 
 
 def test_a_worker_process_that_cannot_open_the_store_pauses_the_mission(tmp_path: Path, pg_server: PgServer) -> None:
