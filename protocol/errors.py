@@ -22,6 +22,7 @@ class ErrorCode(enum.IntEnum):
     STORE_FULL = 22
     STORE_TOO_NEW = 23
     STORE_BUSY = 24
+    STORE_REFUSED = 26
     DISK_FULL = 25
     NONDETERMINISM = 30
     AGENT = 31

@@ -71,6 +71,15 @@ class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     machine: str = ""  # the machine (node name) whose workspace holds `workspace` and `sandbox`; "" = unknown
 
 
+class WorkerPlace(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where a `keel worker` ran a unit: kept in its lease once its files were brought to the mission host."""
+
+    worker: str
+    hostname: str = ""
+    pid: int = 0
+    sandbox: str = ""
+
+
 class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     """A running unit's lease in the subagent registry (storage/leases.py): who runs it, and the fencing
     token (`epoch`) every journal write and the completion of that unit must match.
@@ -105,6 +114,7 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     worker: str = ""  # the `keel worker` holding an offered unit (server/engine/remote.py); "" = its mission host
     spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
     why: str = ""  # what a returned unit needs of its mission host
+    ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
 
 
 class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):

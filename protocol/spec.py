@@ -56,6 +56,7 @@ class CheckpointPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
 class Permissions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     tools: tuple[str, ...] = ("read_file", "list_files", "search", "write_file", "apply_diff", "run")
     command_timeout_s: float = 120.0
+    env: tuple[str, ...] = ()  # names of keel's environment variables commands get as they are (docs/mission-file.md)
 
 
 class MissionSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -72,6 +72,7 @@ class PauseReason(enum.StrEnum):
     OFFLINE = "offline"
     DISK_FULL = "disk_full"
     POLICY = "policy"
+    STORE = "store"  # a unit's worker process could not open the store (its error says why)
 
 
 M = MissionState

@@ -16,6 +16,7 @@ class Exit(enum.IntEnum):
     INTEGRITY = 5
     NOT_FOUND = 6
     BUSY = 7
+    REFUSED = 8
 
 
 _BY_CODE = {
@@ -28,6 +29,7 @@ _BY_CODE = {
     ErrorCode.STORE_TOO_NEW: Exit.FAILURE,
     ErrorCode.STORE_FULL: Exit.PAUSED,
     ErrorCode.STORE_BUSY: Exit.BUSY,
+    ErrorCode.STORE_REFUSED: Exit.REFUSED,
     ErrorCode.DISK_FULL: Exit.PAUSED,
     ErrorCode.OFFLINE: Exit.PAUSED,
     ErrorCode.INVALID_STATE: Exit.USAGE,

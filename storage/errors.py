@@ -45,6 +45,14 @@ class StoreUnavailableError(StoreError):
     by the failed call."""
 
 
+class StoreRefusedError(StoreError):
+    """A database store's server refused keel's credentials or role (a wrong or missing password, a role or
+    database that does not exist, no pg_hba.conf rule): permanent, so never retried; the message is the
+    server's."""
+
+    code = ErrorCode.STORE_REFUSED
+
+
 class StoreTooNewError(StoreError):
     code = ErrorCode.STORE_TOO_NEW
 

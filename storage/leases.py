@@ -18,6 +18,7 @@ from keel.protocol.errors import ErrorCode, KeelError
 from keel.protocol.records import SubagentLease
 from keel.protocol.states import LeaseState, check_lease_transition
 from keel.storage.keys import DB, mission_prefix, unit_prefix
+from keel.storage.reach import silence
 from keel.storage.txn import Txn
 
 
@@ -146,8 +147,9 @@ def complete(
 STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting (imports, git worktree)
 
 
-def expired(lease: SubagentLease, now: float | None = None) -> bool:
+def expired(lease: SubagentLease, now: float | None = None, since: float = 0.0) -> bool:
     """A running lease whose heartbeat is older than its ttl (or than the start-up allowance); `now` is
-    the store's clock (`Txn.clock()`), read in the transaction that read the lease."""
+    the store's clock (`Txn.clock()`), read in the transaction that read the lease. Silence counts only from
+    `since`, the store's clock since which the judge has reached the store without a gap (reach.py)."""
     allowed = lease.ttl_s if lease.pid else max(lease.ttl_s, STARTUP_S)
-    return lease.state == LeaseState.RUNNING and ((now or time.time()) - lease.heartbeat) > allowed
+    return lease.state == LeaseState.RUNNING and silence(lease.heartbeat, now or time.time(), since) > allowed

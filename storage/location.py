@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 from keel.storage.errors import StoreError
 
+STORE_ENV_PREFIX = "PG"  # libpq's settings: PGPASSWORD, PGPASSFILE, PGSERVICE, PGSSLMODE, PGHOST, …
+STORE_ENV_VAR = "KEEL_STORE_ENV"  # in a subagent's environment: the names it got for the store only
 URL_FILE = "store.url"  # a folder holding this names a PostgreSQL store
 DATA_FILE = "data.mdb"  # a folder holding this is an LMDB store
 _SCHEMES = ("postgresql://", "postgres://")
@@ -71,6 +73,28 @@ def url_folder(url: str, workspace: Path) -> Path:
         tmp.write_text(url + "\n")
         os.replace(tmp, marker)
     return folder
+
+
+def store_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    """What a process of keel needs from the environment to open the store: libpq's `PG*` settings (a
+    password in $PGPASSWORD, a ~/.pgpass elsewhere in $PGPASSFILE, a service file, TLS files). keel's
+    processes that open the store (a unit's subagent, a worker) get these even where their agents and
+    commands get a filtered environment; those never do."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k.startswith(STORE_ENV_PREFIX) and k[2:3].isupper()}
+
+
+def with_store_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` (an agent's filtered environment) plus the store's settings, for a process of keel that opens
+    the store and starts that agent: STORE_ENV_VAR names what `without_store_env` takes away again."""
+    own = store_env()
+    return {**env, **own, STORE_ENV_VAR: ",".join(sorted(own))}
+
+
+def without_store_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The environment a subagent hands its agent: its own without what it was given for the store."""
+    names = set(environ.get(STORE_ENV_VAR, "").split(",")) | {STORE_ENV_VAR}
+    return {k: v for k, v in environ.items() if k not in names}
 
 
 def prepare_keel_dir(store_path: Path) -> None:

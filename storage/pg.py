@@ -9,6 +9,10 @@ Layout (in the schema the URL's search_path names, `public` by default):
 bytes are the sealed record LMDB would hold, verified on every read: a row changed behind keel's back
 is a CorruptRecordError naming its database and key, as on LMDB.
 
+First contact: opening a database that has no keel tables makes them, and one with no schema record writes
+it, also for a read-only verb (`keel missions` on a new database lists none); a role that may not create
+the tables gets a StoreError that names them.
+
 Change wake-ups: every write NOTIFYs the store's channel at commit; `subscribe` LISTENs on one connection
 per process and wakes the watchers, which then read `keel_clock` (a wake-up may be lost; they still poll
 now and then, and catch up after a reconnect).
@@ -22,7 +26,9 @@ which machine). A connection lost before COMMIT was sent is retried; a connectio
 leaves the outcome unknown, and keel reads it back (`pg_xact_status` of the noted transaction id) on a
 new connection: committed is success, anything else runs `fn` again. Never a guess.
 
-An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
+A server that refuses keel's credentials or role (a wrong or missing password, a role or database that does
+not exist, no pg_hba.conf rule) is StoreRefusedError at once, with the server's words: waiting would not
+help. An unreachable server (a restart, a failover, a network cut) is waited out with backoff for
 `reconnect_s` ($KEEL_STORE_RECONNECT_S, default 30 s), then StoreUnavailableError says for how long and
 why. A mission host and a unit worker wait for ever (`reconnect_s = inf`): for them a store that is away
 is a pause, never a failure; `on_wait` reports the wait in their logs. The URL comes from
@@ -46,7 +52,13 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from keel.storage.base import Store
-from keel.storage.errors import StoreBusyError, StoreError, StoreFullError, StoreUnavailableError
+from keel.storage.errors import (
+    StoreBusyError,
+    StoreError,
+    StoreFullError,
+    StoreRefusedError,
+    StoreUnavailableError,
+)
 from keel.storage.keys import DB, SEQ_BYTES
 from keel.storage.location import URL_FILE
 from keel.storage.txn import Txn, prefix_end
@@ -128,7 +140,7 @@ class PgStore(Store):
         store = cls(path, read_url(path), readonly, write_timeout)
         try:
             store._prepare()
-            store._ensure_schema()
+            store._first_contact()
         except BaseException:
             store.close()
             raise
@@ -160,16 +172,21 @@ class PgStore(Store):
             try:
                 return self._open()
             except psycopg.OperationalError as exc:
+                if refused_for_good(str(exc)):
+                    raise StoreRefusedError(
+                        f"the PostgreSQL server of {self.describe()} refused keel: {server_words(str(exc))}"
+                    ) from None
                 waited = time.monotonic() - started
                 if waited >= limit:
                     raise StoreUnavailableError(
                         f"the PostgreSQL store {self.describe()} could not be reached for {waited:.0f} s: "
-                        f"{_first_line(exc)}"
+                        f"{unreachable_why(str(exc))}"
                     ) from None
                 if self.on_wait is not None and waited - reported >= WAIT_REPORT_S:
                     reported = waited
                     self.on_wait(
-                        f"waiting for the PostgreSQL store {self.describe()} ({waited:.0f} s): {_first_line(exc)}"
+                        f"the PostgreSQL store {self.describe()} is unreachable ({waited:.0f} s so far; waiting for "
+                        f"it): {unreachable_why(str(exc))}"
                     )
                 _back_off(attempt)
         raise AssertionError("unreachable")
@@ -207,11 +224,31 @@ class PgStore(Store):
             self._lock_key = int(row[0])
             self._channel = f"keel_changes_{self._lock_key & 0xFFFFFFFF:08x}"  # one per store (schema)
             if not row[1]:
-                with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
-                    conn.execute(_TABLES)
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, self._lock_key))
+                        conn.execute(_TABLES)
+                except pgerrors.InsufficientPrivilege as exc:
+                    raise StoreError(
+                        f"the PostgreSQL store {self.describe()} has no keel tables yet (keel_records, keel_clock) "
+                        f"and this role may not make them: {_first_line(exc)}; grant it CREATE on the schema, or "
+                        "let a role that has it run any keel command once"
+                    ) from None
 
         self._with_connection(run)
+
+    def _first_contact(self) -> None:
+        """Write the schema record when the store has none yet (a new or half-made database): also for a
+        read-only open, as LMDB's migrates a store read-write when it must. A read-only verb's first
+        contact then answers like any other's (no missions) instead of failing on a missing record."""
+        if self.readonly and not self._schema_current():
+            self.readonly = False
+            try:
+                self._ensure_schema()
+            finally:
+                self.readonly = True
+        else:
+            self._ensure_schema()
 
     def _with_connection(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run `fn` on a pooled connection; when the connection breaks, again on a new one (`fn` must be
@@ -466,6 +503,59 @@ class PgTxn(Txn):
         return 0 if row is None else int.from_bytes(bytes(row[0])[len(prefix) :], "big")
 
 
+# What a server (or libpq) says when it will never let this connection in, however often it is tried.
+_REFUSALS = (
+    "password authentication failed",
+    "no password supplied",
+    "authentication failed",  # SCRAM, md5, ident, peer, cert
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "does not exist",  # a role or a database
+    "is not permitted to log in",
+    "permission denied for database",
+    "password is required",
+)
+
+
+def refused_for_good(message: str) -> bool:
+    """Whether a failed connection's message is a refusal of keel's credentials or role (permanent) rather
+    than a server that is away, starting up, shutting down or full (worth waiting for)."""
+    text = message.lower()
+    return any(words in text for words in _REFUSALS)
+
+
+# libpq's words for a server it cannot reach, and what they mean to an operator
+_LOST = "the connection to it was lost (a network cut, or the server stopped)"
+_UNREACHABLE = (
+    ("server closed the connection unexpectedly", _LOST),
+    ("connection refused", "nothing accepts connections at its address (the server is down or restarting)"),
+    ("timeout expired", "no answer within the connect timeout (a network cut, or the server is overloaded)"),
+    ("could not translate host name", "its host name does not resolve"),
+    ("no route to host", "there is no route to its host"),
+    ("network is unreachable", "there is no route to its network"),
+    ("the database system is starting up", "the server is starting up"),
+    ("the database system is shutting down", "the server is shutting down"),
+    ("the database system is in recovery mode", "the server is recovering after a crash"),
+    ("ssl syscall error", _LOST),
+)
+
+
+def unreachable_why(message: str) -> str:
+    """Why a server cannot be reached, in an operator's words, with libpq's own words after them."""
+    text = message.lower()
+    words = _first_line(Exception(message)).removeprefix("connection failed: ")
+    for needle, meaning in _UNREACHABLE:
+        if needle in text:
+            return f"{meaning} [{words}]"
+    return words
+
+
+def server_words(message: str) -> str:
+    """The part of libpq's message that is the server's own ("FATAL:  password authentication failed …")."""
+    line = message.strip().splitlines()[0] if message.strip() else message
+    return line.rsplit(" failed: ", 1)[-1].replace("FATAL:  ", "")
+
+
 def _back_off(attempt: int) -> None:
     time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
 
@@ -493,5 +583,7 @@ def _translate(exc: psycopg.Error, store: PgStore) -> StoreError:
             "nothing committed was lost"
         )
     if isinstance(exc, psycopg.OperationalError):
-        return StoreUnavailableError(f"the PostgreSQL store {store.describe()} is unavailable: {_first_line(exc)}")
+        return StoreUnavailableError(
+            f"the PostgreSQL store {store.describe()} is unreachable: {unreachable_why(str(exc))}"
+        )
     return StoreError(f"PostgreSQL store {store.describe()}: {_first_line(exc)}")

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def _free_port() -> int:
 class PgServer:
     """One running cluster; `stop()` ends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, stock: bool = False) -> None:
+        """`stock`: pg_hba.conf as a stock PostgreSQL 15 has it (TCP by scram-sha-256; the unix socket, in
+        `root`, by trust here, where a package install has peer), instead of trust everywhere."""
         bindir = _bindir()
         if bindir is None:
             raise RuntimeError("PostgreSQL is not installed: run scripts/setup.sh --system (Debian's postgresql)")
@@ -52,7 +55,8 @@ class PgServer:
         if os.getuid() == 0:
             self.user = "postgres"
             shutil.chown(self.root, "postgres")
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-instructions")
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256"] if stock else ["-A", "trust"]
+        self._run("initdb", "-D", str(self.data), *auth, "-U", "postgres", "--no-instructions")
         self.start()
 
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -98,6 +102,38 @@ class PgServer:
 
     def store_url(self, schema: str) -> str:
         return f"{self.base_url}?options=-csearch_path%3D{schema}"
+
+    def password_role(self) -> tuple[str, str]:
+        """A new login role with a password, admitted over TCP only by `scram-sha-256` (as a stock
+        PostgreSQL 15 admits every role): (name, password). Every other role keeps `trust`."""
+        name, password = "r" + uuid.uuid4().hex[:12], uuid.uuid4().hex
+        with self.connect() as conn:
+            conn.execute("SET password_encryption = 'scram-sha-256'")
+            conn.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}'")
+            conn.execute(f"GRANT ALL ON DATABASE postgres TO {name}")
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(f"host all {name} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        self._run("pg_ctl", "-D", str(self.data), "reload")
+        url = f"postgresql://{name}@127.0.0.1:{self.port}/postgres"
+        for _ in range(500):  # until the server reads the new rule: no password, no entry
+            try:
+                psycopg.connect(url, connect_timeout=5).close()
+            except psycopg.OperationalError as exc:
+                if "password" in str(exc):
+                    return name, password
+            time.sleep(0.01)
+        raise RuntimeError(f"the server did not take the scram-sha-256 rule for {name}")
+
+    def role_url(self, role: str, schema: str) -> str:
+        """The store URL of `schema` for `role` (no password: libpq finds it in $PGPASSWORD or ~/.pgpass)."""
+        return f"postgresql://{role}@127.0.0.1:{self.port}/postgres?options=-csearch_path%3D{schema}"
+
+    def role_schema(self, role: str) -> str:
+        """A new schema owned by `role`."""
+        name = "t" + uuid.uuid4().hex[:12]
+        with self.connect() as conn:
+            conn.execute(f"CREATE SCHEMA {name} AUTHORIZATION {role}")
+        return name
 
     def store_folder(self, folder: Path) -> Path:
         """A store folder naming a new, empty PostgreSQL store (its own schema)."""

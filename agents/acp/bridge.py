@@ -64,7 +64,7 @@ class UnitBridge:
         tools = McpTools(self.ctx) if self.preset.keel_tools else None
         proxy = await Proxy(token, self._forward, tools.handle if tools else None).start()
         self.session_params = self._session_params(proxy.url, token)
-        self.preset.prepare(self.home, proxy.url)
+        self.preset.prepare(self.home, proxy.url, token)
         try:
             for start in range(1, MAX_STARTS + 1):
                 try:

@@ -2,7 +2,9 @@
 
 Each preset turns (the unit's home folder, keel's model proxy URL, the unit's proxy token) into the
 agent's environment and configuration files. The environment is built from an allowlist, never from
-keel's own: the agent sees the proxy URL and its token, never a provider key. Versions are pinned to what
+keel's own: the agent sees the proxy URL and its token, never a provider key, and each agent is told to
+keep those from the commands it runs itself (Claude Code's CLAUDE_CODE_SUBPROCESS_ENV_SCRUB, Gemini CLI's
+environmentVariableRedaction; Codex reads its token from its config file). Versions are pinned to what
 keel is tested with (docs/acp-agents.md). Depends on the standard library only.
 """
 
@@ -17,6 +19,8 @@ from pathlib import Path
 from keel.protocol.agent import ForwardApi
 
 PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "SYSTEMROOT")
+# what the agent is given to reach keel's proxy: never passed on to the commands it runs itself
+PROXY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "KEEL_PROXY_TOKEN")
 OFFLINE_ENV = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", "NO_COLOR": "1"}
 
 
@@ -51,17 +55,19 @@ class Preset:
                 ANTHROPIC_BASE_URL=proxy_url,
                 ANTHROPIC_API_KEY=token,
                 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                CLAUDE_CODE_SUBPROCESS_ENV_SCRUB="1",  # what Claude Code starts itself gets no ANTHROPIC_API_KEY
             )
             if os.geteuid() == 0:  # Claude Code refuses to run its tools unasked as root unless told exactly this
                 env["IS_SANDBOX"] = "1"
         elif self.api == "gemini":
             env.update(GOOGLE_GEMINI_BASE_URL=proxy_url, GEMINI_API_KEY=token)
         else:
-            env.update(CODEX_HOME=str(home / "codex"), KEEL_PROXY_TOKEN=token)
+            env.update(CODEX_HOME=str(home / "codex"))  # the token is in its config file, not in the environment
         return env
 
-    def prepare(self, home: Path, proxy_url: str) -> None:
-        """Write the agent's own configuration under `home` (again on every run: the proxy port changes)."""
+    def prepare(self, home: Path, proxy_url: str, token: str = "") -> None:
+        """Write the agent's own configuration under `home` (again on every run: the proxy port changes);
+        Codex reads the unit's token from it, so that no command it runs finds the token in its environment."""
         home.mkdir(parents=True, exist_ok=True)
         if self.api == "gemini":
             settings = home / ".gemini" / "settings.json"
@@ -72,7 +78,11 @@ class Preset:
                         "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
                         "privacy": {"usageStatisticsEnabled": False},
                         "telemetry": {"enabled": False},
-                        "security": {"auth": {"selectedType": "gemini-api-key"}},
+                        "security": {
+                            "auth": {"selectedType": "gemini-api-key"},
+                            # its shell commands get neither the unit's token nor the proxy's address
+                            "environmentVariableRedaction": {"enabled": True, "blocked": list(PROXY_ENV)},
+                        },
                     },
                     indent=2,
                 )
@@ -87,11 +97,15 @@ class Preset:
                 'sandbox_mode = "danger-full-access"\n'  # keel's sandbox is the unit's own folder
                 "check_for_update_on_startup = false\n"
                 "[analytics]\nenabled = false\n"
+                # its shell commands get none of the proxy's names (the token is not in its environment at all)
+                "[shell_environment_policy]\n"
+                'inherit = "all"\n'
+                f"exclude = {json.dumps(list(PROXY_ENV))}\n"
                 "[model_providers.keel]\n"
                 'name = "keel"\n'
                 f'base_url = "{proxy_url}/v1"\n'
                 'wire_api = "responses"\n'
-                'env_key = "KEEL_PROXY_TOKEN"\n'
+                f"experimental_bearer_token = {json.dumps(token)}\n"
                 "requires_openai_auth = false\n"
                 "supports_websockets = false\n"
             )

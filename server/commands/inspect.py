@@ -7,7 +7,8 @@ import argparse
 import time
 from typing import Any
 
-from keel.protocol.records import Evidence
+from keel.protocol.records import Evidence, SubagentLease, WorkerPlace
+from keel.protocol.states import LeaseState
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.missions import ago, run_missions
@@ -85,7 +86,8 @@ def _evidence(txn: Any, mission_id: str) -> dict[str, Any]:
 
 
 def _print_subagents(held: list[Any]) -> None:
-    """The registry: one line per unit that ran under a lease (state, epoch, pid, heartbeat, sandbox)."""
+    """The registry: one line per unit that ran under a lease (state, epoch, heartbeat, journal, where: the
+    worker process and its sandbox, on the machine that ran it)."""
     if not held:
         return
     print("  subagents")
@@ -93,8 +95,21 @@ def _print_subagents(held: list[Any]) -> None:
     for lease in held:
         state = "expired" if leases.expired(lease, now) else lease.state
         print(
-            f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} pid {lease.pid:<7} "
-            f"heartbeat {ago(lease.heartbeat)}  journal {lease.last_checkpoint}  {lease.sandbox}"
-            + (f"  worker {lease.worker} on {lease.hostname}" if lease.worker else "")
+            f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} heartbeat {ago(lease.heartbeat)}  "
+            f"journal {lease.last_checkpoint}  {where_it_runs(lease)}"
             + (f"  handed back: {lease.why}" if lease.why else "")
         )
+
+
+def where_it_runs(lease: SubagentLease) -> str:
+    """The process that runs (or ran) a unit and its sandbox, named by the machine they are on."""
+    place = lease.ran_on or (
+        WorkerPlace(lease.worker, lease.hostname, lease.pid, lease.sandbox) if lease.worker else None
+    )
+    if place is not None:
+        pid = f"pid {place.pid}" if place.pid else "not started yet"
+        return f"worker {place.worker} on {place.hostname or '?'} ({pid}), sandbox there {place.sandbox or '-'}"
+    if lease.state == LeaseState.OFFERED:
+        return "offered to workers"
+    pid = f"pid {lease.pid}" if lease.pid else "not started"
+    return f"host ({pid}) on {lease.hostname or 'this machine'}, sandbox {lease.sandbox or '-'}"

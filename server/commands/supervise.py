@@ -2,8 +2,9 @@
 
 For a machine that shares a PostgreSQL store with others (docs/postgres.md). Every `--interval` it reads the
 missions and their host leases (`control.needs_host`); a running mission whose host went silent past its
-lease's ttl (its machine died, froze or lost the network), or stopped without finishing it, gets a host on
-this machine (`keel resume` detached, which takes the lease over and makes the mission's sandboxes here from
+lease's ttl while this process could reach the store (its machine died, froze or lost the network; a store
+outage silences every host and is no evidence: storage/reach.py), or stopped without finishing it, gets a
+host on this machine (`keel resume` detached, which takes the lease over and makes the mission's sandboxes here from
 the store: server/engine/moving.py). When several supervisors see the same silent lease, the store lets one
 new host claim it; the others' hosts stop at once ("already running"). Starts for one mission are 10 s apart
 at least; a mission that three hosts started here in a row did not take over (each one crashed, say) is
@@ -24,6 +25,7 @@ from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.storage import Store, Txn
 from keel.storage import missions as m
+from keel.storage.reach import GAP_S, Reach
 
 ATTEMPTS = 3
 SETTLE_S = 10.0  # how long a host started here has to claim the lease before another start
@@ -41,21 +43,25 @@ def _say(text: str) -> None:
     print(f"keel supervise: {text}", flush=True)
 
 
-def _due(txn: Txn) -> list[tuple[str, str]]:
-    """(mission, why) of every mission that needs a host."""
-    return [(record.id, why) for record in m.list_missions(txn) if (why := control.needs_host(txn, record))]
+def _due(txn: Txn, reach: Reach, started: float) -> list[tuple[str, str]]:
+    """(mission, why) of every mission that needs a host, silence counted only while this process reached
+    the store (`reach`, noted with this read, which started at `started`)."""
+    since = reach.note(started, txn.clock())
+    return [(record.id, why) for record in m.list_missions(txn) if (why := control.needs_host(txn, record, since))]
 
 
 class Supervisor:
     """Starts a host here for each mission of the store that needs one, at most ATTEMPTS in a row."""
 
-    def __init__(self, path: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, path: Path, say: Callable[[str], None], interval: float = 0.5) -> None:
         self.path = path
         self.say = say
+        self.reach = Reach(GAP_S + interval)
         self.tried: dict[str, tuple[int, float]] = {}  # mission -> (hosts started here in a row, when the last one)
 
     def look(self, store: Store) -> None:
-        due = store.read(_due)
+        started = time.monotonic()
+        due = store.read(lambda txn: _due(txn, self.reach, started))
         tried = self.tried
         for mission_id in set(tried) - {mission_id for mission_id, _ in due}:
             tried[mission_id] = (0, tried[mission_id][1])  # a live host (or none needed): counted afresh
@@ -76,7 +82,7 @@ class Supervisor:
 def run(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         store.wait_out_outages(_say)
-        supervisor = Supervisor(store_path(args), _say)
+        supervisor = Supervisor(store_path(args), _say, args.interval)
         _say(f"watching {store.describe()}")
         while True:
             supervisor.look(store)

@@ -71,7 +71,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     _say(f"{worker} on {hostname} takes units offered in {store.describe()}")
-    supervisor = Supervisor(path, _say) if args.take_over else None
+    supervisor = Supervisor(path, _say, args.interval) if args.take_over else None
     while not stopping.is_set():
         if supervisor is not None:
             await asyncio.to_thread(supervisor.look, store)

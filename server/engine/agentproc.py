@@ -5,7 +5,8 @@ which `handler` answers (the host's journal). An agent that writes garbage, dies
 ends the connection with an `AgentError` that says which; a unit's worker reports its agent's garbage
 with a `keel/agentError` notification, which ends it the same way. The process starts a session of its
 own, and killing it kills that whole session (a worker's agent and what the agent started). Agents get a
-scrubbed environment: no variable that looks like a secret reaches them. Depends on protocol only.
+scrubbed environment: no variable that looks like a secret, and none of the store's settings, reaches them.
+Depends on protocol and storage.location only.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
 from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
+from keel.storage.location import STORE_ENV_VAR, store_env, with_store_env
 
 Handler = Callable[[str, Any], Awaitable[Any]]
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -37,9 +39,11 @@ class AgentError(KeelError):
 
     code = ErrorCode.AGENT
 
-    def __init__(self, message: str, *, died: bool = False) -> None:
+    def __init__(self, message: str, *, died: bool = False, exit_code: int | None = None, last_words: str = "") -> None:
         super().__init__(message)
         self.died = died
+        self.exit_code = exit_code
+        self.last_words = last_words  # the last line the process wrote on stderr
 
 
 class RemoteError(KeelError):
@@ -77,11 +81,25 @@ _PROC_TRANSITIONS = {
 }
 
 
+def keel_only_env(hide: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Names of keel's environment that neither agents nor commands get, even when named: the store's
+    settings (KEEL_STORE, libpq's PG*) and `hide` (the providers' `api_key_env` variables)."""
+    return hide | store_env().keys() | {"KEEL_STORE", STORE_ENV_VAR}
+
+
+def plain_env(given: dict[str, str]) -> dict[str, str]:
+    """A mission's `[env]` values without any whose name looks like a secret's (a secret is never written
+    in a mission file)."""
+    return {k: v for k, v in given.items() if not _SECRET.search(k)}
+
+
 def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict[str, str]:
     """The parent's environment without anything that looks like a secret (or is named in `hide`, e.g.
-    the providers' `api_key_env` variables), plus the mission's env."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k) and k not in hide}
-    env.update({k: v for k, v in extra.items() if not _SECRET.search(k)})
+    the providers' `api_key_env` variables) and without the store's settings (KEEL_STORE, libpq's PG*),
+    plus the mission's env."""
+    keel_only = keel_only_env(hide)
+    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k) and k not in keel_only}
+    env.update(plain_env(extra))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -163,16 +181,21 @@ class AgentProcess:
         handler: Handler,
         name: str,
         hide_env: frozenset[str] = frozenset(),
+        opens_store: bool = False,
         on_notice: Callable[[str, Any], None] | None = None,
     ) -> AgentProcess:
         """Start the process; `handler` answers its requests, `on_notice` (if any) hears its notifications,
-        each before any frame that came after it is read."""
+        each before any frame that came after it is read. A process of keel's that `opens_store` (a unit's
+        subagent) also gets the store's settings, which it keeps from its own agent."""
+        full_env = agent_env(env, hide_env)
+        if opens_store:
+            full_env = with_store_env(full_env)
         with _open_log(log) as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *resolve_command(command),
                     cwd=str(cwd),
-                    env=agent_env(env, hide_env),
+                    env=full_env,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=err,
@@ -222,9 +245,14 @@ class AgentProcess:
                 body = await read_frame_async(self.proc.stdout)
                 if body is None:
                     code = await self._exit_code()
+                    words = self._last_words()
+                    tail = f"; its stderr ends: {words[:200]!r}" if words else ""
                     self._fail(
                         AgentError(
-                            f"agent {self.name} exited (code {code}) without finishing{self._stderr_tail()}", died=True
+                            f"agent {self.name} exited (code {code}) without finishing{tail}",
+                            died=True,
+                            exit_code=code,
+                            last_words=words,
                         )
                     )
                     return
@@ -239,14 +267,14 @@ class AgentProcess:
             self._fail(AgentError(f"agent {self.name} connection failed: {exc}"))
             await self.kill()
 
-    def _stderr_tail(self) -> str:
+    def _last_words(self) -> str:
         try:
             with open(self.log, "rb") as f:
-                f.seek(max(0, f.seek(0, 2) - 300))
+                f.seek(max(0, f.seek(0, 2) - 2000))
                 tail = f.read().decode(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return f"; its stderr ends: {tail[-1][:200]!r}" if tail else ""
+        return tail[-1].strip() if tail else ""
 
     async def _exit_code(self) -> int | None:
         try:

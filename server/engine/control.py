@@ -24,6 +24,7 @@ from keel.server.engine.unitgc import remove_mission_sandbox
 from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir
+from keel.storage.reach import silence
 
 
 class AnswerError(KeelError):
@@ -184,11 +185,13 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
 SUPERVISED = frozenset({MissionState.RUNNING, MissionState.PAUSING})
 
 
-def needs_host(txn: Txn, record: MissionRecord) -> str:
+def needs_host(txn: Txn, record: MissionRecord, since: float = 0.0) -> str:
     """Why a supervisor should start a host for this mission ("" when it needs none): it is running, and
     its host lease went silent past its ttl by the store's clock (the host's machine died, froze or lost
     the network), was given up by a host that stopped without finishing, or is held by a host of this
-    machine that no longer runs. A live lease is never taken, however slow its host is."""
+    machine that no longer runs. A live lease is never taken, however slow its host is. Silence counts only
+    from `since`, the store's clock since which the caller has reached the store without a gap
+    (storage/reach.py): while the store was away nobody could beat, so an outage is no evidence."""
     if record.state not in SUPERVISED:
         return ""
     lease = hostlease.get(txn, record.id)
@@ -197,7 +200,7 @@ def needs_host(txn: Txn, record: MissionRecord) -> str:
     who = f"host pid {lease.pid} on {lease.hostname or '?'}"
     if lease.heartbeat == 0.0:
         return f"its {who} stopped without finishing it"
-    silent = txn.clock() - lease.heartbeat
+    silent = silence(lease.heartbeat, txn.clock(), since)
     if silent > lease.ttl_s:
         return f"its {who} has been silent for {silent:.1f} s (its lease lasts {lease.ttl_s:g} s)"
     return f"its {who} is gone" if lease_holder_dead(lease) else ""

@@ -30,7 +30,6 @@ from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRe
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
 from keel.server.engine import checkpoint, moving, offline, places
-from keel.server.engine.agentproc import agent_env
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.interface import TxnFn
@@ -42,6 +41,7 @@ from keel.server.engine.recovery import apply_controls
 from keel.server.engine.registry import Registry
 from keel.server.engine.remote import RemoteUnit
 from keel.server.engine.sandbox import ensure_sandbox
+from keel.server.engine.toolcalls import mission_tool_env
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.server.exits import Exit
@@ -89,7 +89,7 @@ class MissionHost:
         self._snapshot: asyncio.Task[None] | None = None  # the snapshot checkpoint being written, if any
         self.wait_online = wait_online
         self.models = ModelCalls(self)
-        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)  # commands': no provider key
+        self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)  # commands': an allowlist
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
 
     # -- state --------------------------------------------------------------------------------------
@@ -491,6 +491,16 @@ class MissionHost:
         with contextlib.suppress(InvalidTransitionError):
             await self._set_state(state, pause_reason=reason, error=message[:2000])
         self.progress.event(state.value, reason=reason.value, error=message[:300])
+
+    async def stop_for_store(self, message: str) -> None:
+        """A unit's worker process cannot open the store (credentials it lacks, a role refused): running it
+        again will not help, so the mission stops paused with reason store and the server's words."""
+        if self._stop.is_set():
+            return
+        self._request_stop(S.PAUSED)
+        with contextlib.suppress(InvalidTransitionError):
+            await self._set_state(S.PAUSED, pause_reason=PauseReason.STORE, error=message[:2000])
+        self.progress.event("paused", reason=PauseReason.STORE.value, error=message[:300])
 
     def _disk_alarm(self, message: str) -> None:
         """The journal writer met a full store disk (or committed only in its reserve): stop. Runs before

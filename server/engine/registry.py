@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease
+from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease, WorkerPlace
 from keel.protocol.states import LeaseState, UnitState
 from keel.server.engine import faultpoints, merge, moving, places, trees
 from keel.server.engine.agentproc import AgentProcess, kill_session
@@ -35,6 +35,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
+from keel.storage.reach import GAP_S, Reach
 from keel.storage.snapshots import is_tree_ref
 
 DEFAULT_TTL_S = 10.0
@@ -126,15 +127,20 @@ class Registry:
     # -- while the host runs --------------------------------------------------------------------------
     async def watch(self) -> None:
         """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
+        period = max(0.05, self.ttl / 4)
+        reach = Reach(GAP_S + period)  # a store outage silences every worker: no evidence of a dead one
         while True:
-            await asyncio.sleep(max(0.05, self.ttl / 4))
+            await asyncio.sleep(period)
+            started = time.monotonic()
             held_now, now = await asyncio.to_thread(
                 self.host.store.read, lambda t: (leases.list_leases(t, self.mission_id), t.clock())
             )
+            since = reach.note(started, now)
             current = {x.unit: x for x in held_now}
             for uid, session in list(self.host.sessions.items()):
                 held = current.get(uid)
-                if held and held.epoch == session.epoch and session.proc is not None and leases.expired(held, now):
+                live = session.proc is not None
+                if held and held.epoch == session.epoch and live and leases.expired(held, now, since):
                     await self._take_over(session, held, now - held.heartbeat)
 
     async def _take_over(self, session: LeasedWorker, held: SubagentLease, silent_s: float) -> None:
@@ -187,7 +193,10 @@ class Registry:
         store, path = self.host.store, self.host.store_path
         async with self.git_lock:
             here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
-        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id)
+        ran_on = held.ran_on
+        if held.worker:  # `keel status` goes on saying where it ran
+            ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.sandbox)
+        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id, ran_on=ran_on)
 
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.mission_id, here.unit)

@@ -40,6 +40,7 @@ from keel.server.engine.trees import Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Txn, leases
 from keel.storage import missions as m
+from keel.storage.reach import GAP_S, Reach
 
 K = OutcomeKind
 L = LeaseState
@@ -117,11 +118,14 @@ class RemoteUnit:
         return await self._follow("")
 
     async def _follow(self, worker: str) -> Outcome:
+        reach = Reach(GAP_S + POLL_S)  # a store outage silences every worker: no evidence of a lost one
         while True:
             await asyncio.sleep(POLL_S)
+            started = time.monotonic()
             held, now = await asyncio.to_thread(
                 self.host.store.read, lambda t: (leases.get(t, self.host.mission_id, self.unit.id), t.clock())
             )
+            since = reach.note(started, now)
             if held is None or held.lane != self.lane:
                 return Outcome(K.FAILED, error=f"unit {self.unit.id}'s lease on lane {self.lane} is gone")
             self._note_progress(held)
@@ -131,7 +135,7 @@ class RemoteUnit:
                 if self.stopping:
                     return Outcome(K.STOPPED)
                 return await self._run_here(held)
-            running = held.state == L.RUNNING and not leases.expired(held, now)
+            running = held.state == L.RUNNING and not leases.expired(held, now, since)
             if self.stopping:
                 if held.state == L.OFFERED:
                     await self._withdraw(held)

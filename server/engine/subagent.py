@@ -14,6 +14,8 @@ of its own next to the agent:
 - replay: a restarted agent's requests that the journal recorded as done are answered here from the
   table the host sends before `unit/run`, while they match it; the first frame that does not goes to the
   host, after a notice of how many were answered (server/engine/replay.py);
+- a store it cannot open (a password it was not given, a role the server refuses): it exits at once with
+  EXIT_NO_STORE and the reason as its last line, which the host reports (unitrun.py);
 - parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
   and exit within 2 s. Journal entries stay with the host (its group-committing writer).
 - a full disk: a heartbeat that cannot be written is skipped (never the store's reserve: that is the
@@ -47,8 +49,10 @@ from keel.server.engine.replay import REPLAYED, WorkerReplay, is_replay_notice
 from keel.server.engine.trees import Snapshotter
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
+from keel.storage.location import without_store_env
 
 EXIT_ORPHANED, EXIT_LEASE_LOST, EXIT_AGENT_GONE, EXIT_DISK_FULL = 70, 71, 72, 73
+EXIT_NO_STORE = 74  # the store could not be opened (no password, a role refused): its last stderr line says why
 # a worker that finds its lease lost waits this long before it exits, so that a completion its agent already
 # sent is still tried and its rejection recorded (lease/rejected); a fenced worker can make no effect meanwhile:
 # the host no longer answers it and every journal write of its epoch is refused
@@ -105,6 +109,7 @@ class Worker:
             cwd=str(self.sandbox),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=without_store_env(os.environ),  # the store's settings are this process's, never its agent's
             bufsize=0,  # stdin unbuffered: each frame is one write; stdout is read buffered (_from_agent)
             process_group=0,
         )
@@ -301,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
     if not args.agent:
         parser.error("no agent command after --")
-    store = Store.open(args.store, create=False)
+    try:
+        store = Store.open(args.store, create=False)
+    except KeelError as exc:
+        sys.stderr.write(f"keel subagent {args.mission}/{args.unit}: cannot open the store: {exc.message}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_NO_STORE)
     try:
         worker = Worker(store, args)
         store.wait_out_outages(worker._log)  # a store that is away is a pause for this unit, never a failure

@@ -11,6 +11,7 @@ the host or unitrun modules.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, NoReturn
 
@@ -19,10 +20,11 @@ import msgspec
 from keel.protocol import agent as ap
 from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.protocol.rpc import INVALID_PARAMS
-from keel.server.engine.agentproc import HandlerError
+from keel.protocol.spec import MissionSpec
+from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
 from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
-from keel.server.tools.shell import OWNER_VAR, command_owner
+from keel.server.tools.shell import OWNER_VAR, command_owner, passed_env
 from keel.storage import missions as m
 
 RERUNNING = "rerunning"  # the summary of an intent recorded again to run an approved rerun
@@ -33,6 +35,13 @@ def rerun_approved(intent: JournalEntry) -> bool:
     """A person answered "rerun" to this intent's uncertain effect: the typed flag, or (a store written by
     an earlier keel, whose answer was recorded as the intent's summary) the summary "rerun-approved"."""
     return intent.rerun_approved or intent.summary == LEGACY_RERUN_APPROVED
+
+
+def mission_tool_env(spec: MissionSpec, hide: frozenset[str]) -> dict[str, str]:
+    """What a mission's commands get of keel's environment: the allowlist (shell.passed_env) and the names
+    its `[permissions] env` lists, never a name of `keel_only_env` (the store's, the providers' keys), then
+    its `[env]` values; each command adds its OWNER_VAR tag."""
+    return passed_env(spec.permissions.env, plain_env(spec.env), keel_only_env(hide), os.environ)
 
 
 class ToolCalls:
@@ -46,7 +55,7 @@ class ToolCalls:
         return ToolContext(
             sandbox=s.sandbox,
             timeout_s=s.host.spec.permissions.command_timeout_s,
-            env={**s.host.tool_env, **owner},  # no provider key (api_key_env) reaches a command
+            env={**s.host.tool_env, **owner},  # an allowlist: no provider key, no store credential
         )
 
     async def run(self, call: ap.ToolRunParams, step: Step) -> Any:

@@ -5,7 +5,9 @@ unit in arrival order (the SDK sends them one at a time); a request whose finger
 entry at its number is a NondeterminismError. An effectful tool call records an intent before it runs;
 an intent found without a result is reconciled against the sandbox or turned into a question. A full disk
 anywhere in a unit (a tool's write, a journal commit, the subagent's completion, its sandbox) stops the
-mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result.
+mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result;
+so does a worker process that could not open the store at each of its starts (reason `store`, with the
+server's words).
 Each agent method has one handler (`HANDLERS`); every handler hands a StepResult to `record`, the one
 place a step is journaled. Depends on storage, protocol and the engine's own modules; sees the host only
 through interface.Host, never imports the host module.
@@ -40,6 +42,7 @@ from keel.server.engine.models import ModelCalls
 from keel.server.engine.registry import Placement
 from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.sandbox import SandboxError
+from keel.server.engine.subagent import EXIT_NO_STORE
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
 from keel.storage import DB, Txn, leases
@@ -137,6 +140,10 @@ class UnitSession:
                 if not exc.died:
                     return Outcome(K.FAILED, error=exc.message)
                 error = exc.message
+                if exc.exit_code == EXIT_NO_STORE and start == MAX_AGENT_STARTS:  # no start will do better
+                    why = exc.last_words or error
+                    await self.host.stop_for_store(f"unit {self.unit.id}'s worker process, {start} times: {why}")
+                    return Outcome(K.STOPPED)
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
                 if self.expired:
@@ -190,6 +197,7 @@ class UnitSession:
             handler=self.handle,
             name=self.unit.id,
             hide_env=self.models.hidden_env,
+            opens_store=True,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
             on_notice=self._notice,
         )

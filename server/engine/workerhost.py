@@ -32,7 +32,7 @@ from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMa
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
 from keel.server.engine import merge, moving, places
-from keel.server.engine.agentproc import AgentProcess, HandlerError, agent_env
+from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter, lane_epoch
@@ -40,6 +40,7 @@ from keel.server.engine.models import ModelCalls
 from keel.server.engine.policy import Policy
 from keel.server.engine.progress import Progress
 from keel.server.engine.registry import Placement
+from keel.server.engine.toolcalls import mission_tool_env
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -113,7 +114,7 @@ class UnitHost:
         self.progress = Progress("plain")
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
         self.models = ModelCalls(self)
-        self.tool_env = agent_env(self.spec.env, self.models.hidden_env)
+        self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)
         self.places = WorkerPlaces(self, claimed, ttl)
         self.session = UnitSession(self, self.places, self.models, self.unit)
         self.sessions = {self.unit.id: self.session}
@@ -207,6 +208,9 @@ class UnitHost:
 
     async def stop_for_disk_full(self, message: str) -> None:
         self._give_back(f"a full disk on worker {self.host_id}: {message}")
+
+    async def stop_for_store(self, message: str) -> None:
+        self._give_back(f"on worker {self.host_id}: {message}")
 
     async def stop_for_provider(self, state: MissionState, message: str) -> None:
         self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")

@@ -64,7 +64,13 @@ def cli_json(store_path: Path, *args: str) -> Any:
         raise EngineCallError(f"keel {args[0]} printed no JSON: {_tail(proc.stdout)}") from None
 
 
-_EXIT_CODES = {2: ErrorCode.USAGE, 5: ErrorCode.CORRUPT_RECORD, 6: ErrorCode.NOT_FOUND, 7: ErrorCode.STORE_BUSY}
+_EXIT_CODES = {
+    2: ErrorCode.USAGE,
+    5: ErrorCode.CORRUPT_RECORD,
+    6: ErrorCode.NOT_FOUND,
+    7: ErrorCode.STORE_BUSY,
+    8: ErrorCode.STORE_REFUSED,
+}
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:

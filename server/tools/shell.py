@@ -1,9 +1,12 @@
 """The `run` tool: a shell command in the sandbox, in its own process group, with a time limit.
 
 The command sees only the context's environment (plus PATH/HOME/LANG defaults), never the host's:
-keel's own process may hold provider keys in its environment. On timeout the whole process group is
-killed with SIGKILL; after a normal exit any background process the command left in its group is
-killed too, so nothing outlives the call. Output is kept as a capped tail of stdout and stderr.
+keel's own process may hold provider keys and the store's credentials in its environment. What of keel's
+environment a mission's commands get is an allowlist (`passed_env`): PATH, HOME, LANG, LC_*, TERM,
+TMPDIR, TZ, and the names the mission file lists in `[permissions] env`; then its `[env]` values.
+On timeout the whole process group is killed with SIGKILL; after a normal exit any background process
+the command left in its group is killed too, so nothing outlives the call. Output is kept as a capped
+tail of stdout and stderr.
 
 Reconcile: a command's effects cannot be read back from the sandbox, so an interrupted `run` is
 unknown (a person decides) unless the call was marked `idempotent`, in which case running it again is
@@ -23,6 +26,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from keel.server.tools.paths import relative, resolve
 
 OUTPUT_TAIL_BYTES = 16 * 1024
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+PASSED_ENV = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ")  # keel's, when set; LC_* too (passed_env)
 _DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
 OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (`command_owner`)
 
@@ -54,6 +59,17 @@ class _Tail:
 
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")
+
+
+def passed_env(
+    named: Iterable[str], given: Mapping[str, str], never: Collection[str], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """What a mission's commands get of keel's own environment (`environ`), by allowlist: PASSED_ENV and
+    LC_*, and the names the mission file lists in `[permissions] env`, except any name in `never` (the
+    store's settings, the providers' key variables); then the mission's `[env]` values (`given`).
+    Nothing else of keel's environment: not KEEL_STORE, not DATABASE_URL, not a password or a token."""
+    names = {*PASSED_ENV, *named, *(k for k in environ if k.startswith("LC_"))} - set(never)
+    return {**{k: environ[k] for k in sorted(names) if k in environ}, **given}
 
 
 def command_env(ctx: ToolContext) -> dict[str, str]:

@@ -31,6 +31,8 @@ from acpkit import (
     workspace,
 )
 
+from keel.agents.acp.presets import PROXY_ENV
+
 AGENTS = ["claude", "gemini", "codex"]
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,12 +70,17 @@ def model() -> ScriptedModel:
 @pytest.mark.parametrize("agent", AGENTS)
 def test_unit_reads_edits_creates_and_runs_tests(agent: str, model: ScriptedModel, tmp_path: Path) -> None:
     require_agent(agent)
+    seen = tmp_path / "command-env.txt"
+    model.run_tests = f"{model.run_tests}; env > {seen}"
     ws = workspace(tmp_path, agent, [model])
     proc = ws.start()
     out = finish(proc)
     assert proc.returncode == 0, out
     mission = ws.mission_id()
     check_files(ws, mission)
+    # the test command, run by the agent itself or by keel's run tool, saw no proxy credential
+    names = {line.split("=", 1)[0] for line in seen.read_text().splitlines() if "=" in line}
+    assert not names & {*PROXY_ENV, "KEEL_STORE"}, sorted(names & {*PROXY_ENV, "KEEL_STORE"})
     assert model.steps()[-5:] == ["read", "edit", "create", "test", "done"], model.steps()
     assert not model.paid_twice()
     items = journal(ws, mission)

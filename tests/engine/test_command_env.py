@@ -1,5 +1,7 @@
-"""Provider keys never reach the commands an agent runs: the `run` tool's environment is the agents'
-filtered environment, without the variables the providers' `api_key_env` name (whatever they are called).
+"""What of keel's environment the commands an agent runs get: an allowlist (PATH, HOME, LANG, LC_*, TERM,
+TMPDIR, TZ), the names the mission file lists in `[permissions] env`, its `[env]` values and keel's own tag;
+never the variables the providers' `api_key_env` name (whatever they are called, even when listed), the
+store's settings, or anything else of keel's environment (DATABASE_URL, a proxy URL, KEEL_STORE).
 
 A real mission through `keel run`, with a workspace `.keel/config.toml` whose provider reads its key from
 LLM_PASS (a name the secret-looking-name filter does not catch) and LLM_PASS set in keel's environment.
@@ -39,7 +41,9 @@ def test_a_providers_api_key_env_never_reaches_a_command(tmp_path: Path) -> None
     marker = f"env-probe-{uuid.uuid4().hex}"
     recorded = tmp_path / "command-environ.bin"
     cmd = f"cat /proc/self/environ > {recorded}; sleep 3; : {marker}"
-    mission = write_mission(tmp_path, [{"id": "probe", "params": {"steps": [{"tool": "run", "args": {"cmd": cmd}}]}}])
+    steps = [{"tool": "run", "args": {"cmd": cmd}}]
+    permissions = {"env": ["MY_HARMLESS_VAR", "LLM_PASS"]}  # a provider's key is never passed, even when named
+    mission = write_mission(tmp_path, [{"id": "probe", "params": {"steps": steps}}], permissions=permissions)
     store = tmp_path / "store"
     proc = start_keel(
         "run", str(mission), store=store, env={"LLM_PASS": KEY, "MY_HARMLESS_VAR": "visible", **NO_KEYRING}
@@ -58,3 +62,38 @@ def test_a_providers_api_key_env_never_reaches_a_command(tmp_path: Path) -> None
         names = {item.split(b"=", 1)[0] for item in environ.split(b"\0") if item}
         assert b"LLM_PASS" not in names and KEY.encode() not in environ
         assert b"MY_HARMLESS_VAR=visible" in environ.split(b"\0")  # the filter, not an empty environment
+
+
+def test_a_command_gets_the_allowlist_what_the_mission_names_and_nothing_else(tmp_path: Path) -> None:
+    recorded = tmp_path / "command-env.txt"
+    steps = [{"tool": "run", "args": {"cmd": f"env > {recorded}"}}]
+    mission = write_mission(
+        tmp_path,
+        [{"id": "probe", "params": {"steps": steps}}],
+        permissions={"env": ["JAVA_HOME"]},
+        env={"GREETING": "hi"},
+    )
+    store = tmp_path / "store"
+    keel_env = {
+        "JAVA_HOME": "/opt/jdk",  # named by the mission
+        "DATABASE_URL": "postgresql://u:pw@db/x",
+        "HTTPS_PROXY": "http://proxy.invalid:3128",
+        "KEEL_STORE": str(store),
+        "PGPASSWORD": "pw",
+        "PGSERVICEFILE": "/etc/pg_service.conf",
+        "SSL_CERT_FILE": "/etc/ssl/cert.pem",
+        "PIP_INDEX_URL": "https://u:pw@pypi.invalid/simple",
+        "LC_TIME": "C.UTF-8",
+        "TERM": "xterm",
+        "TMPDIR": "/tmp",
+        **NO_KEYRING,
+    }
+    proc = start_keel("run", str(mission), store=store, env=keel_env)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    seen = dict(line.split("=", 1) for line in recorded.read_text().splitlines() if "=" in line)
+    assert seen["JAVA_HOME"] == "/opt/jdk" and seen["GREETING"] == "hi"
+    assert seen["LC_TIME"] == "C.UTF-8" and seen["TERM"] == "xterm" and seen["TMPDIR"] == "/tmp"
+    allowed = {"PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ", "JAVA_HOME", "GREETING", "KEEL_COMMAND_OF"}
+    allowed |= {"PYTHONDONTWRITEBYTECODE", "PWD", "SHLVL", "_", "OLDPWD"}  # the shell's own and keel's defaults
+    assert {n for n in seen if not n.startswith("LC_")} <= allowed, sorted(set(seen) - allowed)

@@ -5,39 +5,26 @@ is refused before anything is written."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from engine_helpers import write_mission
 
 from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
-
-
-def _keel(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "keel.server.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+from tests.postgres.pgcli import keel_in
 
 
 def test_a_mission_runs_and_is_listed_through_a_store_url(tmp_path: Path, pg_server: PgServer) -> None:
     url = pg_server.store_url(pg_server.new_schema())
     mission = write_mission(tmp_path, [{"id": "u", "params": {"steps": [{"now": True}]}}])
-    ran = _keel(tmp_path, "run", str(mission), "--json", "--store", url)
+    ran = keel_in(tmp_path, "run", str(mission), "--json", "--store", url)
     assert ran.returncode == 0, ran.stderr
     mid = json.loads(ran.stdout.splitlines()[0])["mission"]
     (folder,) = (tmp_path / ".keel").glob("pg-*")
     assert (folder / URL_FILE).read_text().strip() == url and sorted(p.name for p in folder.iterdir()) == [URL_FILE]
     elsewhere = tmp_path / "other"
     elsewhere.mkdir()
-    listed = _keel(elsewhere, "missions", "--json", env={"KEEL_STORE": url})  # another workspace, same store
+    listed = keel_in(elsewhere, "missions", "--json", env={"KEEL_STORE": url})  # another workspace, same store
     assert listed.returncode == 0, listed.stderr
     assert [m["id"] for m in json.loads(listed.stdout)] == [mid]
 
@@ -45,7 +32,7 @@ def test_a_mission_runs_and_is_listed_through_a_store_url(tmp_path: Path, pg_ser
 def test_a_store_url_with_a_password_is_refused(tmp_path: Path, pg_server: PgServer) -> None:
     url = f"postgresql://postgres:secret@127.0.0.1:{pg_server.port}/postgres"
     mission = write_mission(tmp_path, [{"id": "u", "params": {"steps": [{"now": True}]}}])
-    refused = _keel(tmp_path, "run", str(mission), "--store", url)
+    refused = keel_in(tmp_path, "run", str(mission), "--store", url)
     assert refused.returncode != 0
     assert "must not hold a password" in refused.stderr and "secret" not in refused.stderr
     assert not (tmp_path / ".keel").exists()

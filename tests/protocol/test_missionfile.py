@@ -139,6 +139,11 @@ BAD = [
     ("timeout-nan", HEAD + UNIT_A + "timeout_s = nan\n", ":6: units[0].timeout_s: expected a finite number, got nan"),
     ("timeout-inf", HEAD + UNIT_A + "timeout_s = inf\n", ":6: units[0].timeout_s: must be at most 604800, got inf"),
     (
+        "permissions-env-not-names",
+        HEAD + UNIT_A + '[permissions]\nenv = "JAVA_HOME"\n',
+        ":7: permissions.env: expected array, got str",
+    ),
+    (
         "command-timeout-negative",
         HEAD + UNIT_A + "[permissions]\ncommand_timeout_s = -1\n",
         ":7: permissions.command_timeout_s: must be greater than 0, got -1",
@@ -300,6 +305,7 @@ interval_ms = 500
 [permissions]
 tools = ["read_file"]
 command_timeout_s = 10
+env = ["JAVA_HOME"]
 
 [env]
 LANG = "C.UTF-8"
@@ -319,6 +325,7 @@ def test_good_file_parses_and_round_trips(tmp_path: Path) -> None:
     assert spec.models.require.tools and spec.models.require.min_context == 32000
     assert spec.checkpoint.policy == "interval" and spec.checkpoint.interval_ms == 500.0
     assert spec.permissions.tools == ("read_file",) and spec.env == {"LANG": "C.UTF-8"}
+    assert spec.permissions.env == ("JAVA_HOME",)
     assert msgspec.json.decode(msgspec.json.encode(spec), type=MissionSpec) == spec
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(spec), type=MissionSpec) == spec
 

@@ -56,7 +56,7 @@ MISSION_SPEC = spec.MissionSpec(
     checkpoint=spec.CheckpointPolicy(
         policy="interval", group_window_ms=1, expensive_step_ms=2, snapshot_budget_ms=3, interval_ms=4
     ),
-    permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0),
+    permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0, env=("JAVA_HOME",)),
     env={"K": "V"},
 )
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
@@ -165,7 +165,9 @@ SAMPLES: dict[type[Any], Any] = {
         worker="w-1",
         spec=UNIT,
         why="a question for a person",
+        ran_on=records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
     ),
+    records.WorkerPlace: records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
     records.RestorePoint: records.RestorePoint(
         id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused", created_at=5.0, label="before failover"
     ),

@@ -179,6 +179,13 @@ def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path
     for unit in ("a", "b", "c"):
         assert f"{mid}/{unit}: claimed" in said and f"{mid}/{unit}: succeeded" in said, said
     _check(store, mid, side, reference)
+    # `keel status` names the worker that ran each unit, its process and its sandbox on that machine
+    shown = keel("status", mid, store=store, check_rc=0).stdout
+    for unit in ("a", "b", "c"):
+        (line,) = [x for x in shown.splitlines() if x.strip().startswith(f"{unit} ") and "epoch" in x]
+        worker = line.split("worker ", 1)[1].split(" ", 1)[0]
+        assert worker.startswith("w-") and f"on {os.uname().nodename} (pid " in line and "pid 0" not in line, line
+        assert f"/workers/{worker}/{mid}/{unit}." in line.split("sandbox there ", 1)[1], line
 
 
 @pytest.mark.parametrize("strike", ["effect-recorded", "effect-in-doubt"])

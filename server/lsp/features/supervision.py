@@ -47,6 +47,7 @@ from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import Txn
 from keel.storage import missions as m
+from keel.storage.reach import Reach
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
@@ -210,12 +211,15 @@ def _takes_over(server: KeelServer) -> bool:
     return server.options.get("takeOver") is True
 
 
-def _silent_elsewhere(server: KeelServer, views: list[MissionView]) -> set[str]:
-    """The missions among `views` whose host is on another machine and whose host lease went silent."""
+def _silent_elsewhere(server: KeelServer, views: list[MissionView], reach: Reach) -> set[str]:
+    """The missions among `views` whose host is on another machine and whose host lease went silent while
+    this server could reach the store (`reach`: an outage is no evidence)."""
     store = server.require_store()
+    started = time.monotonic()
 
     def read(txn: Txn) -> set[str]:
-        return {v.record.id for v in views if control.needs_host(txn, m.get_mission(txn, v.record.id))}
+        since = reach.note(started, txn.clock())
+        return {v.record.id for v in views if control.needs_host(txn, m.get_mission(txn, v.record.id), since)}
 
     return store.read(read)
 
@@ -240,6 +244,7 @@ def register(server: KeelServer) -> None:
         backoff_s = _option_s(server, "backoffMs", BACKOFF_S)
         first = True
         exits = HostExits()
+        reach = Reach()
         try:
             while True:
                 await exits.wait(_next_tick(watches.values(), time.monotonic()))
@@ -253,7 +258,7 @@ def register(server: KeelServer) -> None:
                     )
                 views = list(server.hub.views.items())
                 remote = [v for _, v in views if _elsewhere(v.record) and _needs_host(v)] if _takes_over(server) else []
-                silent = await server.blocking(_silent_elsewhere, server, remote) if remote else set()
+                silent = await server.blocking(_silent_elsewhere, server, remote, reach) if remote else set()
                 for mid, view in views:
                     watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
                     if watch.phase is not P.RESTARTING:

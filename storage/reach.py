@@ -1,0 +1,37 @@
+"""Since when a process has been reaching its store without a gap: the ground for judging another's silence.
+
+Nobody can renew a lease while the store is away, so a heartbeat older than its ttl is evidence of a dead
+holder only when the one who judges could reach the store all that time. A `Reach` notes each read (its
+start and end on this process's monotonic clock, the store's clock it saw) and answers `since`: the store's
+clock at the first read after the last gap (a read that took longer than `gap_s`, or no read for longer
+than `gap_s`). `silence` counts a holder's silence from its last heartbeat, but never from before
+`since`. A gap only ever delays a judgement. Knows nothing of missions or processes.
+"""
+
+from __future__ import annotations
+
+import time
+
+GAP_S = 1.5  # a read that took longer, or a pause between reads longer, than this is a gap in reaching the store
+
+
+def silence(heartbeat: float, now: float, since: float) -> float:
+    """How long a lease's holder has been silent as a reader who has reached the store since `since` (the
+    store's clock) can tell: from its last heartbeat, or from `since` when that is later."""
+    return now - max(heartbeat, since)
+
+
+class Reach:
+    def __init__(self, gap_s: float = GAP_S) -> None:
+        self.gap_s = gap_s
+        self.since = 0.0
+        self._last_end: float | None = None
+
+    def note(self, started: float, store_now: float) -> float:
+        """A read that started at `started` (time.monotonic()) and saw the store's clock `store_now` ended
+        now; returns `since`."""
+        ended = time.monotonic()
+        if self._last_end is None or ended - started > self.gap_s or started - self._last_end > self.gap_s:
+            self.since = store_now
+        self._last_end = ended
+        return self.since
