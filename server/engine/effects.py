@@ -192,3 +192,29 @@ def files_digest(root: Path) -> str:
         h.update(f"{rel}\0{mode}\0{len(data)}\0".encode("utf-8", "surrogateescape"))
         h.update(data)
     return h.hexdigest()
+
+
+def effect_outcome(entry: JournalEntry) -> str:
+    """What the journal holds of an effect's outcome, in words for the agent."""
+    if entry.phase == "intent":
+        return "It started and no outcome was recorded: it may or may not have happened."
+    if entry.summary.startswith(SKIPPED):
+        return "A person said it had already happened."
+    if entry.error:
+        return f"Its recorded outcome: failed: {entry.error[:300]}."
+    result = entry.result if isinstance(entry.result, dict) else {}
+    if "outcome" in result:  # an outside agent's own effect (effect/done)
+        status, output = str(result["outcome"]), result.get("output")
+    else:  # a keel tool's result
+        status, output = ("completed" if result.get("ok") else "failed"), result.get("output")
+    if isinstance(output, dict):
+        code = output.get("exit_code", output.get("returncode"))
+        text = (
+            (f"exit {code}; " if code is not None else "")
+            + str(output.get("stdout", ""))
+            + str(output.get("stderr", ""))
+        )
+    else:
+        text = "" if output is None else str(output)
+    text = text.strip()[-600:]
+    return f"Its recorded outcome: {status}" + (f"; output: {text}" if text else "") + "."

@@ -219,8 +219,12 @@ def test_denied_permission_keeps_the_effect_from_happening(agent: str, model: Sc
     mission = ws.mission_id()
     assert not (ws.sandbox(mission) / "runs.log").exists(), out
     titles = [i["title"] for i in journal(ws, mission)]
-    # an effect the agent asked for (`denied run: ...`), or keel's run tool refused (`run denied`)
-    assert any(t.startswith(("denied run", "run denied")) for t in titles), titles
+    if agent == "claude":  # keel offers Claude Code only the tools the mission allows: never run, apply_diff
+        offered = {t for s in model.served for t in s.tools if t.startswith("mcp__keel__")}
+        assert offered == {"mcp__keel__write_file"}, offered
+        return
+    # an effect the agent asked for (`denied run: ...`)
+    assert any(t.startswith("denied run") for t in titles), titles
 
 
 @pytest.mark.parametrize("agent", AGENTS)
