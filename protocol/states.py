@@ -72,6 +72,7 @@ class PauseReason(enum.StrEnum):
     OFFLINE = "offline"
     DISK_FULL = "disk_full"
     POLICY = "policy"
+    BUDGET = "budget"  # a unit spent its budget of model requests or tokens ([budget])
 
 
 M = MissionState

@@ -482,6 +482,16 @@ class MissionHost:
             await self._set_state(state, pause_reason=reason, error=message[:2000])
         self.progress.event(state.value, reason=reason.value, error=message[:300])
 
+    async def stop_for_budget(self, message: str) -> None:
+        """A unit spent its budget ([budget]): stop the mission paused with reason budget; `message` names
+        the unit and the limit."""
+        if self._stop.is_set():
+            return
+        self._request_stop(S.PAUSED)
+        with contextlib.suppress(InvalidTransitionError):
+            await self._set_state(S.PAUSED, pause_reason=PauseReason.BUDGET, error=message[:2000])
+        self.progress.event("paused", reason=PauseReason.BUDGET.value, error=message[:300])
+
     def _disk_alarm(self, message: str) -> None:
         """The journal writer met a full store disk (or committed only in its reserve): stop. Runs before
         the commit's waiters wake up, so that no unit starts another step."""

@@ -89,6 +89,7 @@ class UnitSession:
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
+        self.spent = (0, 0)  # model requests and tokens paid for in this run of the unit ([budget])
         self.handed = 0  # entries 1..handed were sent to the worker to answer (replay.py), until it reports
         self.proc: AgentProcess | None = None
         self.tools = ToolCalls(self)
@@ -343,6 +344,29 @@ class UnitSession:
         recorded = StepResult(earlier.result, error=earlier.error, tool_class=earlier.tool_class, summary=summary)
         return await self.record(step, recorded)
 
+    async def within_budget(self) -> None:
+        """Before a model request is paid: a unit that spent its budget in this run ([budget]) pauses the
+        mission, naming the limit, and the request is not made."""
+        budget, (requests, tokens) = self.host.spec.budget, self.spent
+        over = ""
+        if budget.model_requests and requests >= budget.model_requests:
+            over = f"{requests} model requests (budget.model_requests = {budget.model_requests})"
+        elif budget.tokens and tokens >= budget.tokens:
+            over = f"{tokens} tokens (budget.tokens = {budget.tokens})"
+        if over:
+            message = (
+                f"unit {self.unit.id} spent its budget in this run: {over}; `keel resume` gives it a new one "
+                "(or raise [budget] in the mission file)"
+            )
+            await self.host.stop_for_budget(message)
+            raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
+
+    def paid(self, result: StepResult) -> StepResult:
+        """Count a model request served by a provider against the unit's budget."""
+        requests, tokens = self.spent
+        self.spent = (requests + 1, tokens + result.tokens)
+        return result
+
     def forwarded(self, params: Any, fp: str) -> JournalEntry | None:
         """The recorded answer to this very model request (same outside session, same request number, same
         normalised fingerprint), if an earlier run of this unit paid for it already."""
@@ -520,7 +544,8 @@ async def _plan_add(session: UnitSession, step: Step, params: Any) -> Any:
 
 
 async def _model_complete(session: UnitSession, step: Step, params: Any) -> Any:
-    return await session.record(step, await session.models.complete(session.unit.id, params))
+    await session.within_budget()
+    return await session.record(step, session.paid(await session.models.complete(session.unit.id, params)))
 
 
 async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
@@ -530,7 +555,8 @@ async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
 async def _model_forward(session: UnitSession, step: Step, params: Any) -> Any:
     if (earlier := session.forwarded(params, step.fingerprint)) is not None:
         return await _replay_forward(session, step, earlier)
-    return await session.record(step, await session.models.forward(session.unit.id, params))
+    await session.within_budget()
+    return await session.record(step, session.paid(await session.models.forward(session.unit.id, params)))
 
 
 async def _replay_forward(session: UnitSession, step: Step, earlier: JournalEntry) -> Any:

@@ -58,6 +58,7 @@ MISSION_SPEC = spec.MissionSpec(
     ),
     permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0),
     env={"K": "V"},
+    budget=spec.Budget(model_requests=7, tokens=900),
 )
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
 QUESTION = records.Question(
@@ -83,6 +84,7 @@ SAMPLES: dict[type[Any], Any] = {
     spec.ModelPolicy: MISSION_SPEC.models,
     spec.CheckpointPolicy: MISSION_SPEC.checkpoint,
     spec.Permissions: MISSION_SPEC.permissions,
+    spec.Budget: MISSION_SPEC.budget,
     spec.MissionSpec: MISSION_SPEC,
     records.HostInfo: HOST,
     records.HostLease: records.HostLease(
