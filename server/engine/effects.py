@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.trees import read_content, walk
+from keel.server.engine.trees import Snapshotter
 
 SKIPPED = "skipped"  # the summary recovery.apply_answer gives an effect a person said had happened
 # what a command leaves behind that is not what it does: build caches (docs/rewind.md)
@@ -180,17 +180,13 @@ def is_cache(path: str) -> bool:
     return any(p in CACHE_FOLDERS for p in parts[:-1]) or path.endswith(CACHE_SUFFIXES)
 
 
-def files_digest(root: Path) -> str:
-    """The digest of the sandbox's files (paths, modes and contents), build caches left out."""
+def files_digest(root: Path, seen: Snapshotter | None = None) -> str:
+    """The digest of the sandbox's files (paths, modes and content digests), build caches left out. With
+    `seen` (one per sandbox), a file whose size, times and inode did not change is not read again."""
     h = hashlib.blake2b(digest_size=16, person=b"keel-files")
-    for rel, mode, full, _ in walk(root):
-        if is_cache(rel):
-            continue
-        data = read_content(full, mode)
-        if data is None:
-            continue
-        h.update(f"{rel}\0{mode}\0{len(data)}\0".encode("utf-8", "surrogateescape"))
-        h.update(data)
+    for entry in (seen or Snapshotter()).scan(root, keep_bytes=False).entries:
+        if not is_cache(entry.path):
+            h.update(f"{entry.path}\0{entry.mode}\0{entry.blob}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

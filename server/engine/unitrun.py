@@ -85,6 +85,7 @@ class UnitSession:
         self.epoch = 0  # the lease epoch of the current worker: fences this session's journal writes
         self.sandbox = host.sandbox
         self._tree = Snapshotter()
+        self._files = Snapshotter()  # an appending agent's sandbox, for its effects' file digests
         self.fatal: Exception | None = None
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
@@ -316,7 +317,7 @@ class UnitSession:
         if not self.sandbox.is_dir():
             self.seq += 1
             self._sandbox_gone(self.seq)
-        files = await asyncio.to_thread(files_digest, self.sandbox)
+        files = await self.files_now()
         allowed = self.host.spec.permissions.tools
         refusal = "" if effect.tool in allowed else f"{effect.tool!r} is not allowed by this mission's permissions"
         decision = decide(self.entries.values(), effect, files, refusal)
@@ -360,6 +361,10 @@ class UnitSession:
             )
             await self.host.stop_for_budget(message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
+
+    async def files_now(self) -> str:
+        """The digest of the sandbox's files as an effect starts from or leaves them (effects.files_digest)."""
+        return await asyncio.to_thread(files_digest, self.sandbox, self._files)
 
     def paid(self, result: StepResult) -> StepResult:
         """Count a model request served by a provider against the unit's budget."""
@@ -442,7 +447,7 @@ class UnitSession:
         wall_ms = step.wall_ms()
         mark = step.effect
         if mark is not None and result.phase == "done":  # the files the effect left
-            mark = msgspec.structs.replace(mark, after=await asyncio.to_thread(files_digest, self.sandbox))
+            mark = msgspec.structs.replace(mark, after=await self.files_now())
         entry = JournalEntry(
             seq=step.seq,
             kind=step.method,
@@ -610,7 +615,7 @@ async def _effect_done(session: UnitSession, step: Step, params: Any) -> Any:
     if intent is not None and intent.phase == "intent":
         mark = intent.effect
         if mark is not None:  # the files the effect left
-            mark = msgspec.structs.replace(mark, after=await asyncio.to_thread(files_digest, session.sandbox))
+            mark = msgspec.structs.replace(mark, after=await session.files_now())
         outcome = {**(intent.result if isinstance(intent.result, dict) else {}), "outcome": done.status}
         if done.output:
             outcome["output"] = done.output[-OUTPUT_KEPT:]
