@@ -8,7 +8,6 @@ kills, removes HOLD, and counts the lines at the end. A repeat of the command is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,40 +15,18 @@ from acpkit import (
     NEW_CALC,
     TEST_CALC,
     ScriptedModel,
+    Side,
     Workspace,
+    answer_truthfully,
     finish,
     kill_agent,
     kill_host,
     require_agent,
     settle,
-    wait_for,
     workspace,
 )
 
 pytestmark = pytest.mark.timeout(300)
-
-
-class Side:
-    """The side log and HOLD file of a blocking test command, outside the workspace."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.folder = tmp / "side"
-        self.folder.mkdir()
-        self.log = self.folder / "effects.log"
-        self.hold = self.folder / "HOLD"
-        self.hold.touch()
-
-    def command(self) -> str:
-        return (
-            f"echo ran >> {self.log}; while [ -e {self.hold} ]; do sleep 0.05; done; "
-            "python3 -m unittest -q test_calc 2>&1 | tail -n 1"
-        )
-
-    def lines(self) -> int:
-        return len(self.log.read_text().splitlines()) if self.log.exists() else 0
-
-    def wait_running(self) -> None:
-        wait_for("the test command to run (its side log line written)", lambda: self.lines() >= 1)
 
 
 @pytest.fixture
@@ -62,34 +39,9 @@ def model() -> ScriptedModel:
 def _start(tmp: Path, agent: str, model: ScriptedModel) -> tuple[Workspace, Side]:
     require_agent(agent)
     side = Side(tmp)
+    side.hold.touch()
     model.run_tests = side.command()
     return workspace(tmp, agent, [model]), side
-
-
-def _answer_skips_until_done(ws: Workspace, mission: str) -> int:
-    """Answer every question about the command in doubt with "skip" until the mission ends; how many."""
-    asked = 0
-    while True:
-        wait_for("the mission to end or ask", lambda: ws.state(mission) in WAITS_OR_ENDED, timeout=200)
-        record = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]
-        if record["state"] != "waiting_input":
-            return asked
-        question = record["question"]
-        assert question["kind"] == "uncertain-effect" and "effects.log" in question["text"], question
-        answered = ws.keel("answer", mission, "skip")  # starts a host for the mission
-        assert answered.returncode == 0, answered.stdout + answered.stderr
-        asked += 1
-        assert asked <= 3, "asked again and again"
-        seen = record.get("control_seen")
-        wait_for(
-            "the host to take the answer",
-            lambda seen=seen: (
-                json.loads(ws.keel("status", mission, "--json").stdout)["mission"].get("control_seen") != seen
-            ),
-        )
-
-
-WAITS_OR_ENDED = ("completed", "failed", "cancelled", "waiting_input", "paused")
 
 
 def _check(ws: Workspace, mission: str, side: Side) -> None:
@@ -113,7 +65,7 @@ def test_claude_code_killed_alone_while_keel_runs_its_command_gets_the_recorded_
     side.hold.unlink()
     out = finish(proc)
     mission = ws.mission_id()
-    _answer_skips_until_done(ws, mission)
+    answer_truthfully(ws, mission, side)
     _check(ws, mission, side)
     assert "restart" in ws.keel("log", mission).stdout or out
 
@@ -130,7 +82,7 @@ def test_gemini_killed_alone_while_its_command_runs_is_asked_never_run_again(
     side.hold.unlink()
     finish(proc)
     mission = ws.mission_id()
-    assert _answer_skips_until_done(ws, mission) >= 1, "the repeated command must be asked about"
+    assert answer_truthfully(ws, mission, side) >= 1, "the repeated command must be asked about"
     _check(ws, mission, side)
 
 
@@ -155,7 +107,7 @@ def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
         side.hold.unlink()
         finish(proc)
         mission = ws.mission_id()
-    _answer_skips_until_done(ws, mission)
+    answer_truthfully(ws, mission, side)
     _check(ws, mission, side)
 
 
@@ -174,6 +126,6 @@ def test_after_skip_a_retry_of_the_command_is_not_run_and_the_agent_is_told_why(
     side.hold.unlink()
     mission = ws.mission_id()
     ws.keel("resume", mission)
-    assert _answer_skips_until_done(ws, mission) == 1, "asked once: the answer holds for every retry"
+    assert answer_truthfully(ws, mission, side) == 1, "asked once: the answer holds for every retry"
     _check(ws, mission, side)
     assert any("a person said" in s.fingerprint for s in model.served), "the reason must reach the model"
