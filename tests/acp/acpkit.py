@@ -215,6 +215,9 @@ class Side:
     def lines(self) -> int:
         return len(self.log.read_text().splitlines()) if self.log.exists() else 0
 
+    def wait_running(self) -> None:
+        wait_for("the test command to run (its side log line written)", lambda: self.lines() >= 1)
+
 
 WAITS_OR_ENDED = ("completed", "failed", "cancelled", "waiting_input")
 

@@ -90,7 +90,7 @@ def _strike(tmp: Path, model: ScriptedModel, agent: str, kind: str, target: str)
         if kind == "model":
             wait_for("the model's answer to stall in flight", model.stalled.is_set)
         elif kind == "command":
-            wait_for("the test command to run (its side log line)", lambda: side.lines() >= 1)
+            side.wait_running()
         else:
             wait_for("the agent's edit of calc.py", lambda: calc.exists() and calc.read_text() == NEW_CALC)
         struck_at = time.time()
