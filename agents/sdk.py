@@ -91,6 +91,7 @@ class Context:
         self.goal = init.goal
         self.home = params.home  # a folder of this unit's own outside the sandbox, kept across its runs
         self.history = params.history  # an appending agent's journal so far, in words
+        self.tools = params.tools  # the keel tools the mission allows (empty: not said)
 
     async def _call(self, method: str, params: Any = None) -> Any:
         payload = None if params is None else msgspec.to_builtins(params)
@@ -122,9 +123,11 @@ class Context:
         params = ap.EffectAskParams(tool=tool, title=title, call_id=call_id, detail=detail)
         return msgspec.convert(await self._call("effect/ask", params), ap.EffectAskResult)
 
-    async def effect_done(self, call_id: str, status: Literal["completed", "failed"] = "completed") -> None:
-        """Report that the effect `effect(..., call_id)` allowed has finished."""
-        await self._call("effect/done", ap.EffectDoneParams(call_id=call_id, status=status))
+    async def effect_done(
+        self, call_id: str, status: Literal["completed", "failed"] = "completed", output: str = ""
+    ) -> None:
+        """Report that the effect `effect(..., call_id)` allowed has finished, with what it reported."""
+        await self._call("effect/done", ap.EffectDoneParams(call_id=call_id, status=status, output=output))
 
     async def tool(self, name: str, **args: Any) -> ap.ToolRunResult:
         result = await self._call("tool/run", ap.ToolRunParams(tool=name, args=args))

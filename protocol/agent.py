@@ -47,6 +47,7 @@ class UnitRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
     replaying: bool = False  # informational: the host holds journal entries for this unit
     home: str = ""  # a folder of this unit's own, outside the sandbox, kept across the unit's runs
     history: tuple[str, ...] = ()  # for an appending agent: its journal so far, one line per entry
+    tools: tuple[str, ...] = ()  # the keel tools the mission's permissions allow (empty: not said)
 
 
 class UnitRunResult(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -132,6 +133,7 @@ class EffectDoneParams(msgspec.Struct, frozen=True, omit_defaults=True):
 
     call_id: str
     status: Literal["completed", "failed"] = "completed"
+    output: str = ""  # what the call reported (its output's end), kept as the effect's recorded outcome
 
 
 class ToolRunParams(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -46,6 +46,8 @@ _BOUNDS: dict[str, Bound] = {
     "checkpoint.interval_ms": Bound(0, 86_400_000, above_low=True),
     "models.require.min_context": Bound(0, 100_000_000),
     "models.require.max_cost_per_mtok": Bound(0, 1_000_000),
+    "budget.model_requests": Bound(0, 100_000_000),
+    "budget.tokens": Bound(0, 10**15),
 }
 
 
@@ -196,6 +198,8 @@ def _numbers(spec: MissionSpec) -> Iterator[tuple[str, str, float | None]]:
     require = spec.models.require
     yield "models.require.min_context", "models.require.min_context", require.min_context
     yield "models.require.max_cost_per_mtok", "models.require.max_cost_per_mtok", require.max_cost_per_mtok
+    for name in ("model_requests", "tokens"):
+        yield f"budget.{name}", f"budget.{name}", getattr(spec.budget, name)
 
 
 def _check_bounds(spec: MissionSpec, filename: str, text: str) -> None:
@@ -215,7 +219,7 @@ def _show(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 
-_TABLES = ("units", "models", "checkpoint", "permissions", "env")
+_TABLES = ("units", "models", "checkpoint", "permissions", "env", "budget")
 
 
 def _error(filename: str, text: str, path: str, message: str) -> MissionFileError:

@@ -122,6 +122,18 @@ class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):
     tokens: int = 0
 
 
+class EffectMark(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What an effect of an outside agent is, recorded with its intent: `key` names what it does (the
+    normalised command or edit and its working folder, never an id or time the agent minted), `before`
+    the digest of the sandbox's files it started from, `after` (once its outcome is recorded) the digest
+    of the files it left; `text` is the normalised action for people."""
+
+    key: str
+    before: str
+    after: str = ""
+    text: str = ""
+
+
 class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One recorded agent request of a unit, keyed by (mission, unit, seq).
 
@@ -147,6 +159,7 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     cost: StepCost = StepCost()
     summary: str = ""
     rerun_approved: bool = False
+    effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/effects.py)
 
 
 class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):

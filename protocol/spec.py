@@ -59,6 +59,15 @@ class Permissions(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     env: tuple[str, ...] = ()  # names of keel's environment variables commands get as they are (docs/mission-file.md)
 
 
+class Budget(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What one unit may spend in one run of it before the mission pauses (reason `budget`, the message
+    naming the limit): model requests and tokens paid for (an answer from the journal costs nothing); 0
+    means no limit. A resume gives the unit a new budget."""
+
+    model_requests: int = 500
+    tokens: int = 20_000_000
+
+
 class MissionSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """A whole mission as read from a mission file."""
 
@@ -74,3 +83,4 @@ class MissionSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     permissions: Permissions = Permissions()
     env: dict[str, str] = {}
+    budget: Budget = Budget()

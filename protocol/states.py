@@ -73,6 +73,7 @@ class PauseReason(enum.StrEnum):
     DISK_FULL = "disk_full"
     POLICY = "policy"
     STORE = "store"  # a unit's worker process could not open the store (its error says why)
+    BUDGET = "budget"  # a unit spent its budget of model requests or tokens ([budget])
 
 
 M = MissionState

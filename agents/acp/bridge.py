@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.agents.acp.connection import AcpError, AgentGone, Connection
+from keel.agents.acp.mcp import OFFERED as MCP_OFFERED
 from keel.agents.acp.mcp import SERVER as MCP_SERVER
 from keel.agents.acp.mcp import McpTools
 from keel.agents.acp.presets import Preset
@@ -37,6 +38,7 @@ from keel.protocol import agent as ap
 PROTOCOL_VERSION = 1
 TOOL_OF_KIND = {"edit": "write_file", "delete": "write_file", "move": "write_file", "execute": "run", "fetch": "fetch"}
 _EVIDENCE_TEXT = 4000
+MAX_TOLD = 2  # follow-up prompts telling the agent what keel refused, per start
 MAX_STARTS = 3  # an outside agent that dies mid-unit is started again (load, continue) this often per run
 
 
@@ -55,13 +57,15 @@ class UnitBridge:
         self.usage: Any = None
         self.restarts: list[str] = []
         self.session_params: dict[str, Any] = {}
-        self.allowed: list[str] = []  # effects allowed in this run (the journal's lines cover earlier runs)
+        # this run's effects and their outcomes, by call id (the journal's lines cover earlier runs)
+        self.done: dict[str, str] = {}
         self.effects: set[str] = set()  # call ids of allowed effects whose outcome is not reported yet
+        self.refused: list[str] = []  # effects keel did not make, with the reason, not yet told to the agent
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         token = secrets.token_hex(16)
-        tools = McpTools(self.ctx) if self.preset.keel_tools else None
+        tools = McpTools(self.ctx, self._offered(), self._tool_done) if self.preset.keel_tools else None
         proxy = await Proxy(token, self._forward, tools.handle if tools else None).start()
         self.session_params = self._session_params(proxy.url, token)
         self.preset.prepare(self.home, proxy.url, token)
@@ -92,16 +96,33 @@ class UnitBridge:
         )
         hello = await self._call("initialize", self._initialize())
         prompt = await self._open_session(hello or {})
-        answer = await self._call(
-            "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": prompt}]}
-        )
-        await self.conn.drained()
+        answer = await self._prompt(prompt)
+        for _ in range(MAX_TOLD):  # what keel refused reaches the agent with its reasons
+            if not self.refused or str((answer or {}).get("stopReason", "")) != "end_turn":
+                break
+            told, self.refused = _refusals_note(self.refused), []
+            answer = await self._prompt(told)
         text = "".join(self.message).strip()
         stop = str((answer or {}).get("stopReason", ""))
         await self.ctx.evidence("acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop})
         if stop not in ("end_turn", ""):
             raise RuntimeError(f"{self.preset.title} stopped with {stop!r}: {text[:300]}")
         return {"stop_reason": stop, "message": text, "session": self.session, "restarts": len(self.restarts)}
+
+    async def _prompt(self, text: str) -> Any:
+        assert self.conn is not None
+        answer = await self._call(
+            "session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]}
+        )
+        await self.conn.drained()
+        return answer
+
+    def _offered(self) -> tuple[str, ...]:
+        """keel's tools the mission's permissions allow (an agent is never offered a tool keel refuses)."""
+        return tuple(t for t in MCP_OFFERED if t in self.ctx.tools or not self.ctx.tools)
+
+    def _tool_done(self, line: str) -> None:
+        self.done[f"mcp-{len(self.done)}"] = line
 
     def _initialize(self) -> dict[str, Any]:
         return {
@@ -152,7 +173,7 @@ class UnitBridge:
         return params
 
     def _history(self) -> tuple[str, ...]:
-        return (*self.ctx.history, *self.allowed)
+        return (*self.ctx.history, *(f"this run: {line}" for line in self.done.values()))
 
     def _goal(self) -> str:
         unit = self.ctx.unit
@@ -161,8 +182,8 @@ class UnitBridge:
 
     def _continue_prompt(self) -> str:
         return (
-            "Continue the task. Your previous turn was interrupted (the process running you stopped); "
-            "everything you completed is in this session.\n" + _journal_note(self._history())
+            "Continue the task. Your previous turn was interrupted (the process running you stopped), and "
+            "this session may not hold the last things you did.\n" + _journal_note(self._history())
         ).strip()
 
     async def _call(self, method: str, params: Any) -> Any:
@@ -190,9 +211,12 @@ class UnitBridge:
         try:
             verdict = await self.ctx.effect(tool, title, call_id, detail)
             if verdict.allow:
-                self.allowed.append(f"effect/ask: allowed {tool}: {title}")
+                self.done[call_id] = f"{tool}: {title} (started, no outcome reported)"
                 self.effects.add(call_id)
-        except HostError:
+            elif verdict.reason:
+                self.refused.append(f"{title}: {verdict.reason}")
+        except HostError as exc:
+            self.refused.append(f"{title}: {exc.message}")
             return {"outcome": {"outcome": "cancelled"}}
         return _selected(params, ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always"))
 
@@ -260,7 +284,9 @@ class UnitBridge:
         )
         if call_id in self.effects:  # the allowed effect's intent gets its outcome
             self.effects.discard(call_id)
-            await self.ctx.effect_done(call_id, "completed" if status == "completed" else "failed")
+            shown = data["output"] or ""
+            self.done[call_id] = f"{call.get('kind')}: {call.get('title')} - {status}; output: {shown[-300:]}"
+            await self.ctx.effect_done(call_id, "completed" if status == "completed" else "failed", shown)
 
 
 def _ordinal(api: ap.ForwardApi, body: dict[str, Any]) -> int:
@@ -285,11 +311,22 @@ def _selected(params: dict[str, Any], wanted: tuple[str, ...]) -> dict[str, Any]
 
 
 def _journal_note(history: tuple[str, ...]) -> str:
-    started = [line for line in history if ("effect/ask" in line and "allowed" in line) or "tool/run:" in line]
-    lines = "\n".join(f"- {line}" for line in started[-20:])
+    started = [line for line in history if line.startswith("this run: ") or "effect/ask" in line or "tool/run" in line]
+    effects = [line for line in started if " - " in line or "started, no" in line]
+    lines = "\n".join(f"- {line}" for line in effects[-20:])
     if not lines:
         return ""
     return (
-        "keel's journal of this task records these effects; one marked (started, no result recorded) was "
-        "interrupted and may or may not have happened: check before repeating it.\n" + lines
+        "keel's journal of this task records these effects, with their outcomes. One that completed happened: "
+        "do not make it again (keel answers a repeat on the same files from its journal and runs nothing). One "
+        "with no outcome recorded was interrupted and may or may not have happened: check before repeating it.\n"
+        + lines
+    )
+
+
+def _refusals_note(refused: list[str]) -> str:
+    lines = "\n".join(f"- {line}" for line in refused[-20:])
+    return (
+        "keel did not make these effects you asked for, for these reasons (an effect a person said already "
+        "happened is not to be made again). Finish the task with that in mind, without asking for them again.\n" + lines
     )

@@ -1,17 +1,20 @@
 """keel's effectful tools offered to an outside agent as an MCP server (streamable HTTP, JSON answers),
 served by the unit's model proxy at `/mcp` under the unit's token.
 
-    McpTools(ctx).handle(message) -> the JSON-RPC answer, or None for a notification
+    McpTools(ctx, offered, on_done).handle(message) -> the JSON-RPC answer, or None for a notification
 
 Claude Code takes them in place of its own Edit, Write and Bash (keel.agents.acp.presets): then every
 edit and command is a keel tool call, journaled as an intent before it runs and its result after,
 checked against the mission's permissions and reconciled after a crash like keel's own agents' calls.
-The tools' schemas are keel's (`protocol/tools.py`). Depends on keel.protocol and the agent SDK only.
+Only the tools the mission's permissions allow are offered (`offered`); `on_done` hears each call's
+outcome in words (the continue prompt after a restart). The tools' schemas are keel's (`protocol/tools.py`).
+Depends on keel.protocol and the agent SDK only.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from keel.agents.sdk import Context, HostError
@@ -23,9 +26,13 @@ PROTOCOL = "2025-06-18"
 
 
 class McpTools:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(
+        self, ctx: Context, offered: tuple[str, ...] = OFFERED, on_done: Callable[[str], None] | None = None
+    ) -> None:
         self.ctx = ctx
-        self.specs = [s for s in TOOL_SPECS if s.name in OFFERED]
+        self.offered = tuple(t for t in offered if t in OFFERED)
+        self.on_done = on_done
+        self.specs = [s for s in TOOL_SPECS if s.name in self.offered]
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
         method, msg_id = message.get("method"), message.get("id")
@@ -54,12 +61,17 @@ class McpTools:
         return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
     async def _call(self, name: str, arguments: Any) -> dict[str, Any]:
-        if name not in OFFERED or not isinstance(arguments, dict):
-            return _content(f"keel offers {', '.join(OFFERED)} with an arguments object; not {name!r}", error=True)
+        if name not in self.offered or not isinstance(arguments, dict):
+            offered = ", ".join(self.offered)
+            return _content(f"keel offers {offered} with an arguments object; not {name!r}", error=True)
         try:
             answer = await self.ctx.tool(name, **arguments)
         except HostError as exc:  # refused by the mission's permissions, or bad arguments: the call was not made
             return _content(f"keel refused {name}: {exc.message}", error=True)
+        if self.on_done is not None:
+            what = arguments.get("cmd") or arguments.get("path") or ""
+            shown = json.dumps(answer.output)[-300:] if answer.output is not None else answer.error
+            self.on_done(f"{name} {str(what)[:120]} - {'completed' if answer.ok else 'failed'}; output: {shown}")
         if not answer.ok:
             return _content(answer.error or f"{name} failed", error=True, output=answer.output)
         return _content("", output=answer.output)

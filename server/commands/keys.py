@@ -49,7 +49,13 @@ def run_set(args: argparse.Namespace) -> int:
     if args.stdin:
         value = sys.stdin.readline().strip()
     else:
-        value = getpass.getpass(f"API key for {args.provider} (not echoed): ").strip()
+        try:
+            value = getpass.getpass(f"API key for {args.provider} (not echoed): ").strip()
+        except EOFError:  # no terminal, and standard input ended before a line
+            raise KeyUsageError(
+                f"no key given for {args.provider}: there is no terminal to type it in and standard input is "
+                f"empty; pipe it in: `printf '%s\\n' \"$KEY\" | keel key set {args.provider} --stdin`; nothing stored"
+            ) from None
     if not value:
         raise KeyUsageError(f"no key given for {args.provider}; nothing stored")
     KeyringSecrets().set(args.provider, value)

@@ -1,8 +1,9 @@
 """`keel apply`: bring a mission's result into the person's working tree, or onto a new branch.
 
 The mission's changes are the difference between its first file snapshot (the sandbox as it was
-created; for a fork, the original's) and its sandbox now, freshly hashed. In a git workspace, files
-git ignores (build output, caches) are left out. Into the working tree: each changed file must still be
+created; for a fork, the original's) and its sandbox now, freshly hashed. Build caches the agents'
+commands left (`__pycache__/`, `*.pyc`, `.pytest_cache/`: effects.is_cache) are left out everywhere; in a
+git workspace, so are the files git ignores. Into the working tree: each changed file must still be
 what the mission started from (or already the result); otherwise nothing is written and the error names
 every conflicting file. With `--branch NAME` (git only) the working tree, index and HEAD are not
 touched: a commit on top of HEAD is made with a temporary index and NAME points at it (refused when NAME
@@ -23,6 +24,7 @@ from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import SandboxTree
 from keel.protocol.states import MissionState
 from keel.server.engine import places, trees
+from keel.server.engine.effects import is_cache
 from keel.server.engine.hostlock import host_alive
 from keel.server.engine.sandbox import git_toplevel
 from keel.storage import Store, Txn
@@ -72,7 +74,7 @@ def apply_result(store: Store, store_path: Path, mission_id: str, *, branch: str
     base = trees.tree_files(store.read(lambda t: base_tree(t, mission_id)))
     result = trees.current_files(sandbox)
     top = git_toplevel(Path(record.workspace))
-    changed = sorted(p for p in set(base) | set(result) if base.get(p) != result.get(p))
+    changed = sorted(p for p in set(base) | set(result) if base.get(p) != result.get(p) and not is_cache(p))
     if top is not None:
         changed = _not_ignored(sandbox, changed)
     target = top or Path(record.workspace)

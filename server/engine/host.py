@@ -495,12 +495,20 @@ class MissionHost:
     async def stop_for_store(self, message: str) -> None:
         """A unit's worker process cannot open the store (credentials it lacks, a role refused): running it
         again will not help, so the mission stops paused with reason store and the server's words."""
+        await self._stop_paused(PauseReason.STORE, message)
+
+    async def stop_for_budget(self, message: str) -> None:
+        """A unit spent its budget ([budget]): stop the mission paused with reason budget; `message` names
+        the unit and the limit."""
+        await self._stop_paused(PauseReason.BUDGET, message)
+
+    async def _stop_paused(self, reason: PauseReason, message: str) -> None:
         if self._stop.is_set():
             return
         self._request_stop(S.PAUSED)
         with contextlib.suppress(InvalidTransitionError):
-            await self._set_state(S.PAUSED, pause_reason=PauseReason.STORE, error=message[:2000])
-        self.progress.event("paused", reason=PauseReason.STORE.value, error=message[:300])
+            await self._set_state(S.PAUSED, pause_reason=reason, error=message[:2000])
+        self.progress.event("paused", reason=reason.value, error=message[:300])
 
     def _disk_alarm(self, message: str) -> None:
         """The journal writer met a full store disk (or committed only in its reserve): stop. Runs before

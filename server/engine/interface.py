@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from keel.protocol.records import Evidence, JournalEntry, MissionRecord, Question, ToolClass
+from keel.protocol.records import EffectMark, Evidence, JournalEntry, MissionRecord, Question, ToolClass
 from keel.protocol.spec import MissionSpec, UnitSpec
 from keel.protocol.states import MissionState
 from keel.server.engine.agentproc import AgentProcess, HandlerError
@@ -41,6 +41,7 @@ class Step:
     fingerprint: str  # of method and canonical params; a replay must match it
     begin: float  # time.monotonic() when the request was taken up
     intent: JournalEntry | None = None  # an intent an earlier run recorded at this number, without a result
+    effect: EffectMark | None = None  # an outside agent's effect: recorded with its entry (engine/effects.py)
 
     def wall_ms(self) -> float:
         return (time.monotonic() - self.begin) * 1000
@@ -121,6 +122,7 @@ class Host(Protocol):
     async def stop_for_disk_full(self, message: str) -> None: ...
     async def stop_for_store(self, message: str) -> None: ...
     async def stop_for_provider(self, state: MissionState, message: str) -> None: ...
+    async def stop_for_budget(self, message: str) -> None: ...
 
 
 class UnitSteps(Protocol):

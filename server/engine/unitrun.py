@@ -20,7 +20,7 @@ import contextlib
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from keel.protocol.states import OutcomeKind
 from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
+from keel.server.engine.effects import Effect, decide, effect_of, effect_outcome, files_digest
 from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
 from keel.server.engine.models import ModelCalls
@@ -45,11 +46,13 @@ from keel.server.engine.sandbox import SandboxError
 from keel.server.engine.subagent import EXIT_NO_STORE
 from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.trees import Scan, Snapshotter
+from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
 from keel.storage.snapshots import is_tree_ref
 
+OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
 PAGE = 1000  # a replay reads a numbering agent's lane this many entries at a time, as the agent gets there
 K = OutcomeKind
@@ -90,12 +93,12 @@ class UnitSession:
         self.epoch = 0  # the lease epoch of the current worker: fences this session's journal writes
         self.sandbox = host.sandbox
         self._tree = Snapshotter()
+        self._files = Snapshotter()  # an appending agent's sandbox, for its effects' file digests
         self.fatal: Exception | None = None
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
-        # an appending agent's effects that an earlier run started and never got the outcome of, by fingerprint
-        self.unsettled: dict[str, JournalEntry] = {}
         self.asked: dict[str, int] = {}  # an allowed effect's call id -> its intent's seq, until effect/done
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
+        self.spent = (0, 0)  # model requests and tokens paid for in this run of the unit ([budget])
         self.handed = 0  # entries 1..handed were sent to the worker to answer (replay.py), until it reports
         self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
         self._paging = asyncio.Lock()
@@ -221,7 +224,6 @@ class UnitSession:
             self.loaded = self.top
         if self.appending:  # carry on after the last entry; nothing is answered by position
             self.seq = self.top
-            self.unsettled = unsettled_effects(self.entries.values())
             self.asked = {}
         self.handed = 0
         if not self.appending and self.entries:  # the worker answers what it can of the replay (replay.py)
@@ -237,6 +239,7 @@ class UnitSession:
             history=tuple(_history_line(e) for e in sorted(self.entries.values(), key=lambda e: e.seq))
             if self.appending
             else (),
+            tools=tuple(host.spec.permissions.tools),
         )
         try:
             result = await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
@@ -299,34 +302,13 @@ class UnitSession:
             raise HandlerError(rpc.METHOD_NOT_FOUND, f"unknown method {method!r}")
         if self.stopping or self.expired or self.fatal is not None:
             await asyncio.Event().wait()  # never answered: the agent is about to be stopped
-        self.seq += 1
-        seq = self.seq
         fp = request_fingerprint(method, params)
-        if not self.appending and self.loaded < seq <= self.top:
-            await self._page_in(seq)
-        entry = self.entries.get(seq)
-        if self.appending:  # nothing is answered by position; an effect in doubt is settled by its own entry
-            entry = self.unsettled.pop(fp, None) if method in ("tool/run", "effect/ask") else None
-            if entry is not None and entry.phase == "intent":
-                self.seq -= 1  # (no await since the increment: no other request took a number)
-                seq = entry.seq
-            elif entry is not None:  # a person said it had happened: the agent gets that, recorded again
-                return await self._skipped(Step(seq, method, fp, time.monotonic()), entry)
-        if entry is not None:
-            if entry.fingerprint != fp:
-                self._nondeterminism(seq, entry, method)
-            if entry.phase == "done":
-                self.note_replay(entry)
-                return answer(entry)
-        if method == "tool/run" and not self.sandbox.is_dir():
-            self._sandbox_gone(seq)
-        step = Step(seq, method, fp, time.monotonic(), intent=entry)
         if method in WAITS_FOR_A_PERSON:  # not in flight: a stop does not wait for it
-            return await handler(self, step, params)
+            return await self._answer(handler, method, params, fp)
         self.inflight += 1
         self._idle.clear()
         try:
-            return await handler(self, step, params)
+            return await self._answer(handler, method, params, fp)
         except DiskFullError as exc:  # never the step's result: its intent (if any) stays for the resume
             await self.host.stop_for_disk_full(exc.message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {exc.message}") from None
@@ -349,14 +331,96 @@ class UnitSession:
             self.entries.update((e.seq, e) for e in page)
             self.loaded = upto
 
-    async def _skipped(self, step: Step, entry: JournalEntry) -> Any:
-        """The answer to an appending agent's effect that a person said had already happened ("skip")."""
-        summary = f"{entry.summary}: entry {entry.seq}'s effect, which a person said had happened"[:200]
+    async def _answer(self, handler: Handler, method: str, params: Any, fp: str) -> Any:
+        """Number the request and answer it: from its recorded entry (a replay), else by its handler. An
+        appending agent's effect is numbered by the effect decision instead (`_effect`)."""
+        if self.appending and (effect := self._effect_of(method, params)) is not None:
+            return await self._effect(handler, method, params, fp, effect)
+        self.seq += 1
+        seq = self.seq
+        if not self.appending and self.loaded < seq <= self.top:
+            await self._page_in(seq)
+        entry = None if self.appending else self.entries.get(seq)  # an appending agent: nothing by position
+        if entry is not None:
+            if entry.fingerprint != fp:
+                self._nondeterminism(seq, entry, method)
+            if entry.phase == "done":
+                self.note_replay(entry)
+                return answer(entry)
+        if method == "tool/run" and not self.sandbox.is_dir():
+            self._sandbox_gone(seq)
+        return await handler(self, Step(seq, method, fp, time.monotonic(), intent=entry), params)
+
+    def _effect_of(self, method: str, params: Any) -> Effect | None:
+        """The effect an appending agent's request asks for: `effect/ask`, or a `tool/run` of an effectful tool."""
+        if method == "tool/run":
+            tool = TOOLS.get(str(params.get("tool", ""))) if isinstance(params, dict) else None
+            if tool is None or tool.klass != "effectful":
+                return None
+        elif method != "effect/ask":
+            return None
+        return effect_of(method, params, str(self.sandbox))
+
+    async def _effect(self, handler: Handler, method: str, params: Any, fp: str, effect: Effect) -> Any:
+        """An appending agent's effect, decided over its whole journal (effects.decide) whenever it comes: at
+        a unit run's start, after its agent alone was started again, after a resume or a restore."""
+        if not self.sandbox.is_dir():
+            self.seq += 1
+            self._sandbox_gone(self.seq)
+        files = await self.files_now()
+        allowed = self.host.spec.permissions.tools
+        refusal = "" if effect.tool in allowed else f"{effect.tool!r} is not allowed by this mission's permissions"
+        decision = decide(self.entries.values(), effect, files, refusal)
+        now = time.monotonic()
+        earlier = decision.entry
+        if decision.kind == "answer" and earlier is not None:
+            self.seq += 1
+            return await self._repeat(Step(self.seq, method, fp, now), earlier, decision.reason)
+        if earlier is not None:  # in doubt, or a person said rerun: settled at its own intent
+            mark = effect.mark(files) if decision.kind == "run" else earlier.effect
+            step = Step(earlier.seq, method, earlier.fingerprint, now, intent=earlier, effect=mark)
+            return await handler(self, step, params)
+        self.seq += 1
+        mark = None if decision.kind == "refuse" else effect.mark(files)
+        return await handler(self, Step(self.seq, method, fp, now, effect=mark), params)
+
+    async def _repeat(self, step: Step, earlier: JournalEntry, reason: str) -> Any:
+        """A repeat of a completed effect (or one a person said had happened): answered from its entry, and
+        nothing runs. The agent's own effect is denied with the reason and the recorded outcome."""
+        summary = f"answered from entry {earlier.seq}, nothing ran: {reason}"[:200]
         if step.method == "effect/ask":
-            reason = "a person said this effect had already happened before keel stopped: do not make it again"
-            value = msgspec.to_builtins(ap.EffectAskResult(allow=False, reason=reason))
-            return await self.record(step, StepResult(value, summary=f"denied {summary}"[:200]))
-        return await self.record(step, StepResult(entry.result, tool_class=entry.tool_class, summary=summary))
+            told = f"keel did not make this effect again: {reason}. {effect_outcome(earlier)}".strip()
+            value = msgspec.to_builtins(ap.EffectAskResult(allow=False, reason=told))
+            return await self.record(step, StepResult(value, summary=summary))
+        recorded = StepResult(earlier.result, error=earlier.error, tool_class=earlier.tool_class, summary=summary)
+        return await self.record(step, recorded)
+
+    async def within_budget(self) -> None:
+        """Before a model request is paid: a unit that spent its budget in this run ([budget]) pauses the
+        mission, naming the limit, and the request is not made."""
+        budget, (requests, tokens) = self.host.spec.budget, self.spent
+        over = ""
+        if budget.model_requests and requests >= budget.model_requests:
+            over = f"{requests} model requests (budget.model_requests = {budget.model_requests})"
+        elif budget.tokens and tokens >= budget.tokens:
+            over = f"{tokens} tokens (budget.tokens = {budget.tokens})"
+        if over:
+            message = (
+                f"unit {self.unit.id} spent its budget in this run: {over}; `keel resume` gives it a new one "
+                "(or raise [budget] in the mission file)"
+            )
+            await self.host.stop_for_budget(message)
+            raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
+
+    async def files_now(self) -> str:
+        """The digest of the sandbox's files as an effect starts from or leaves them (effects.files_digest)."""
+        return await asyncio.to_thread(files_digest, self.sandbox, self._files)
+
+    def paid(self, result: StepResult) -> StepResult:
+        """Count a model request served by a provider against the unit's budget."""
+        requests, tokens = self.spent
+        self.spent = (requests + 1, tokens + result.tokens)
+        return result
 
     def forwarded(self, params: Any, fp: str) -> JournalEntry | None:
         """The recorded answer to this very model request (same outside session, same request number, same
@@ -465,6 +529,9 @@ class UnitSession:
     async def record(self, step: Step, result: StepResult) -> Any:
         """Make the step's entry durable (group-committed when cheap), then return its answer."""
         wall_ms = step.wall_ms()
+        mark = step.effect
+        if mark is not None and result.phase == "done":  # the files the effect left
+            mark = msgspec.structs.replace(mark, after=await self.files_now())
         entry = JournalEntry(
             seq=step.seq,
             kind=step.method,
@@ -477,6 +544,7 @@ class UnitSession:
             at=time.time(),
             cost=StepCost(wall_ms=round(wall_ms, 3), tokens=result.tokens),
             summary=result.summary,
+            effect=mark,
         )
         host = self.host
         mission_id = host.mission_id
@@ -568,7 +636,8 @@ async def _plan_add(session: UnitSession, step: Step, params: Any) -> Any:
 
 
 async def _model_complete(session: UnitSession, step: Step, params: Any) -> Any:
-    return await session.record(step, await session.models.complete(session.unit.id, params))
+    await session.within_budget()
+    return await session.record(step, session.paid(await session.models.complete(session.unit.id, params)))
 
 
 async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
@@ -578,7 +647,8 @@ async def _tool_run(session: UnitSession, step: Step, params: Any) -> Any:
 async def _model_forward(session: UnitSession, step: Step, params: Any) -> Any:
     if (earlier := session.forwarded(params, step.fingerprint)) is not None:
         return await _replay_forward(session, step, earlier)
-    return await session.record(step, await session.models.forward(session.unit.id, params))
+    await session.within_budget()
+    return await session.record(step, session.paid(await session.models.forward(session.unit.id, params)))
 
 
 async def _replay_forward(session: UnitSession, step: Step, earlier: JournalEntry) -> Any:
@@ -630,7 +700,15 @@ async def _effect_done(session: UnitSession, step: Step, params: Any) -> Any:
     intent = session.entries.get(seq)
     settled = None
     if intent is not None and intent.phase == "intent":
-        settled = msgspec.structs.replace(intent, phase="done", summary=f"{intent.summary} ({done.status})"[:200])
+        mark = intent.effect
+        if mark is not None:  # the files the effect left
+            mark = msgspec.structs.replace(mark, after=await session.files_now())
+        outcome = {**(intent.result if isinstance(intent.result, dict) else {}), "outcome": done.status}
+        if done.output:
+            outcome["output"] = done.output[-OUTPUT_KEPT:]
+        settled = msgspec.structs.replace(
+            intent, phase="done", result=outcome, effect=mark, summary=f"{intent.summary} ({done.status})"[:200]
+        )
     mission, lane_ = session.host.mission_id, session.lane
 
     def settle(txn: Txn) -> None:
@@ -649,24 +727,11 @@ def _saved_state(saved: JournalEntry | None) -> Any:
     return saved.result.get("state") if saved is not None and isinstance(saved.result, dict) else None
 
 
-def unsettled_effects(entries: Iterable[JournalEntry]) -> dict[str, JournalEntry]:
-    """An appending agent's tool calls whose outcome it may never have received, by fingerprint: an intent
-    without a result (the run stopped mid-effect; settled like a replay: reconciled with the sandbox, or a
-    question for a person), or an effect a person answered "skip" for. Each counts until a later entry
-    has the same fingerprint (the call was made again and answered)."""
-    seen: set[str] = set()
-    found: dict[str, JournalEntry] = {}
-    for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
-        if entry.fingerprint in seen:
-            continue
-        seen.add(entry.fingerprint)
-        if entry.kind in ("tool/run", "effect/ask") and (entry.phase == "intent" or entry.summary == "skipped"):
-            found[entry.fingerprint] = entry
-    return found
-
-
 def _history_line(entry: JournalEntry) -> str:
-    """One journal entry in words, for an appending agent picking up its unit again."""
+    """One journal entry in words, for an appending agent picking up its unit again; an effect with its
+    outcome as recorded."""
+    if entry.effect is not None:
+        return f"{entry.seq} {entry.kind}: {entry.effect.text} - {effect_outcome(entry)}"
     state = "" if entry.phase == "done" else " (started, no result recorded)"
     return f"{entry.seq} {entry.kind}: {entry.summary or entry.error or ''}{state}".strip()
 

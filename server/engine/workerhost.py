@@ -215,6 +215,9 @@ class UnitHost:
     async def stop_for_provider(self, state: MissionState, message: str) -> None:
         self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")
 
+    async def stop_for_budget(self, message: str) -> None:
+        self._give_back(f"on worker {self.host_id}: {message}")
+
     # -- interface.Host: the mission's checkpoints are its host's; what a step adds is recorded ----------
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
         if extra is not None:

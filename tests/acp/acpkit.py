@@ -194,3 +194,59 @@ def kill_host(proc: subprocess.Popen[str]) -> None:
 def settle(name: str, root: Path, timeout: float = 15) -> None:
     """Every process of the killed host goes (worker, bridge, agent)."""
     wait_for(f"the {name} agent's processes to end", lambda: not agent_pids(name, root), timeout)
+
+
+class Side:
+    """The test command's side log and HOLD file, outside the workspace: the command appends a line, then
+    blocks while HOLD exists (a strike lands while it runs; no restore can hide a repeat)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.folder = tmp / "side"
+        self.folder.mkdir()
+        self.log = self.folder / "effects.log"
+        self.hold = self.folder / "HOLD"
+
+    def command(self) -> str:
+        return (
+            f"echo ran >> {self.log}; while [ -e {self.hold} ]; do sleep 0.05; done; "
+            "python3 -m unittest -q test_calc 2>&1 | tail -n 1"
+        )
+
+    def lines(self) -> int:
+        return len(self.log.read_text().splitlines()) if self.log.exists() else 0
+
+    def wait_running(self) -> None:
+        wait_for("the test command to run (its side log line written)", lambda: self.lines() >= 1)
+
+
+WAITS_OR_ENDED = ("completed", "failed", "cancelled", "waiting_input")
+
+
+def answer_truthfully(ws: Workspace, mission: str, side: Side) -> int:
+    """Answer each question about an effect in doubt as things are: "skip" when it happened, else "rerun"."""
+    asked = 0
+    while True:
+        wait_for("the mission to end or ask", lambda: ws.state(mission) in WAITS_OR_ENDED, timeout=200)
+        record = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]
+        if record["state"] != "waiting_input":
+            return asked
+        question = record["question"]
+        assert question["kind"] == "uncertain-effect", question
+        sandbox = ws.unit_sandbox(mission)
+        if "effects.log" in question["text"]:
+            happened = side.lines() >= 1
+        elif "test_calc.py" in question["text"]:
+            happened = (sandbox / "test_calc.py").exists() and (sandbox / "test_calc.py").read_text() == TEST_CALC
+        else:
+            happened = (sandbox / "calc.py").read_text() == NEW_CALC
+        answered = ws.keel("answer", mission, "skip" if happened else "rerun")
+        assert answered.returncode == 0, answered.stdout + answered.stderr
+        asked += 1
+        assert asked <= 4, "asked again and again"
+        seen = record.get("control_seen")
+        wait_for(
+            "the host to take the answer",
+            lambda seen=seen: (
+                json.loads(ws.keel("status", mission, "--json").stdout)["mission"].get("control_seen") != seen
+            ),
+        )

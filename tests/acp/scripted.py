@@ -8,15 +8,18 @@ session (after a SIGKILL, `session/load` and a "continue" prompt) gets the step 
     read calc.py -> write calc.py (adds mul) -> write test_calc.py -> run the tests -> answer "done"
 
 A step counts as done when the history holds the result of the tool call the server made for it (its call
-id names the step). Every request is recorded with a normalised fingerprint (keel's own
-protocol.modelwire.normalise), so a test can count requests served twice. Faults: `stall_at(step)` streams
-the start of that step's answer and then hangs (until `release()`), `fail_next(n, status)` answers the next
+id names the step); with `retry_cut = n`, a result that says the call was cut or not made (aborted,
+cancelled, interrupted) does not count, up to n of them: the model makes the call again, as a model does.
+Every request is recorded with a normalised fingerprint (keel's own protocol.modelwire.normalise), so a
+test can count requests served twice. Faults: `stall_at(step)` streams the start of that step's answer and
+then hangs (until `release()`), `fail_next(n, status)` answers the next
 n requests with an HTTP error.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -49,6 +52,7 @@ class Served:
     at: float
     completed: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    tools: list[str] = field(default_factory=list)  # the tools the agent offered the model
 
 
 class ScriptedModel:
@@ -60,6 +64,7 @@ class ScriptedModel:
         self.stalled = threading.Event()
         self._failures: list[int] = []
         self.run_tests = RUN_TESTS  # the test command the script runs (a test may make it slow)
+        self.retry_cut = 0  # how many cut or refused results of a step the model answers by calling again
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
 
@@ -97,8 +102,14 @@ class ScriptedModel:
 
     # -- the script ---------------------------------------------------------------------------------
     def next_step(self, api: str, body: dict[str, Any]) -> str:
-        done = _done_steps(api, body)
-        return next((s for s in STEPS if s not in done), "done")
+        results = _step_results(api, body)
+
+        def done(step: str) -> bool:
+            texts = results.get(step, [])
+            cut = sum(bool(_CUT.search(t)) for t in texts)
+            return len(texts) > cut or cut > self.retry_cut
+
+        return next((s for s in STEPS if not done(s)), "done")
 
     def call(self, step: str, tools: list[str]) -> tuple[str, dict[str, Any]]:
         """The tool call for a step, in the tool vocabulary the agent offered."""
@@ -151,23 +162,34 @@ class ScriptedModel:
             return self._failures.pop(0) if self._failures else None
 
 
-def _done_steps(api: str, body: dict[str, Any]) -> set[str]:
-    """The steps whose tool result is in the history (call ids are `<prefix>_<step>_<nonce>`)."""
-    ids: list[str] = []
+_CUT = re.compile(r"abort|cancel|interrupt", re.IGNORECASE)
+
+
+def _step_results(api: str, body: dict[str, Any]) -> dict[str, list[str]]:
+    """Each step's tool results in the history, as text (call ids are `<prefix>_<step>_<nonce>`)."""
+    found: list[tuple[str, Any]] = []
     if api == "anthropic":
         for message in body.get("messages") or []:
             for block in message.get("content") or [] if isinstance(message.get("content"), list) else []:
                 if block.get("type") == "tool_result":
-                    ids.append(str(block.get("tool_use_id", "")))
+                    found.append((str(block.get("tool_use_id", "")), block.get("content")))
     elif api == "responses":
-        ids = [str(i.get("call_id", "")) for i in body.get("input") or [] if i.get("type") == "function_call_output"]
+        found = [
+            (str(i.get("call_id", "")), i.get("output"))
+            for i in body.get("input") or []
+            if i.get("type") == "function_call_output"
+        ]
     else:
         for content in body.get("contents") or []:
             for part in content.get("parts") or []:
                 response = part.get("functionResponse")
                 if response:
-                    ids.append(str(response.get("id", "")))
-    return {part for i in ids for part in i.split("_") if part in STEPS}
+                    found.append((str(response.get("id", "")), response.get("response")))
+    results: dict[str, list[str]] = {}
+    for call_id, result in found:
+        for step in (p for p in call_id.split("_") if p in STEPS):
+            results.setdefault(step, []).append(json.dumps(result))
+    return results
 
 
 def _tool_names(api: str, body: dict[str, Any]) -> list[str]:
@@ -322,6 +344,7 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             else:
                 step = model.next_step(api, body)
             served = model.record(api, step, body, headers)
+            served.tools = tools
             call = None if step in ("done", "side") else model.call(step, tools)
             name = str(body.get("model") or "scripted")
             events = {"anthropic": _anthropic, "responses": _responses, "gemini": _gemini}[api](step, call, name)

@@ -226,8 +226,12 @@ def test_denied_permission_keeps_the_effect_from_happening(agent: str, model: Sc
     mission = ws.mission_id()
     assert not (ws.sandbox(mission) / "runs.log").exists(), out
     titles = [i["title"] for i in journal(ws, mission)]
-    # an effect the agent asked for (`denied run: ...`), or keel's run tool refused (`run denied`)
-    assert any(t.startswith(("denied run", "run denied")) for t in titles), titles
+    if agent == "claude":  # keel offers Claude Code only the tools the mission allows: never run, apply_diff
+        offered = {t for s in model.served for t in s.tools if t.startswith("mcp__keel__")}
+        assert offered == {"mcp__keel__write_file"}, offered
+        return
+    # an effect the agent asked for (`denied run: ...`)
+    assert any(t.startswith("denied run") for t in titles), titles
 
 
 @pytest.mark.parametrize("agent", AGENTS)
@@ -251,3 +255,16 @@ def test_provider_fails_over_mid_session(agent: str, tmp_path: Path) -> None:
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_unit_that_spends_its_budget_pauses_the_mission_naming_it(model: ScriptedModel, tmp_path: Path) -> None:
+    """`[budget] model_requests = 2`: the third model request is not made; the mission pauses (reason
+    budget) with a message that names the limit and the unit."""
+    require_agent("claude")
+    ws = workspace(tmp_path, "claude", [model], permissions="[budget]\nmodel_requests = 2\n")
+    out = finish(ws.start())
+    mission = ws.mission_id()
+    record = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]
+    assert (record["state"], record.get("pause_reason")) == ("paused", "budget"), out
+    assert "budget.model_requests = 2" in record["error"] and "unit u1" in record["error"], record
+    assert len([s for s in model.served if s.step != "side"]) == 2, model.steps()

@@ -21,7 +21,7 @@ BAD = [
     (
         "unknown-top-level-key",
         'colour = "red"\n' + HEAD + UNIT_A,
-        ":1: colour: unknown top-level key (expected mission, units, models, checkpoint, permissions, env)",
+        ":1: colour: unknown top-level key (expected mission, units, models, checkpoint, permissions, env, budget)",
     ),
     ("unknown-top-level-table", HEAD + UNIT_A + "[extras]\nx = 1\n", ":6: extras: unknown top-level key"),
     ("unknown-mission-key", HEAD + 'nmae = "x"\n' + UNIT_A, ":4: mission.nmae: unknown key"),

@@ -48,6 +48,20 @@ def test_no_keyring_backend_gives_the_fix() -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_key_set_with_no_terminal_and_empty_stdin_says_how_to_give_the_key() -> None:
+    done = subprocess.run(
+        [*KEEL, "key", "set", "anthropic"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **NULL_KEYRING},
+        start_new_session=True,  # no controlling terminal for getpass to open
+    )
+    assert done.returncode != 0 and "internal error" not in done.stderr, done.stderr
+    assert "no key given for anthropic" in done.stderr and "--stdin" in done.stderr, done.stderr
+
+
 def test_no_keyring_backend_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     import keyring
     import keyring.backends.null

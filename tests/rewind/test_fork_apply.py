@@ -92,3 +92,22 @@ def test_apply_to_a_branch_leaves_the_working_tree_alone(tmp_path: Path) -> None
 
 def _status(ws: Path) -> list[str]:
     return sorted(run(["git", "status", "--porcelain", "--untracked-files=all"], ws).stdout.splitlines())
+
+
+def test_apply_without_git_brings_what_the_agent_wrote_not_its_commands_build_caches(tmp_path: Path) -> None:
+    from tests.rewind.kit import mission_toml
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "m.py").write_text("X = 1\n")
+    cmd = "python3 -m py_compile m.py && mkdir -p .pytest_cache && echo v > .pytest_cache/v && echo made > out.txt"
+    units = [{"id": "u1", "params": {"steps": [{"tool": "run", "args": {"cmd": cmd}}]}}]
+    (tmp_path / "mission.toml").write_text(mission_toml(units))
+    store = tmp_path / "store"
+    ok(keel("run", str(tmp_path / "mission.toml"), "--plain", store=store))
+    mid = json.loads(ok(keel("missions", "--json", store=store)).stdout)[0]["id"]
+    sandbox = Path(record(store, mid).sandbox)
+    assert (sandbox / ".pytest_cache" / "v").exists(), "the command must have left a build cache"
+    out = json.loads(ok(keel("apply", mid, "--json", store=store)).stdout)
+    assert out["added"] == ["out.txt"], out
+    assert sorted(p.name for p in ws.iterdir()) == ["m.py", "out.txt"]

@@ -58,6 +58,7 @@ MISSION_SPEC = spec.MissionSpec(
     ),
     permissions=spec.Permissions(tools=("run",), command_timeout_s=9.0, env=("JAVA_HOME",)),
     env={"K": "V"},
+    budget=spec.Budget(model_requests=7, tokens=900),
 )
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
 QUESTION = records.Question(
@@ -83,6 +84,7 @@ SAMPLES: dict[type[Any], Any] = {
     spec.ModelPolicy: MISSION_SPEC.models,
     spec.CheckpointPolicy: MISSION_SPEC.checkpoint,
     spec.Permissions: MISSION_SPEC.permissions,
+    spec.Budget: MISSION_SPEC.budget,
     spec.MissionSpec: MISSION_SPEC,
     records.HostInfo: HOST,
     records.HostLease: records.HostLease(
@@ -120,7 +122,9 @@ SAMPLES: dict[type[Any], Any] = {
         cost=COST,
         summary="s",
         rerun_approved=True,
+        effect=records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
     ),
+    records.EffectMark: records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
     records.UnitMark: MARK,
     records.CheckpointManifest: records.CheckpointManifest(
         mission_id="m1",
@@ -179,7 +183,7 @@ SAMPLES: dict[type[Any], Any] = {
     agent.InitializeParams: agent.InitializeParams(protocol_version=1, mission_id="m1", goal="g", sandbox="/s"),
     agent.InitializeResult: agent.InitializeResult(name="a", kinds=("shell",), version="1", journal="append"),
     agent.UnitRunParams: agent.UnitRunParams(
-        unit=UNIT, attempt=2, state={"k": 1}, replaying=True, home="/h", history=("1 tool write_file",)
+        unit=UNIT, attempt=2, state={"k": 1}, replaying=True, home="/h", history=("1 tool write_file",), tools=("run",)
     ),
     agent.UnitRunResult: agent.UnitRunResult(result=[1, 2], summary="done"),
     agent.ToolCallSpec: TOOL,
@@ -208,7 +212,7 @@ SAMPLES: dict[type[Any], Any] = {
     ),
     agent.EffectAskParams: agent.EffectAskParams(tool="run", title="t", call_id="c1", detail={"cmd": "ls"}),
     agent.EffectAskResult: agent.EffectAskResult(allow=True, reason="allowed by [permissions]"),
-    agent.EffectDoneParams: agent.EffectDoneParams(call_id="c1", status="failed"),
+    agent.EffectDoneParams: agent.EffectDoneParams(call_id="c1", status="failed", output="o"),
     agent.ToolRunParams: agent.ToolRunParams(tool="run", args={"cmd": "ls"}),
     agent.ToolRunResult: agent.ToolRunResult(ok=False, output="o", error="e"),
     agent.HumanAskParams: agent.HumanAskParams(question="q", choices=("y", "n")),

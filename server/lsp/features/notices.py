@@ -13,7 +13,7 @@ from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import missions as m
 
-WARN_REASONS = frozenset({PauseReason.OFFLINE, PauseReason.DISK_FULL, PauseReason.POLICY})
+WARN_REASONS = frozenset({PauseReason.OFFLINE, PauseReason.DISK_FULL, PauseReason.POLICY, PauseReason.BUDGET})
 
 
 def register(server: KeelServer) -> None:

@@ -1,0 +1,131 @@
+"""No effect of Claude Code, Gemini CLI or Codex is repeated silently: one test per way it was seen to happen.
+
+The test command appends a line to a side log OUTSIDE the workspace (no restore can hide a repeat) and then
+blocks while a HOLD file exists, so each strike lands while the command runs: the test waits for the line,
+kills, removes HOLD, and counts the lines at the end. A repeat of the command is answered from the journal
+(it completed) or asked about (it was cut: a person answers "skip"); never run a second time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from acpkit import (
+    NEW_CALC,
+    TEST_CALC,
+    ScriptedModel,
+    Side,
+    Workspace,
+    answer_truthfully,
+    finish,
+    kill_agent,
+    kill_host,
+    require_agent,
+    settle,
+    workspace,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    server = ScriptedModel().start()
+    yield server
+    server.stop()
+
+
+def _start(tmp: Path, agent: str, model: ScriptedModel) -> tuple[Workspace, Side]:
+    require_agent(agent)
+    side = Side(tmp)
+    side.hold.touch()
+    model.run_tests = side.command()
+    return workspace(tmp, agent, [model]), side
+
+
+def _check(ws: Workspace, mission: str, side: Side) -> None:
+    assert ws.state(mission) == "completed", ws.keel("log", mission).stdout[-3000:]
+    sandbox = ws.sandbox(mission)
+    assert (sandbox / "calc.py").read_text() == NEW_CALC
+    assert (sandbox / "test_calc.py").read_text() == TEST_CALC
+    assert side.lines() == 1, f"the test command ran {side.lines()} times"
+
+
+def test_claude_code_killed_alone_while_keel_runs_its_command_gets_the_recorded_result(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Claude Code's `run` is keel's tool: the host runs the command, which finishes after Claude Code is
+    killed. The restarted Claude Code's session may lack the call, and its model calls `run` again: keel
+    answers it from the journal, and nothing runs."""
+    ws, side = _start(tmp_path, "claude", model)
+    proc = ws.start()
+    side.wait_running()
+    assert kill_agent("claude", ws.root), "the strike must find Claude Code running"
+    side.hold.unlink()
+    out = finish(proc)
+    mission = ws.mission_id()
+    answer_truthfully(ws, mission, side)
+    _check(ws, mission, side)
+    assert "restart" in ws.keel("log", mission).stdout or out
+
+
+def test_gemini_killed_alone_while_its_command_runs_is_asked_never_run_again(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Gemini CLI runs the command itself; killed alone, it is started again inside the same unit run and
+    makes the identical call (another tool call id): keel asks, it does not run it."""
+    ws, side = _start(tmp_path, "gemini", model)
+    proc = ws.start()
+    side.wait_running()
+    assert kill_agent("gemini", ws.root), "the strike must find Gemini CLI running"
+    side.hold.unlink()
+    finish(proc)
+    mission = ws.mission_id()
+    assert answer_truthfully(ws, mission, side) >= 1, "the repeated command must be asked about"
+    _check(ws, mission, side)
+
+
+@pytest.mark.parametrize("strike", ["agent", "host"])
+def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
+    strike: str, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Codex's requests carry a call id, a turn id and a start time that differ on every try: the same
+    command is still the same effect. Its model makes the cut call again: keel asks."""
+    ws, side = _start(tmp_path, "codex", model)
+    model.retry_cut = 1  # the loaded session says the call was aborted: the model makes it again
+    proc = ws.start()
+    side.wait_running()
+    if strike == "host":
+        kill_host(proc)
+        settle("codex", ws.root)
+        side.hold.unlink()
+        mission = ws.mission_id()
+        ws.keel("resume", mission)
+    else:
+        assert kill_agent("codex", ws.root), "the strike must find Codex running"
+        side.hold.unlink()
+        finish(proc)
+        mission = ws.mission_id()
+    answer_truthfully(ws, mission, side)
+    _check(ws, mission, side)
+
+
+def test_after_skip_a_retry_of_the_command_is_not_run_and_the_agent_is_told_why(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The host dies while Gemini CLI's command runs; on resume the repeat is asked about and a person
+    answers "skip". The model tries the command again, twice: neither runs, and the person's reason
+    reaches the model."""
+    ws, side = _start(tmp_path, "gemini", model)
+    model.retry_cut = 2
+    proc = ws.start()
+    side.wait_running()
+    kill_host(proc)
+    settle("gemini", ws.root)
+    side.hold.unlink()
+    mission = ws.mission_id()
+    ws.keel("resume", mission)
+    assert answer_truthfully(ws, mission, side) == 1, "asked once: the answer holds for every retry"
+    _check(ws, mission, side)
+    assert any("a person said" in s.fingerprint for s in model.served), "the reason must reach the model"
