@@ -24,8 +24,10 @@ KEEL = [sys.executable, "-m", "keel.server.cli"]
 
 
 def _keel(*args: str, store: Path, cwd: Path | None = None) -> str:
-    cmd = [*KEEL, *args, "--store", str(store)]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=cwd).stdout
+    proc = subprocess.run([*KEEL, *args, "--store", str(store)], capture_output=True, text=True, cwd=cwd)
+    if proc.returncode != 0:
+        raise SystemExit(f"keel {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
 
 
 def _size(store: Path) -> int:
@@ -66,7 +68,7 @@ def main() -> None:
     _keel("gc", "--compact", store=store)
     rows.append(("gc --compact", _size(store), len(points)))
 
-    bundle, fresh = root / "mission.keel", root / "fresh-store"
+    bundle, fresh = root / "mission.keel", root / "fresh" / "store"  # its own sandboxes folder beside it
     _keel("export", mission_id, "-o", str(bundle), store=store)
     subprocess.run(["git", "clone", "-q", str(ws), str(root / "clone")], check=True)
     _keel("import", str(bundle), "--allow-unsigned", store=fresh, cwd=root / "clone")
