@@ -51,8 +51,8 @@ export function registerRewind(connection: KeelConnection, model: MissionModel,
         return undefined;
       }
       const original = model.get(id);
-      // a caller passing options has named it already (other extensions, the tests)
-      const name = options?.name ?? await vscode.window.showInputBox({
+      // a caller passing options has decided already (other extensions, the tests): its name or the original's
+      const name = options !== undefined ? options.name ?? "" : await vscode.window.showInputBox({
         title: `Fork ${original ? missionLabel(original) : id} at ${p}`,
         prompt: "Name of the new mission (it starts paused, with the point's files in its own sandbox)",
         value: original?.name ?? "",

@@ -320,9 +320,8 @@ function markDetail(d: MissionDetail, mark: Mark): HTMLElement {
     for (const file of item.files ?? []) {
       row.appendChild(button(`Diff ${file.path}`, () => vscode.postMessage({ type: "diffItem", item, path: file.path })));
     }
-    const near = [...points].reverse().find((p) => p.createdAt >= item.at - 0.001) ?? undefined;
-    const after = points.find((p) => p.createdAt >= item.at);
-    const target = after ?? near;
+    // the first restore point at or after the step (the newest when none came after it yet)
+    const target = points.find((p) => p.createdAt >= item.at) ?? points[points.length - 1];
     if (target !== undefined) {
       row.appendChild(button(`Restore to ${target.id}…`, () => command("keel.restore", id, target.id),
         false, `the first restore point after this step: ${target.reason}`));
