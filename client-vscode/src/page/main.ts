@@ -373,7 +373,7 @@ function rowIcon(item: ActivityItem): string {
     return "✕";
   }
   return ({ model: "◆", tool: "▸", verification: "✓", question: "?", answer: "↩", restart: "↻",
-    reexecuted: "↻", control: "⏯", unit: "■", state: "●" } as Record<string, string>)[item.kind] ?? "·";
+    reexecuted: "↻", control: "‖", unit: "■", state: "●" } as Record<string, string>)[item.kind] ?? "·";
 }
 
 // -- drawing -------------------------------------------------------------------------------------

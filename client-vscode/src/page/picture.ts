@@ -65,7 +65,7 @@ export const UNIT_LOOK: Record<UnitState | "asking", { word: string; icon: strin
   running: { word: "running", icon: "▶", color: "--vscode-charts-blue" },
   succeeded: { word: "succeeded", icon: "✓", color: "--vscode-charts-green" },
   failed: { word: "failed", icon: "✕", color: "--vscode-charts-red" },
-  resumable: { word: "paused", icon: "⏸", color: "--vscode-charts-yellow" },
+  resumable: { word: "paused", icon: "‖", color: "--vscode-charts-yellow" },
   asking: { word: "waiting for input", icon: "?", color: "--vscode-charts-orange" },
 };
 
