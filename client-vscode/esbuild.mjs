@@ -17,3 +17,6 @@ const common = {
 
 await esbuild.build({ ...common, entryPoints: ["client-vscode/src/extension.ts"], outfile: "client-vscode/out/extension.js" });
 await esbuild.build({ ...common, entryPoints: ["client-vscode/test/suite.ts"], outfile: "client-vscode/out/test/suite.js" });
+// the mission page's script runs in a webview (a browser): one self-contained file, loaded with a nonce
+await esbuild.build({ ...common, platform: "browser", format: "iife", target: "es2022", external: [],
+  entryPoints: ["client-vscode/src/page/main.ts"], outfile: "client-vscode/out/page.js" });

@@ -17,7 +17,7 @@ export const ACTIVITY_SCHEME = "keel-activity";
 const FAILURES_KEY = "keel.activityFailuresOnly";
 
 /** `keel-activity:/<path>?<mission, item, side>`: one side of a file change an activity item recorded. */
-function sideUri(mission: string, item: ActivityItem, path: string, side: "before" | "after"): vscode.Uri {
+export function activitySideUri(mission: string, item: ActivityItem, path: string, side: "before" | "after"): vscode.Uri {
   const query = new URLSearchParams({ mission, item: item.id, side }).toString();
   return vscode.Uri.from({ scheme: ACTIVITY_SCHEME, path: `/${path}`, query });
 }
@@ -67,8 +67,8 @@ export function registerActivity(connection: KeelConnection, model: MissionModel
       if (mission === undefined) {
         return undefined;
       }
-      await vscode.commands.executeCommand("vscode.diff", sideUri(mission, item, path, "before"),
-        sideUri(mission, item, path, "after"), `${path} (${item.unit ?? ""} step ${item.seq ?? ""}: ${item.tool ?? ""})`);
+      await vscode.commands.executeCommand("vscode.diff", activitySideUri(mission, item, path, "before"),
+        activitySideUri(mission, item, path, "after"), `${path} (${item.unit ?? ""} step ${item.seq ?? ""}: ${item.tool ?? ""})`);
       return path;
     }),
     run("keel.activity.why", async (node?: UnitNode) => {
@@ -85,7 +85,7 @@ export function registerActivity(connection: KeelConnection, model: MissionModel
       }
       return failure;
     }),
-    run("keel.createMissionFile", async () => openStarter(connection, "mission")),
+    run("keel.createMissionFile", async () => createStarters(connection)),
     run("keel.openConfig", async () => openStarter(connection, "config")),
   ];
 }
@@ -114,6 +114,18 @@ function filterCommands(run: Runner, tree: ActivityTreeProvider,
     run("keel.activity.failuresOnly", async () => setFilter({ failuresOnly: true })),
     run("keel.activity.allSteps", async () => setFilter({ failuresOnly: false, unit: undefined, kinds: [] })),
   ];
+}
+
+/** What `keel init` writes: the starter mission file (opened) and .keel/config.toml, each unless it exists. */
+async function createStarters(connection: KeelConnection): Promise<string> {
+  const config = await connection.request<{ path: string; created: boolean }>(Requests.starter, { what: "config" });
+  const mission = await openStarter(connection, "mission");
+  if (config.created) {
+    void vscode.window.showInformationMessage(`keel: wrote ${vscode.workspace.asRelativePath(mission)} and ` +
+      `${vscode.workspace.asRelativePath(config.path)} (the providers it may use), as keel init does`, "Open Config")
+      .then((pick) => pick && vscode.window.showTextDocument(vscode.Uri.file(config.path), { preview: false }));
+  }
+  return mission;
 }
 
 async function openStarter(connection: KeelConnection, what: "mission" | "config"): Promise<string> {

@@ -9,6 +9,7 @@ import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
 import type { MissionTreeNode } from "./missionsTree";
 import type { PointNode } from "./pointsTree";
+import { sayRewound } from "./rewound";
 import {
   canPause,
   canResume,
@@ -201,7 +202,12 @@ async function restore(model: MissionModel, missionCommand: (c: string, a: unkno
     return undefined;
   }
   const files = await confirmRestore(model, id, point);
-  return files === undefined ? undefined : missionCommand(ServerCommands.restore, [id, point, { files }]);
+  if (files === undefined) {
+    return undefined;
+  }
+  const summary = await missionCommand(ServerCommands.restore, [id, point, { files }]);
+  void sayRewound(summary, point, files);
+  return summary;
 }
 
 /**
@@ -244,6 +250,10 @@ async function pickMissionFile(file: vscode.Uri | string | undefined): Promise<s
   const items: (vscode.QuickPickItem & { uri?: vscode.Uri })[] = candidates.map((uri) => ({
     label: vscode.workspace.asRelativePath(uri), uri,
   }));
+  const create = "$(new-file) Create a mission file (mission.toml and .keel/config.toml, as keel init does)";
+  if (candidates.length === 0) {
+    items.push({ label: create, detail: "No mission file in this workspace yet: write the starter, edit it, then start it" });
+  }
   items.push({ label: "$(folder-opened) Choose a mission file…" });
   const pick = await vscode.window.showQuickPick(items, { placeHolder: "Start which mission file?" });
   if (pick === undefined) {
@@ -251,6 +261,10 @@ async function pickMissionFile(file: vscode.Uri | string | undefined): Promise<s
   }
   if (pick.uri !== undefined) {
     return pick.uri.fsPath;
+  }
+  if (pick.label === create) {
+    await vscode.commands.executeCommand("keel.createMissionFile");
+    return undefined;
   }
   const chosen = await vscode.window.showOpenDialog({ canSelectMany: false, filters: { "Mission files": ["toml"] } });
   return chosen?.[0]?.fsPath;

@@ -21,7 +21,9 @@ import {
   type LanguageClientOptions,
   type StaticFeature,
 } from "vscode-languageclient/node";
-import { checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter } from "./interpreter";
+import {
+  candidateInterpreters, checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter,
+} from "./interpreter";
 import { Notifications, type ActivityChanged, type MissionSummary, type ProvidersPayload } from "./protocol";
 
 const MAX_RESTARTS = 3;
@@ -279,31 +281,32 @@ export class KeelConnection implements vscode.Disposable {
   }
 
   /**
-   * A notification that closes by itself once keel runs (after an install or another interpreter); its
-   * actions live in the Missions view's welcome (Install keel, Choose Interpreter), which shows while
-   * keel is not installed.
+   * keel cannot start for this interpreter: one toast whose buttons act — use a workspace virtual
+   * environment (or the Python extension's interpreter) that has keel, install keel, or choose another
+   * interpreter. The Missions view's welcome offers the same while keel is not installed.
    */
   private async offerInstall(interpreter: Interpreter, reason: string): Promise<void> {
     const command = installCommand(interpreter.command);
-    const message = `keel is not installed for ${interpreter.command} (${interpreter.source}): ${reason}. ` +
-      `Install it with: ${command}`;
-    this.log.error(message);
-    await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, cancellable: true,
-      title: `keel is not installed for ${interpreter.command}` }, async (progress, token) => {
-      progress.report({ message: `— install it (${command}) or choose another interpreter in the keel view.` });
-      await new Promise<void>((resolve) => {
-        const sub = this.onDidChangeState((state) => {
-          if (state !== ConnectionState.NotInstalled && state !== ConnectionState.Starting) {
-            sub.dispose();
-            resolve();
-          }
-        });
-        token.onCancellationRequested(() => {
-          sub.dispose();
-          resolve();
-        });
-      });
-    });
+    this.log.error(`keel is not installed for ${interpreter.command} (${interpreter.source}): ${reason}. ` +
+      `Install it with: ${command}`);
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    const others = (await candidateInterpreters(folder, this.log)).filter((c) => c.python !== interpreter.command);
+    const checked = await Promise.all(others.map(async (c) => ({ ...c,
+      ok: (await checkKeelInstalled(c.python, folder?.uri.fsPath)).ok })));
+    const ready = checked.filter((c) => c.ok);
+    const uses = ready.map((c) => `Use ${c.label}`);
+    const found = ready.length > 0 ? ` ${ready.map((c) => c.label).join(" and ")} ${ready.length > 1 ? "have" : "has"} keel.` : "";
+    const pick = await vscode.window.showWarningMessage(
+      `keel is not installed for ${interpreter.command} (${interpreter.source}).${found} Install it with: ${command}`,
+      ...uses, "Install keel", "Choose Interpreter…");
+    const use = ready.find((c) => pick === `Use ${c.label}`);
+    if (use !== undefined) {
+      await vscode.commands.executeCommand("keel.useInterpreter", use.python);
+    } else if (pick === "Install keel") {
+      await vscode.commands.executeCommand("keel.installServer");
+    } else if (pick === "Choose Interpreter…") {
+      await vscode.commands.executeCommand("keel.chooseInterpreter");
+    }
   }
 }
 

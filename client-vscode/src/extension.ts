@@ -16,6 +16,7 @@ import { SubagentsProvider } from "./subagentsTree";
 import { ProvidersTreeProvider } from "./providersTree";
 import { registerRewind } from "./rewind";
 import { Notifier } from "./notify";
+import { registerMissionPage } from "./missionPage";
 import { registerSetup } from "./setup";
 import { KeelStatusBar } from "./statusBar";
 
@@ -41,7 +42,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   const model = new MissionModel(connection, log);
   const missions = new MissionsTreeProvider(model);
   const restorePoints = new RestorePointsProvider(model);
-  const notifier = new Notifier(model);
+  const notifier = new Notifier(model, connection);
   const statusBar = new KeelStatusBar(model, connection, () => notifier.finished[notifier.finished.length - 1]);
   const providers = new ProvidersTreeProvider(connection, log);
   const providersView = vscode.window.createTreeView("keel.providers", { treeDataProvider: providers });
@@ -73,7 +74,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
     ...registerCommands(connection, model, log), providers, providersView, ...registerRewind(connection, model, log),
-    notifier, ...registerSetup(connection, log));
+    notifier, ...registerSetup(connection, log), ...registerMissionPage(context, connection, model, log));
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {

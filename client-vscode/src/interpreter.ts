@@ -6,6 +6,8 @@
  * else `python3` on PATH. Must not depend on the language client.
  */
 import { execFile } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import * as vscode from "vscode";
 import { PythonExtension } from "@vscode/python-extension";
 
@@ -27,6 +29,33 @@ export async function resolveInterpreter(folder: vscode.WorkspaceFolder | undefi
     return { command: fromExtension, source: "python extension" };
   }
   return { command: "python3", source: "PATH" };
+}
+
+export interface Candidate {
+  /** ".venv", "venv", "Python extension": what a button says. */
+  label: string;
+  python: string;
+}
+
+const WORKSPACE_ENVS = [[".venv", ".venv/bin/python"], ["venv", "venv/bin/python"], [".venv", ".venv/Scripts/python.exe"],
+  ["venv", "venv/Scripts/python.exe"]] as const;
+
+/** The workspace's virtual environments (.venv, venv) and the Python extension's chosen interpreter,
+ * those that exist, without repeats. */
+export async function candidateInterpreters(folder: vscode.WorkspaceFolder | undefined,
+                                            log: vscode.LogOutputChannel): Promise<Candidate[]> {
+  const found: Candidate[] = [];
+  for (const [label, rel] of WORKSPACE_ENVS) {
+    const full = folder === undefined ? "" : path.join(folder.uri.fsPath, rel);
+    if (full !== "" && fs.existsSync(full)) {
+      found.push({ label, python: full });
+    }
+  }
+  const chosen = await interpreterFromPythonExtension(folder, log);
+  if (chosen !== undefined && !found.some((c) => c.python === chosen)) {
+    found.push({ label: "the Python extension's interpreter", python: chosen });
+  }
+  return found;
 }
 
 /** Subscribe to interpreter changes in the Python extension (when it is installed). */

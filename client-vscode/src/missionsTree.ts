@@ -74,7 +74,9 @@ function icon([name, color]: [string, string?]): vscode.ThemeIcon {
 /** "paused (operator)", "waiting for input", "running, stranded": the state words of a row. */
 export function stateText(m: MissionSummary): string {
   const base = m.state === "waiting_input" ? "waiting for input" : m.state;
-  const reason = m.state === "paused" && (m.pauseNote || m.pauseReason) ? ` (${m.pauseNote || m.pauseReason})`
+  // a pause no person asked for keeps its reason in sight: "paused (policy: no providers are configured…)"
+  const why = m.pauseReason === "policy" && m.error ? `policy: ${m.error}` : m.pauseNote || m.pauseReason;
+  const reason = m.state === "paused" && why ? ` (${why})`
     : m.state === "offline" ? " (no model provider answers; resumes by itself)" : "";
   return `${base}${reason}${m.stranded ? ", stranded" : ""}`;
 }
@@ -145,6 +147,7 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
     item.description = [stateText(m), progressText(m), usageText(m), failover].filter((s) => s !== "").join(" · ");
     item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
     item.contextValue = `mission.${m.state}`;
+    item.command = { command: "keel.openMission", title: "Open Mission", arguments: [m.id] };
     item.tooltip = missionTooltip(m);
     item.accessibilityInformation = { label: `mission ${missionLabel(m)}, ${item.description}` };
     return item;

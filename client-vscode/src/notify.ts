@@ -2,11 +2,13 @@
  * Notifications a person should not miss, from the mission model's changes: a mission that completes or
  * fails (with Review Changes / Apply), a failover (which model serves now), and a free-text question
  * (with an Answer button; a question with choices comes as the server's message with one button per
- * choice). Each is shown once. Must not draw views.
+ * choice), and a host that was lost and resumed from the journal (how many steps it kept). Each is shown
+ * once. Must not draw views.
  */
 import * as vscode from "vscode";
+import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
-import { isActive, missionLabel, usageText, type MissionSummary } from "./protocol";
+import { isActive, missionLabel, usageText, type ActivityChanged, type MissionSummary } from "./protocol";
 
 const FAILOVER_WAIT_MS = 5_000;
 
@@ -15,18 +17,38 @@ export class Notifier implements vscode.Disposable {
   private readonly asked = new Set<string>();
   private readonly failovers = new Map<string, { count: number; model: string }>();
   private readonly waiting = new Set<string>();
-  private readonly subscription: vscode.Disposable;
+  private readonly subscriptions: vscode.Disposable[];
+  private readonly resumed = new Set<string>();
   /** Missions that finished while this window watched, newest last (the status bar shows the last). */
   readonly finished: MissionSummary[] = [];
   /** What was shown, for the tests. */
   readonly shown: string[] = [];
 
-  constructor(private readonly model: MissionModel) {
-    this.subscription = model.onDidChange((m) => (m === undefined ? this.remember() : this.onChange(m)));
+  constructor(private readonly model: MissionModel, connection: KeelConnection) {
+    this.subscriptions = [
+      model.onDidChange((m) => (m === undefined ? this.remember() : this.onChange(m))),
+      connection.onDidChangeActivity((a) => this.hostLost(a)),
+    ];
   }
 
   dispose(): void {
-    this.subscription.dispose();
+    this.subscriptions.forEach((d) => d.dispose());
+  }
+
+  /** "host lost, resumed from the journal: N step(s) kept, M run again", once per start again. */
+  private hostLost(a: ActivityChanged): void {
+    for (const item of a.items) {
+      if (item.status !== "host-lost" || this.resumed.has(`${a.id}/${item.id}`)) {
+        continue;
+      }
+      this.resumed.add(`${a.id}/${item.id}`);
+      const m = this.model.get(a.id);
+      this.show(`keel: ${m ? missionLabel(m) : a.id}: ${item.title}`, "Open Mission").then((pick) => {
+        if (pick === "Open Mission") {
+          void vscode.commands.executeCommand("keel.openMission", a.id);
+        }
+      });
+    }
   }
 
   private remember(): void {

@@ -40,7 +40,7 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
     const item = new vscode.TreeItem(p.label ? `${p.id} ${p.label}` : p.id, vscode.TreeItemCollapsibleState.None);
     item.id = `point:${p.missionId}:${p.id}`;
     item.description = `${p.reason} · ${ago(p.createdAt)}`;
-    item.iconPath = new vscode.ThemeIcon("git-commit");
+    item.iconPath = new vscode.ThemeIcon(p.reason.startsWith("failover") ? "arrow-swap" : "git-commit");
     item.contextValue = "restorePoint";
     item.accessibilityInformation = { label: `restore point ${item.label as string}, ${item.description}` };
     item.tooltip = `${node.missionName} ${p.id}: ${p.reason}\n${new Date(p.createdAt * 1000).toLocaleString()}\n` +

@@ -60,6 +60,8 @@ export interface MissionUsage {
   servedModel?: string;
   failovers?: number;
   cost?: number;
+  /** The currency of `cost` ([providers.cost] currency, "USD" when not given). */
+  currency?: string;
 }
 
 export interface UnitInfo {
@@ -180,6 +182,8 @@ export interface ActivityItem {
   result?: string;
   files?: ActivityFileChange[];
   text?: string;
+  /** A unit started again (kind "restart"): the recorded steps it kept from the journal. */
+  kept?: number;
 }
 
 export interface ActivityPage {
@@ -285,7 +289,15 @@ export function usageText(m: MissionSummary): string {
   const tokens = u.promptTokens + u.completionTokens;
   const short = tokens >= 10_000 ? `${(tokens / 1000).toFixed(0)}k` : tokens >= 1000 ? `${(tokens / 1000).toFixed(1)}k`
     : String(tokens);
-  return `${short} tokens${u.cost !== undefined ? ` · cost ${u.cost.toFixed(u.cost < 1 ? 4 : 2)}` : ""}`;
+  return `${short} tokens${u.cost !== undefined ? ` · cost ${costText(u)}` : ""}`;
+}
+
+/** "0.0421 USD": a cost with its currency. */
+export function costText(u: MissionUsage): string {
+  if (u.cost === undefined) {
+    return "";
+  }
+  return `${u.cost.toFixed(u.cost < 1 ? 4 : 2)}${u.currency ? ` ${u.currency}` : ""}`;
 }
 
 /** "2/5" with the current unit when one runs: the short progress text of the tree and status bar. */

@@ -9,6 +9,7 @@ import { commandRunner, confirmRestore, missionId, pickMission, pickPoint } from
 import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
 import type { PointNode } from "./pointsTree";
+import { POINT_SCHEME, sayForked, sayRewound } from "./rewound";
 import {
   Requests,
   SANDBOX,
@@ -21,11 +22,10 @@ import {
   progressText,
 } from "./protocol";
 
-export const SCHEME = "keel-point";
 
 /** `keel-point:/<mission>/<point>/<path>`: one file of a point's snapshot (or of the sandbox). */
 export function pointUri(missionId: string, point: string, path: string): vscode.Uri {
-  return vscode.Uri.from({ scheme: SCHEME, path: `/${missionId}/${point}/${path}` });
+  return vscode.Uri.from({ scheme: POINT_SCHEME, path: `/${missionId}/${point}/${path}` });
 }
 
 class PointFiles implements vscode.TextDocumentContentProvider {
@@ -44,17 +44,26 @@ export function registerRewind(connection: KeelConnection, model: MissionModel,
                                log: vscode.LogOutputChannel): vscode.Disposable[] {
   const { run, missionCommand } = commandRunner(connection, model, log);
   return [
-    vscode.workspace.registerTextDocumentContentProvider(SCHEME, new PointFiles(connection)),
-    run(ServerCommands.fork, async (target?: PointTarget, point?: string) => {
+    vscode.workspace.registerTextDocumentContentProvider(POINT_SCHEME, new PointFiles(connection)),
+    run(ServerCommands.fork, async (target?: PointTarget, point?: string, options?: { name?: string }) => {
       const [id, p] = await pointOf(model, target, point, "Fork which mission?", "Fork from which point?");
       if (id === undefined || p === undefined) {
         return undefined;
       }
       const original = model.get(id);
-      const summary = await missionCommand(ServerCommands.fork, [id, p]);
+      // a caller passing options has decided already (other extensions, the tests): its name or the original's
+      const name = options !== undefined ? options.name ?? "" : await vscode.window.showInputBox({
+        title: `Fork ${original ? missionLabel(original) : id} at ${p}`,
+        prompt: "Name of the new mission (it starts paused, with the point's files in its own sandbox)",
+        value: original?.name ?? "",
+        validateInput: (v) => (v.trim() === "" ? "A mission needs a name" : undefined),
+      });
+      if (name === undefined) {
+        return undefined;
+      }
+      const summary = await missionCommand(ServerCommands.fork, [id, p, { name: name.trim() }]);
       model.select(summary.id);
-      void vscode.window.showInformationMessage(
-        `keel: forked ${original ? missionLabel(original) : id} at ${p} as "${missionLabel(summary)}" (paused; resume it to continue)`);
+      void sayForked(original ? missionLabel(original) : id, p, summary);
       return summary;
     }),
     run("keel.restoreWithFiles", async (target?: PointTarget, point?: string) => {
@@ -65,7 +74,9 @@ export function registerRewind(connection: KeelConnection, model: MissionModel,
       if (typeof target !== "string" && await confirmRestore(model, id, p, "files") === undefined) {
         return undefined;
       }
-      return missionCommand(ServerCommands.restore, [id, p, { files: true }]);
+      const summary = await missionCommand(ServerCommands.restore, [id, p, { files: true }]);
+      void sayRewound(summary, p, true);
+      return summary;
     }),
     run("keel.diffPoint", async (target?: PointTarget, point?: string, file?: string) => {
       const [id, p] = await pointOf(model, target, point, "Diff which mission?", "Diff which point with the sandbox?");

@@ -8,11 +8,9 @@
  * the choice to the workspace settings itself, and its "Open Setting" entry opens the tab where the
  * setting really is.
  */
-import * as fs from "node:fs";
-import * as path from "node:path";
 import * as vscode from "vscode";
 import type { KeelConnection } from "./connection";
-import { installCommand, resolveInterpreter } from "./interpreter";
+import { candidateInterpreters, installCommand, resolveInterpreter } from "./interpreter";
 
 export function registerSetup(connection: KeelConnection, log: vscode.LogOutputChannel): vscode.Disposable[] {
   return [
@@ -34,7 +32,8 @@ export function registerSetup(connection: KeelConnection, log: vscode.LogOutputC
       const python = connection.interpreter?.command ?? "python3";
       await vscode.env.clipboard.writeText(installCommand(python));
     }),
-    vscode.commands.registerCommand("keel.chooseInterpreter", () => chooseInterpreter()),
+    vscode.commands.registerCommand("keel.chooseInterpreter", () => chooseInterpreter(log)),
+    vscode.commands.registerCommand("keel.useInterpreter", (python: string) => useInterpreter(python)),
   ];
 }
 
@@ -45,15 +44,11 @@ interface Choice extends vscode.QuickPickItem {
 
 /** Pick an interpreter (the workspace's .venv, python3 on PATH, or a path typed in) and save it as the
  * workspace's `keel.python`; the server restarts on the settings change. */
-export async function chooseInterpreter(): Promise<string | undefined> {
+export async function chooseInterpreter(log: vscode.LogOutputChannel): Promise<string | undefined> {
   const folder = vscode.workspace.workspaceFolders?.[0];
-  const items: Choice[] = [];
-  for (const rel of [".venv/bin/python", "venv/bin/python", ".venv/Scripts/python.exe"]) {
-    const full = folder === undefined ? "" : path.join(folder.uri.fsPath, rel);
-    if (full !== "" && fs.existsSync(full)) {
-      items.push({ label: rel, description: "workspace virtual environment", python: full });
-    }
-  }
+  const items: Choice[] = (await candidateInterpreters(folder, log)).map((c) => ({
+    label: vscode.workspace.asRelativePath(c.python), description: c.label, python: c.python,
+  }));
   items.push({ label: "python3", description: "first on PATH", python: "python3" });
   items.push({ label: "$(edit) Enter an interpreter path…", action: "enter" });
   items.push({ label: "$(settings-gear) Open the keel.python setting", action: "settings",
@@ -73,7 +68,13 @@ export async function chooseInterpreter(): Promise<string | undefined> {
   if (python === undefined || python.trim() === "") {
     return undefined;
   }
+  return useInterpreter(python.trim());
+}
+
+/** Save `python` as the workspace's keel.python (the server restarts on the change). */
+export async function useInterpreter(python: string): Promise<string> {
+  const folder = vscode.workspace.workspaceFolders?.[0];
   const target = folder === undefined ? vscode.ConfigurationTarget.Global : vscode.ConfigurationTarget.Workspace;
-  await vscode.workspace.getConfiguration("keel").update("python", python.trim(), target);
-  return python.trim();
+  await vscode.workspace.getConfiguration("keel").update("python", python, target);
+  return python;
 }

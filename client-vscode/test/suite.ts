@@ -253,7 +253,7 @@ function checks(api: KeelApi, ext: vscode.Extension<KeelApi>, config: { barePyth
         text: (await vscode.workspace.openTextDocument(uri)).getText() });
       observed["diff"] = { label: tab.label, left: await side(input.original), right: await side(input.modified) };
       await vscode.commands.executeCommand("workbench.action.closeActiveEditor");
-      const fork = await vscode.commands.executeCommand<MissionSummary>("keel.fork", gamma.id, first);
+      const fork = await vscode.commands.executeCommand<MissionSummary>("keel.fork", gamma.id, first, {});
       check(fork?.id !== undefined && fork.id !== gamma.id, `keel.fork returned ${JSON.stringify(fork)}`);
       await waitFor("the fork in the model", () => api.model.get(fork.id));
       const applied = await vscode.commands.executeCommand<ApplyResult>("keel.apply", gamma.id, {});

@@ -69,6 +69,7 @@ class ActivityItem(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     result: str = ""
     files: tuple[FileChange, ...] = ()
     text: str = ""
+    kept: int = 0  # restart: the recorded steps the unit's agent got from the journal (not run again)
 
 
 def unit_of(lane: str) -> str:
@@ -122,7 +123,7 @@ def journal_item(
             added = entry.result.get("added", []) if isinstance(entry.result, dict) else []
             return msgspec.structs.replace(base, title=f"added units: {', '.join(map(str, added))}")
         case "state/save":
-            return msgspec.structs.replace(base, title="saved its state")
+            return msgspec.structs.replace(base, title="checkpoint: the agent's progress is kept")
     return msgspec.structs.replace(base, title=entry.kind, result=_short(json.dumps(entry.result, default=str)))
 
 
@@ -278,7 +279,8 @@ def evidence_item(seq: int, item: Evidence) -> ActivityItem | None:
                 seq=item.seq,
             )
         case "failover":
-            return msgspec.structs.replace(base, kind="failover", failed=True, text=_data(item))
+            # the call was served elsewhere: a switch, not a failure (the mission goes on)
+            return msgspec.structs.replace(base, kind="failover", status="switched", text=_data(item))
         case "reexecuted":
             return msgspec.structs.replace(base, kind="reexecuted", text=str(data.get("reason", "")))
         case "answer":
@@ -295,9 +297,13 @@ def evidence_item(seq: int, item: Evidence) -> ActivityItem | None:
     return msgspec.structs.replace(base, title=_short(f"{item.kind}: {item.summary}", 300), text=_data(item))
 
 
-def event_item(seq: int, event: Event, *, question: str = "", replayed: int = 0) -> ActivityItem | None:
+def event_item(
+    seq: int, event: Event, *, question: str = "", replayed: int = 0, host_lost: bool = False, run_again: int = 0
+) -> ActivityItem | None:
     """`question`: the pending question this state change asks; `replayed`: for a unit that starts again,
-    how many recorded steps its agent gets from the journal (not executed, not paid again)."""
+    how many recorded steps its agent gets from the journal (not executed, not paid again); `host_lost`:
+    it starts again because its host was lost, not after a pause or a question; `run_again`: the effects
+    that host had started without a recorded result."""
     base = ActivityItem(id=f"e/{seq}", kind="note", at=event.at, title=event.message, unit=event.unit)
     match event.kind:
         case "state":
@@ -305,14 +311,21 @@ def event_item(seq: int, event: Event, *, question: str = "", replayed: int = 0)
                 title = "waiting for input" + (f": {question}" if question else "")
                 return msgspec.structs.replace(base, kind="question", title=_short(title, 300), text=question)
             failed = event.state == "failed"
-            return msgspec.structs.replace(base, kind="state", title=f"mission {event.message}", failed=failed)
+            title = f"mission {event.message.replace('_', ' ')}"  # "waiting input -> running", not the enum
+            return msgspec.structs.replace(base, kind="state", title=title, failed=failed)
         case "unit" if event.state == "running":
+            if replayed and host_lost:
+                again = f"{run_again} run again" if run_again else "none run again"
+                title = f"host lost, resumed from the journal: {replayed} step(s) kept, {again} (unit {event.unit})"
+                return msgspec.structs.replace(
+                    base, kind="restart", title=title, status="host-lost", kept=replayed, text=event.message
+                )
             if replayed:
                 title = (
                     f"unit {event.unit} started again ({event.message}): {replayed} recorded step(s) kept "
                     "from the journal, none run or paid again"
                 )
-                return msgspec.structs.replace(base, kind="restart", title=title, status="restart")
+                return msgspec.structs.replace(base, kind="restart", title=title, status="restart", kept=replayed)
             return msgspec.structs.replace(base, kind="unit", title=f"unit {event.unit} started ({event.message})")
         case "unit":
             failed = event.state == "failed"
@@ -330,8 +343,11 @@ def event_item(seq: int, event: Event, *, question: str = "", replayed: int = 0)
 def control_item(seq: int, control: Control) -> ActivityItem | None:
     if control.action == "answer":  # the answer item says it, with its question
         return None
-    source = f" (from {control.source})" if control.source else ""
-    return ActivityItem(id=f"c/{seq}", kind="control", at=control.at, title=f"{control.action} requested{source}")
+    where = _SOURCES.get(control.source, "")
+    return ActivityItem(id=f"c/{seq}", kind="control", at=control.at, title=f"{control.action} requested{where}")
+
+
+_SOURCES = {"lsp": " in the editor", "cli": " from the terminal"}  # where a person asked
 
 
 def _data(item: Evidence) -> str:

@@ -18,8 +18,9 @@ log = logging.getLogger(__name__)
 
 
 PriceTable = dict[str, tuple[float, float]]  # provider -> (input, output) price per million tokens
+Currencies = dict[str, str]  # priced provider -> the currency of its price
 
-_tables: dict[Path, tuple[tuple[float, ...], PriceTable]] = {}
+_tables: dict[Path, tuple[tuple[float, ...], PriceTable, Currencies]] = {}
 
 
 def price_table(workspace: Path) -> PriceTable:
@@ -30,21 +31,27 @@ def price_table(workspace: Path) -> PriceTable:
     marker = tuple(p.stat().st_mtime if p.exists() else 0.0 for p in files)
     cached = _tables.get(workspace)
     if cached is None or cached[0] != marker:
-        cached = _tables[workspace] = (marker, _read_table(workspace))
+        cached = _tables[workspace] = (marker, *_read_table(workspace))
     return cached[1]
 
 
-def _read_table(workspace: Path) -> PriceTable:
+def currencies(workspace: Path) -> Currencies:
+    """The currency of each priced provider's price (`[providers.cost] currency`, "USD" when not given)."""
+    price_table(workspace)
+    return _tables[workspace][2]
+
+
+def _read_table(workspace: Path) -> tuple[PriceTable, Currencies]:
     try:
         settings = load_provider_config(workspace)
     except (ProviderConfigError, OSError) as exc:
         log.info("no model prices: %s", exc)
-        return {}
-    return {
-        p.name: (p.cost.input_per_mtok, p.cost.output_per_mtok)
-        for p in settings.providers
-        if p.cost.input_per_mtok or p.cost.output_per_mtok
-    }
+        return {}, {}
+    priced = [p for p in settings.providers if p.cost.input_per_mtok or p.cost.output_per_mtok]
+    return (
+        {p.name: (p.cost.input_per_mtok, p.cost.output_per_mtok) for p in priced},
+        {p.name: p.cost.currency for p in priced},
+    )
 
 
 def configured_prices(workspace: Path) -> Prices:

@@ -264,19 +264,50 @@ def _events(txn: Txn, record: MissionRecord, after: int) -> Iterator[Row]:
     last_wait = max((seq for seq, e in events if e.kind == "state" and e.state == "waiting_input"), default=0)
     for seq, event in events:
         question = record.question.text if record.question is not None and seq == last_wait else ""
-        replayed = 0
+        replayed, lost, again = 0, False, 0
         if event.kind == "unit" and event.state == "running" and event.unit:
             replayed = _steps_before(txn, record.id, event.unit, event.at)
-        yield event.at, 1_000_001, "e", seq, event_item(seq, event, question=question, replayed=replayed)
+            lost = bool(replayed) and _host_lost(txn, record.id, seq, event.unit)
+            again = _in_doubt_before(txn, record.id, event.unit, event.at) if lost else 0
+        item = event_item(seq, event, question=question, replayed=replayed, host_lost=lost, run_again=again)
+        yield event.at, 1_000_001, "e", seq, item
+
+
+def _host_lost(txn: Txn, mid: str, seq: int, unit: str) -> bool:
+    """The unit starts again (event `seq`) without its mission having stopped since its previous start: no
+    pause, question or failure came between, so the host that ran it was lost (a crash, a kill, a machine
+    gone) and a new one resumed it from the journal. A state change is logged only when the state moves."""
+    previous_start, last_stop = 0, 0
+    for n, e in m.events_after(txn, mid, 0):
+        if n >= seq:
+            break
+        if e.kind == "unit" and e.unit == unit and e.state == "running":
+            previous_start = n
+        elif e.kind == "state" and e.state != "running":
+            last_stop = n
+    return previous_start > 0 and last_stop < previous_start
+
+
+def _in_doubt_before(txn: Txn, mid: str, unit: str, at: float) -> int:
+    """Effects the unit's newest lane started before `at` without a recorded result: run again (or
+    reconciled) by the new host, since the journal cannot answer them."""
+    newest = _newest_lane(txn, mid, unit)
+    if newest is None:
+        return 0
+    return sum(1 for e in m.journal_entries(txn, mid, newest) if e.at < at and e.phase == "intent")
 
 
 def _steps_before(txn: Txn, mid: str, unit: str, at: float) -> int:
     """How many entries the unit's newest lane holds from before `at`: what a start at `at` replays."""
-    names = [lane for lane in lanes(txn, mid) if unit_of(lane) == unit]
-    if not names:
+    newest = _newest_lane(txn, mid, unit)
+    if newest is None:
         return 0
-    newest = max(names, key=lambda lane: int(lane.partition("#")[2] or 0))
     return sum(1 for e in m.journal_entries(txn, mid, newest) if e.at < at and e.phase == "done")
+
+
+def _newest_lane(txn: Txn, mid: str, unit: str) -> str | None:
+    names = [lane for lane in lanes(txn, mid) if unit_of(lane) == unit]
+    return max(names, key=lambda lane: int(lane.partition("#")[2] or 0)) if names else None
 
 
 def _advance(cur: Cursor, source: str, position: int, item: ActivityItem | None) -> None:

@@ -25,6 +25,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("fork", parents=[common], help=help_of("fork"))
     p.add_argument("id", help="mission id (or a unique prefix)")
     p.add_argument("point", help="restore point id, e.g. p3")
+    p.add_argument("--name", default="", help="the new mission's name (default: the original's)")
     p.set_defaults(run=run_fork)
     p = sub.add_parser("diff", parents=[common], help=help_of("diff"))
     p.add_argument("id", help="mission id (or a unique prefix)")
@@ -46,7 +47,7 @@ def run_fork(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         with mission_lock(store_path(args), mission_id, "a fork"):
-            record = fork(store, store_path(args), mission_id, args.point)
+            record = fork(store, store_path(args), mission_id, args.point, args.name)
     if args.json:
         print_json(
             {

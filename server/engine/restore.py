@@ -216,8 +216,9 @@ def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Pa
 
 
 # -- fork -------------------------------------------------------------------------------------------------
-def fork(store: Store, store_path: Path, mission_id: str, point_id: str) -> MissionRecord:
-    """A new mission from a restore point: own id, own sandbox holding the point's files, paused."""
+def fork(store: Store, store_path: Path, mission_id: str, point_id: str, name: str = "") -> MissionRecord:
+    """A new mission from a restore point: own id, own sandbox holding the point's files, paused; named
+    `name` (default: the original's name)."""
     record, point, tree = load_point(store, mission_id, point_id)
     new_id = places.new_mission_id()
     sandbox = places.sandbox_path(store_path, new_id)
@@ -226,7 +227,9 @@ def fork(store: Store, store_path: Path, mission_id: str, point_id: str) -> Miss
     try:
         trees.materialize(sandbox, tree, blob_reader(store))
         trees.verify(sandbox, tree, f"restore point {point.id} of mission {mission_id}")
-        return store.write(lambda t: _fork_txn(t, record, point, new_id, sandbox))
+        spec = msgspec.structs.replace(record.spec, name=name) if name else record.spec
+        named = msgspec.structs.replace(record, spec=spec)
+        return store.write(lambda t: _fork_txn(t, named, point, new_id, sandbox))
     except BaseException:
         _remove_sandbox(workspace, sandbox, new_id, git)
         raise

@@ -47,8 +47,9 @@ class ForkOrigin(msgspec.Struct, frozen=True, rename="camel"):
 
 class UsagePayload(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     """A mission's model use: tokens journaled, their price where the provider has one configured
-    (`cost` in the providers' currency units; None when no price is known), the model that served the
-    newest call and how many failovers the hosts recorded."""
+    (`cost` in `currency` units; None when no price is known; `currency` lists the currencies when the
+    priced providers differ), the model that served the newest call and how many failovers the hosts
+    recorded."""
 
     calls: int
     prompt_tokens: int
@@ -56,9 +57,11 @@ class UsagePayload(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     served_model: str = ""
     failovers: int = 0
     cost: float | None = None
+    currency: str = ""
 
 
 Prices = dict[str, tuple[float, float]]  # provider -> (input, output) per million tokens
+Currencies = dict[str, str]  # priced provider -> currency
 
 
 class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
@@ -188,7 +191,7 @@ def point_file(mission_id: str, point: str, path: str, data: bytes | None) -> Po
     return PointFile(mission_id=mission_id, point=point, path=path, exists=data is not None, binary=binary, text=text)
 
 
-def summary(view: MissionView, prices: Prices | None = None) -> MissionSummary:
+def summary(view: MissionView, prices: Prices | None = None, currencies: Currencies | None = None) -> MissionSummary:
     r = view.record
     counts = unit_counts(view)
     running = next((u for u in view.units if u.state == UnitState.RUNNING), None)
@@ -223,7 +226,7 @@ def summary(view: MissionView, prices: Prices | None = None) -> MissionSummary:
         head=view.head or None,
         forked_from=_fork_origin(r.forked_from),
         pause_note=_pause_note(view),
-        usage=usage(view, prices or {}),
+        usage=usage(view, prices or {}, currencies or {}),
     )
 
 
@@ -244,7 +247,7 @@ def _pause_note(view: MissionView) -> str | None:
     return None
 
 
-def usage(view: MissionView, prices: Prices) -> UsagePayload | None:
+def usage(view: MissionView, prices: Prices, currencies: Currencies | None = None) -> UsagePayload | None:
     u = view.usage
     if u.calls == 0 and view.failovers == 0:
         return None
@@ -263,6 +266,7 @@ def usage(view: MissionView, prices: Prices) -> UsagePayload | None:
         served_model=u.served_model,
         failovers=view.failovers,
         cost=cost,
+        currency="/".join(sorted({(currencies or {}).get(p, "USD") for p in priced})),
     )
 
 
@@ -276,13 +280,18 @@ def unit_counts(view: MissionView) -> UnitCounts:
     )
 
 
-def detail(view: MissionView, events: list[tuple[int, Event]], prices: Prices | None = None) -> MissionDetail:
+def detail(
+    view: MissionView,
+    events: list[tuple[int, Event]],
+    prices: Prices | None = None,
+    currencies: Currencies | None = None,
+) -> MissionDetail:
     units = tuple(
         UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts, error=u.error)
         for u in view.units
     )
     return MissionDetail(
-        mission=summary(view, prices),
+        mission=summary(view, prices, currencies),
         goal=view.record.spec.goal,
         units=units,
         events=tuple(event(seq, e) for seq, e in events),

@@ -8,7 +8,8 @@ without Content-Length swallows the next message. This loop, run in its place by
 - refuses a body larger than `MAX_MESSAGE_BYTES` before reading it (JSON-RPC -32600, id null) and
   skips ahead to the next header;
 - answers every message with an id exactly once: -32700 for a body that is not JSON or not UTF-8,
-  -32600 for a request that is not JSON-RPC 2.0, -32602 when its params cannot be read; `params` may
+  -32600 for a request that is not JSON-RPC 2.0 or whose id is not a string, a whole number or null
+  (answered with id null: such an id cannot be echoed), -32602 when its params cannot be read; `params` may
   be omitted (JSON-RPC allows it).
 Depends on pygls' protocol object and keel.protocol's limits only.
 """
@@ -157,9 +158,15 @@ def dispatch(protocol: Any, body: bytes) -> None:
     if not isinstance(data, dict):
         _error(protocol, None, INVALID_REQUEST, f"a JSON-RPC message is an object, not {type(data).__name__}")
         return
-    msg_id = data.get("id")
-    if not isinstance(msg_id, (int, str)) or isinstance(msg_id, bool):
-        msg_id = None
+    msg_id, id_problem = request_id(data)
+    if id_problem:
+        if "method" in data:
+            _error(protocol, None, INVALID_REQUEST, id_problem)
+        else:
+            log.warning("keel serve: a response whose id is not JSON-RPC's (%s); dropped", id_problem)
+        return
+    if "id" in data and data["id"] is not msg_id:
+        data = {**data, "id": msg_id}  # 1.0 → 1
     if data.get("jsonrpc") != "2.0":
         if "method" in data or msg_id is not None:
             _error(protocol, msg_id, INVALID_REQUEST, 'the message lacks "jsonrpc": "2.0"')
@@ -180,6 +187,22 @@ def dispatch(protocol: Any, body: bytes) -> None:
         log.exception("keel serve: could not handle a message")
         if "method" in data and msg_id is not None:
             _error(protocol, msg_id, -32603, f"internal error: {exc!r}")
+
+
+def request_id(data: dict[str, Any]) -> tuple[int | str | None, str]:
+    """(id, problem): JSON-RPC 2.0 allows a string, a number without a fraction or null. An object, an
+    array, a boolean or a fraction is a problem (answered -32600 with id null); `1.0` is the number 1."""
+    if "id" not in data:
+        return None, ""
+    raw = data["id"]
+    if raw is None or isinstance(raw, str) or (type(raw) is int):
+        return raw, ""
+    if type(raw) is float and raw.is_integer():
+        return int(raw), ""
+    shown = json.dumps(raw)
+    kind = {bool: "a boolean", float: "a number with a fraction", dict: "an object", list: "an array"}
+    what = kind.get(type(raw), type(raw).__name__)
+    return None, f"the id {shown[:40]} is {what}; JSON-RPC ids are strings, whole numbers or null"
 
 
 def _params_problem(exc: Exception) -> str:

@@ -38,10 +38,11 @@ class Capabilities(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Cost(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Price in currency units per million tokens (local models: 0)."""
+    """Price in `currency` units per million tokens (local models: 0)."""
 
     input_per_mtok: float = 0.0
     output_per_mtok: float = 0.0
+    currency: str = "USD"
 
     @property
     def ceiling(self) -> float:

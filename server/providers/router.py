@@ -3,7 +3,9 @@ mission's ModelPolicy, with retry and failover.
 
 For each candidate (policy.py) and each of its endpoints that is not cooling down: call it, retrying
 what retry.CLASSIFICATION says to retry; on a failover-class failure move on to the next endpoint or
-model, emitting a `failover` event (from, to, reason). A context-window failure moves only to models
+model. A call served somewhere else than where it started emits one `failover` event (from where it
+started, to where it was served, the first reason), however many endpoints it passed; a call that no
+endpoint served emits none (it raises). A context-window failure moves only to models
 with a larger window. When every candidate failed at the connection level the call raises OfflineError;
 with failover = "never" a persistent failure of the preferred model raises PolicyPauseError. Health
 changes go to `on_event` and, when a store is given, to DB.PROVIDERS (healthstore.py).
@@ -123,12 +125,14 @@ class ProviderRouter:
         failures: list[tuple[str, AttemptFailure]] = []
         larger_than = 0
         previous: tuple[EndpointTracker, AttemptFailure] | None = None
+        first: tuple[EndpointTracker, AttemptFailure] | None = None  # where the call started and why it moved
         for provider in chosen:
             if provider.capabilities.context_window <= larger_than:
                 continue
             for tracker in self._usable(provider):
                 if previous is not None:
-                    self._failover(previous[0], tracker, previous[1])
+                    previous[0].note_failover(tracker.name, previous[1].kind.value)
+                    first = first or previous
                 try:
                     result = await self._call_endpoint(provider, tracker, call)
                 except AttemptFailure as failure:
@@ -142,6 +146,8 @@ class ProviderRouter:
                         larger_than = max(larger_than, provider.capabilities.context_window)
                         break
                     continue
+                if first is not None:
+                    self._failover(first[0], tracker, first[1])
                 self._mark_active(tracker)
                 return result
         raise self._exhausted(failures, larger_than)
@@ -229,8 +235,9 @@ class ProviderRouter:
         return ProviderError(f"no candidate could serve the call: {detail}")
 
     def _failover(self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure) -> None:
+        """One call moved from `source` (where it started) to `target` (where it was served): one event,
+        however many endpoints failed in between (each of those notes its own hop in its health)."""
         log.warning("failover %s -> %s (%s)", source.name, target.name, failure)
-        source.note_failover(target.name, failure.kind.value)
         self._emit(
             ProviderEvent(
                 kind="failover",

@@ -115,8 +115,35 @@ def test_failovers_restarts_and_reexecutions_say_why(tmp_path: Path) -> None:
 
         store.write(write)
         items = {i.kind: i for i in read_page(store, "mx").items}
-        assert items["failover"].failed and items["failover"].title == "failover a/0 -> b/0 (auth)"
+        assert items["failover"].title == "failover a/0 -> b/0 (auth)"
+        assert items["failover"].status == "switched" and not items["failover"].failed  # served elsewhere
         assert items["reexecuted"].text == "its sandbox is gone"
         assert items["restart"].title.startswith("unit u1 started again (attempt 2): 2 recorded step(s) kept")
         only = read_page(store, "mx", filter=Filter(failures_only=True)).items
-        assert [i.kind for i in only] == ["failover"]
+        assert [i.kind for i in only] == []  # a switch to another provider is no failure
+
+
+def test_a_start_again_without_a_stop_says_the_host_was_lost(tmp_path: Path) -> None:
+    """u1 starts, starts again with no pause or question between (its host was lost), then is paused and
+    started again (a person's pause): only the start again without a stop says "host lost"."""
+    from keel.protocol.records import Event
+
+    with Store.open(tmp_path / "store", create=True) as store:
+        make_mission(store, "mx", checkpoints=2)  # two recorded steps in lane u1
+        later = time.time() + 5
+
+        def write(txn: object) -> None:
+            add = m.add_event
+            add(txn, "mx", Event(kind="unit", at=later, unit="u1", state="running", message="attempt 1"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="unit", at=later + 1, unit="u1", state="running", message="attempt 2"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 2, state="paused", message="running -> paused"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 3, state="running", message="paused -> running"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="unit", at=later + 4, unit="u1", state="running", message="attempt 3"))  # type: ignore[arg-type]
+
+        store.write(write)
+        restarts = [i for i in read_page(store, "mx", limit=2000).items if i.kind == "restart"]
+        # (the journal's entries carry no time here, so even the first start finds them recorded)
+        assert [i.status for i in restarts] == ["restart", "host-lost", "restart"], restarts
+        assert restarts[1].title == "host lost, resumed from the journal: 2 step(s) kept, none run again (unit u1)"
+        assert restarts[1].kept == 2 and restarts[2].kept == 2
+        assert restarts[2].title.startswith("unit u1 started again (attempt 3): 2 recorded step(s) kept")

@@ -38,9 +38,9 @@ def _msg(obj: dict[str, Any]) -> bytes:
 
 
 class Server:
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "keel.server.cli", "serve", "--store", str(store)],
+            [sys.executable, "-m", "keel.server.cli", "serve", "--store", str(store), *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -185,3 +185,34 @@ def test_params_that_cannot_be_read_are_named_in_json_terms(server: Server) -> N
     assert error["code"] == -32602, got
     assert error["message"].startswith('cannot read the params of "workspace/executeCommand": '), error
     assert error["message"].endswith("@ params.arguments") and "Json" not in error["message"], error
+
+
+@pytest.mark.parametrize("bad_id", [{"a": 1}, [1, 2], 1.5, True, False])
+def test_a_request_whose_id_is_not_jsonrpc_is_answered_invalid_request_with_id_null(
+    tmp_path: Path, bad_id: Any
+) -> None:
+    log_file = tmp_path / "serve.log"
+    s = Server(tmp_path / "store", "--log-file", str(log_file))
+    try:
+        s.send(_msg(INIT))
+        assert 1 in s.until({1})
+        s.send(_msg({"jsonrpc": "2.0", "id": bad_id, "method": "keel/missions", "params": {}}))
+        s.send(_missions(2))
+        got = s.until({None, 2})
+        assert len(got[None]) == 1, got
+        error = got[None][0]["error"]
+        assert error["code"] == -32600 and "data" not in error, error
+        assert "JSON-RPC ids are strings, whole numbers or null" in error["message"], error
+        assert "result" in got[2][0] and set(got) == {None, 2}, got
+        assert s.proc.poll() is None
+    finally:
+        err = s.close()
+    logged = log_file.read_text() + err
+    assert "Traceback" not in logged, logged
+    assert sum("JSON-RPC ids are" in line for line in logged.splitlines()) == 1, logged
+
+
+def test_a_whole_number_written_with_a_fraction_is_a_valid_id(server: Server) -> None:
+    server.send(_msg({"jsonrpc": "2.0", "id": 5.0, "method": "keel/missions", "params": {}}))
+    got = server.until({5})
+    assert got[5][0].get("result") == [], got

@@ -49,7 +49,8 @@ async def test_usage_failover_cost_and_provider_rows(env: Env) -> None:
             (
                 "b",
                 b.url,
-                'api_key_env = "KEEL_LSP_TEST_B_PASS"\ncost = { input_per_mtok = 300.0, output_per_mtok = 1500.0 }\n',
+                'api_key_env = "KEEL_LSP_TEST_B_PASS"\n'
+                'cost = { input_per_mtok = 300.0, output_per_mtok = 1500.0, currency = "EUR" }\n',
             ),
             ("c", _dead_url(), ""),  # keyring provider without a key, never called
         ]
@@ -69,6 +70,8 @@ async def test_usage_failover_cost_and_provider_rows(env: Env) -> None:
         prompt, completion = usage["promptTokens"], usage["completionTokens"]
         assert prompt > 0 and completion > 0
         assert usage["cost"] == pytest.approx((prompt * 300 + completion * 1500) / 1e6)
+        assert usage["currency"] == "EUR"
+        assert (await env.request("keel/mission", {"id": mid}))["mission"]["usage"]["currency"] == "EUR"
         endpoints = by_name(await env.request("keel/providers"))
         assert endpoints["a/0"]["called"] and endpoints["b/0"]["called"] and not endpoints["c/0"]["called"]
         assert endpoints["c/0"]["keySource"] == ""  # no key in any keyring: no "keyring" either
@@ -89,7 +92,9 @@ async def test_fork_and_restore_say_why_they_are_paused(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     fork = await env.command("keel.fork", mid, "p1")
     assert fork["forkedFrom"] == {"mission": mid, "point": "p1"}
-    assert fork["state"] == "paused" and fork["pauseNote"] == "forked at p1"
+    assert fork["state"] == "paused" and fork["pauseNote"] == "forked at p1" and fork["name"] == "docs"
+    named = await env.command("keel.fork", mid, "p1", {"name": "docs-v2"})
+    assert named["name"] == "docs-v2" and named["forkedFrom"] == {"mission": mid, "point": "p1"}
     restored = await env.command("keel.restore", mid, "p1", {"files": True})
     assert restored["state"] == "paused" and restored["pauseNote"] == "restored to p1"
     assert "forkedFrom" not in restored

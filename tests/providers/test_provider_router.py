@@ -20,6 +20,7 @@ from keel.server.providers import (
     HealthState,
     NetworkConfig,
     PolicyPauseError,
+    ProviderError,
     ProviderEvent,
     ProviderRouter,
     ProviderSettings,
@@ -32,6 +33,36 @@ def router(
     cfg: ProviderSettings, events: list[ProviderEvent], policy: ModelPolicy | None = None, store: Store | None = None
 ) -> ProviderRouter:
     return ProviderRouter(cfg, policy or ModelPolicy(), secrets=DictSecrets(), on_event=events.append, store=store)
+
+
+async def test_a_call_that_passes_several_endpoints_is_one_failover(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
+    """a refuses the key, b refuses it too, c serves: one switch a → c (the user sees one), and each
+    endpoint's health still names the hop it made."""
+    a, b, c = fault_factory(), fault_factory(), fault_factory()
+    a.push(error(401))
+    b.push(error(403))
+    r = router(settings(provider("a", a.url), provider("b", b.url), provider("c", c.url)), events)
+    result = await r.complete(PARAMS)
+    health = {h.provider: h for h in r.health_snapshot()}
+    await r.aclose()
+    assert result.provider == "c"
+    assert [(e.source, e.target, e.reason) for e in events if e.kind == "failover"] == [("a/0", "c/0", "auth")]
+    assert health["a"].last_failover.startswith("-> b/0") and health["b"].last_failover.startswith("-> c/0")
+
+
+async def test_a_call_no_endpoint_serves_is_no_failover(
+    fault_factory: Callable[..., FaultServer], events: list[ProviderEvent]
+) -> None:
+    a, b = fault_factory(), fault_factory()
+    a.push(error(401))
+    b.push(error(401))
+    r = router(settings(provider("a", a.url), provider("b", b.url)), events)
+    with pytest.raises(ProviderError, match="no candidate could serve the call"):
+        await r.complete(PARAMS)
+    await r.aclose()
+    assert [e for e in events if e.kind == "failover"] == []
 
 
 async def test_failover_picks_only_candidates_that_meet_the_requirements(

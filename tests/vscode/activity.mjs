@@ -74,7 +74,11 @@ export async function welcome(page, h) {
   });
   shots.push(await h.shot(page, "welcome-2-mission-file"));
 
-  await providers.locator(".welcome-view-content .monaco-button", { hasText: "config.toml" }).first().click();
+  // Create a Mission File writes .keel/config.toml too (as keel init does) and says so, with Open Config
+  const told = page.locator(".notification-toast", { hasText: "as keel init does" }).first();
+  seen.createdToast = (await h.waitUntil(page, "the toast naming both files", async () =>
+    (await told.isVisible()) ? told.innerText() : "")).replace(/\s+/g, " ").trim();
+  await told.locator(".monaco-button", { hasText: "Open Config" }).click();
   seen.configTab = await tabOpens(page, h, "config.toml");
   seen.providerRows = await h.waitUntil(page, "the Providers view lists the starter's endpoint", async () => {
     const found = await rows(page, "Providers");

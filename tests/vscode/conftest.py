@@ -38,6 +38,7 @@ USER_SETTINGS = {
     "update.mode": "none",
     "window.restoreWindows": "none",
     "chat.disableAIFeatures": True,
+    "workbench.secondarySideBar.defaultVisibility": "hidden",
 }
 
 

@@ -7,207 +7,13 @@
 // Prints one JSON object on stdout: {ok, seen, shots, steps, console}.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-
-const config = JSON.parse(process.argv[2]);
-const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"];
-const consoleLines = [];
-const steps = [];
-const shots = [];
-const seen = {};
-const started = Date.now();
-let page;
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const squash = (text) => text.replace(/\s+/g, " ").trim();
-
-async function waitUntil(what, probe, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) {
-      steps.push({ step: what, ms: Date.now() - started });
-      return value;
-    }
-    if (Date.now() > deadline) {
-      const file = join(config.shots, `failed-${config.scene}-${steps.length}.png`);
-      await page.screenshot({ path: file });
-      throw new Error(`timed out waiting for ${what} (screenshot ${file})`);
-    }
-    await sleep(150);
-  }
-}
-
-/** Switch the color theme as a person does, with Preferences: Toggle between Light/Dark Themes (no
- * Escape: that would hide the notification toasts being shot). */
-async function theme(kind) {
-  const cls = kind === "light" ? "vs" : "vs-dark";
-  if (await page.locator(`.monaco-workbench.${cls}`).count()) {
-    return;
-  }
-  await runPalette(">Toggle between Light/Dark", "Light/Dark");
-  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 15_000);
-  await sleep(500);
-}
-
-async function runPalette(text, rowText) {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 10_000 });
-  await input.fill(text);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 10_000 });
-  await sleep(150);
-  await input.press("Enter");
-}
-
-/** A screenshot in both themes (`visual`) or the current one, named after the item. */
-async function shot(name, visual = true) {
-  for (const kind of visual ? ["dark", "light"] : ["dark"]) {
-    if (visual) {
-      await theme(kind);
-    }
-    const file = join(config.shots, `${name}${visual ? `-${kind}` : ""}.png`);
-    await page.screenshot({ path: file });
-    shots.push(file);
-  }
-  if (visual) {
-    await theme("dark");
-  }
-}
-
-/** A modal dialog blocks the palette (and so the theme switch): open it once per theme, shoot, cancel.
- * Returns what the dialog said (the first time). */
-async function shotDialog(name, open) {
-  let said;
-  for (const kind of ["dark", "light"]) {
-    await theme(kind);
-    await open();
-    said ??= await dialog();
-    const file = join(config.shots, `${name}-${kind}.png`);
-    await page.screenshot({ path: file });
-    shots.push(file);
-    await pressDialog("Cancel");
-  }
-  await theme("dark");
-  return said;
-}
-
-async function palette(title) {
-  await runPalette(`>keel: ${title}`, title);
-}
-
-/** The visible quick pick: its title and rows. */
-async function quickPick() {
-  const widget = page.locator(".quick-input-widget").first();
-  await widget.waitFor({ state: "visible", timeout: 10_000 });
-  await sleep(300);
-  const title = squash(await widget.locator(".quick-input-title").first().innerText().catch(() => ""));
-  const rows = (await widget.locator(".quick-input-list .monaco-list-row").allInnerTexts()).map(squash);
-  return { title, rows };
-}
-
-async function pick(text) {
-  const row = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: text }).first();
-  await row.waitFor({ timeout: 10_000 });
-  await row.click();
-}
-
-/** A keel command from the palette whose quick picks are answered in turn; returns what each showed. */
-async function paletteWithPicks(title, ...choices) {
-  await palette(title);
-  const shown = [];
-  for (const choice of choices) {
-    shown.push(await quickPick());
-    await pick(choice);
-  }
-  return shown;
-}
-
-async function dialog() {
-  const box = page.locator(".monaco-dialog-box").first();
-  await box.waitFor({ state: "visible", timeout: 10_000 });
-  await sleep(300);
-  const buttons = (await box.locator(".monaco-button").allInnerTexts()).map(squash).filter((b) => b !== "");
-  // the default button is the one the dialog focuses (Enter presses it)
-  const primary = squash(await page.evaluate(() => document.activeElement?.textContent ?? ""));
-  return { text: squash(await box.innerText()), buttons, primary };
-}
-
-async function pressDialog(label) {
-  await page.locator(".monaco-dialog-box .monaco-button", { hasText: label }).first().click();
-  await page.locator(".monaco-dialog-box").first().waitFor({ state: "hidden", timeout: 10_000 });
-}
-
-async function toast(text, timeoutMs = 30_000) {
-  const item = page.locator(".notification-toast", { hasText: text }).first();
-  await waitUntil(`a toast saying ${text}`, () => item.isVisible(), timeoutMs);
-  return item;
-}
-
-async function toastTexts() {
-  return (await page.locator(".notification-toast").allInnerTexts()).map(squash);
-}
-
-function pane(name) {
-  return page.locator(".pane", { has: page.locator(".pane-header", { hasText: name }) }).first();
-}
-
-async function rows(name) {
-  return (await pane(name).locator(".monaco-list-row").allInnerTexts()).map(squash);
-}
-
-async function row(paneName, text) {
-  const r = await rows(paneName);
-  return r.find((t) => t.includes(text)) ?? "";
-}
-
-async function expand(name) {
-  const header = pane(name).locator(".pane-header").first();
-  if ((await header.getAttribute("aria-expanded")) !== "true") {
-    await header.click();
-  }
-}
-
-async function clickRow(paneName, text) {
-  await pane(paneName).locator(".monaco-list-row", { hasText: text }).first().click();
-}
-
-async function inline(paneName, text) {
-  const r = pane(paneName).locator(".monaco-list-row", { hasText: text }).first();
-  await r.hover();
-  await sleep(200);
-  return r.locator(".actions .action-label");
-}
-
-async function ariaLabels(paneName) {
-  return pane(paneName).locator(".monaco-list-row").evaluateAll((els) => els.map((e) => e.getAttribute("aria-label")));
-}
-
-async function statusItem() {
-  const item = page.locator(".statusbar-item", { hasText: "keel:" }).first();
-  if ((await item.count()) === 0) {
-    return { text: "", aria: "" };
-  }
-  const aria = await item.locator("a").first().getAttribute("aria-label").catch(() => "");
-  return { text: squash(await item.innerText()), aria: aria ?? "" };
-}
-
-async function closeToasts() {
-  await page.keyboard.press("Escape");
-  for (const close of await page.locator(".notification-toast .codicon-notifications-clear").all()) {
-    await close.click().catch(() => undefined);
-  }
-}
+import {
+  config, shots, seen, page, sleep, squash, waitUntil, theme, shot, shotDialog, palette, quickPick, pick,
+  paletteWithPicks, dialog, pressDialog, toast, toastTexts, pane, rows, row, expand, clickRow, inline, ariaLabels,
+  statusItem, closeToasts, openKeel, runDriver,
+} from "./workbench.mjs";
 
 // -- the main scene -----------------------------------------------------------------------------------
-async function openKeel() {
-  const keel = page.locator('.activitybar .action-item a[aria-label^="keel"]').first();
-  await keel.waitFor({ timeout: 30_000 });
-  await keel.click();
-  await waitUntil("the Missions pane", () => pane("Missions").count());
-}
-
 async function layoutAndLabels() {
   const size = async (name) => (await pane(name).boundingBox())?.height ?? 0;
   seen.layout = { missions: await size("Missions"), points: await size("Restore Points"),
@@ -295,6 +101,10 @@ async function restoreDialogs() {
 
 async function paletteFork() {
   [seen.forkMissionPick, seen.forkPointPick] = await paletteWithPicks("Fork Mission from Point", config.running, "p2");
+  const name = page.locator(".quick-input-widget input").first(); // the fork's name, defaulted: keep it
+  await name.waitFor({ state: "visible", timeout: 10_000 });
+  await sleep(300);
+  await name.press("Enter");
   const label = `${config.running} (fork of p2)`;
   seen.forkRow = await waitUntil("the fork's row", () => row("Missions", label));
   seen.forkSelected = await waitUntil("the fork selected", async () => {
@@ -430,6 +240,29 @@ async function mainScene() {
 }
 
 // -- first run ------------------------------------------------------------------------------------------
+/** keel is not on PATH but the workspace's .venv has it: the toast offers it as a button, and Start
+ * Mission in an empty workspace offers to create the mission file (and .keel/config.toml). */
+async function firstRunVenvScene() {
+  await openKeel();
+  const told = await toast("not installed", 60_000);
+  seen.venvToast = squash(await told.innerText());
+  seen.venvButtons = (await told.locator(".monaco-button").allInnerTexts()).map(squash);
+  await shot("vscode-first-run-venv");
+  await told.locator(".monaco-button", { hasText: "Use .venv" }).first().click();
+  seen.venvWelcome = await waitUntil("keel running from .venv", async () => {
+    const text = squash(await pane("Missions").innerText());
+    return /No missions/.test(text) ? text : "";
+  }, 60_000);
+  await closeToasts();
+  await palette("Start Mission");
+  seen.startPick = await quickPick();
+  await shot("vscode-start-offers-create", false);
+  await pick("Create a mission file");
+  seen.createdToast = squash(await (await toast("as keel init does")).innerText());
+  seen.createdTabs = (await page.locator(".tabs-container .tab").allInnerTexts()).map(squash);
+  await shot("vscode-created-mission-and-config");
+}
+
 async function firstRunScene() {
   await openKeel();
   seen.notInstalledWelcome = await waitUntil("the not-installed welcome", async () => {
@@ -470,26 +303,4 @@ async function firstRunScene() {
   await shot("vscode-first-run-fixed");
 }
 
-async function main() {
-  const browser = await chromium.launch({ executablePath: config.chromium ?? "/usr/bin/chromium", headless: true,
-    args: CHROMIUM_ARGS });
-  try {
-    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
-    page.on("console", (msg) => consoleLines.push(`${msg.type()}: ${msg.text()}`.slice(0, 2000)));
-    page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
-    await page.goto(config.url, { waitUntil: "domcontentloaded" });
-    await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
-    await (config.scene === "firstRun" ? firstRunScene() : mainScene());
-  } finally {
-    await browser.close();
-  }
-}
-
-try {
-  await main();
-  process.stdout.write(JSON.stringify({ ok: true, seen, shots, steps, console: consoleLines.slice(-40) }) + "\n");
-} catch (err) {
-  process.stdout.write(JSON.stringify({ ok: false, error: String(err?.stack ?? err), seen, shots, steps,
-    console: consoleLines.slice(-80) }) + "\n");
-  process.exitCode = 1;
-}
+await runDriver({ main: mainScene, firstRun: firstRunScene, firstRunVenv: firstRunVenvScene });

@@ -94,6 +94,7 @@ def test_welcome_content_creates_keel_inits_files(code_server, drive, vsix: Path
     assert [b.strip() for b in seen["missionsButtons"]] == ["Start Mission…", "Create a Mission File"]
     assert [b.strip() for b in seen["providersButtons"]] == ["Open .keel/config.toml"]
     assert ".keel/config.toml" in seen["providersWelcome"] and "Ollama" in seen["providersWelcome"]
+    assert "wrote mission.toml and .keel/config.toml" in seen["createdToast"], seen["createdToast"]
     assert (ws / "mission.toml").read_text() == starter_text("mission")
     assert (ws / ".keel" / "config.toml").read_text() == starter_text("config")
     assert any("local" in r for r in seen["providerRows"])

@@ -10,14 +10,19 @@ scene points keel.python at a Python without keel and fixes it through the Choos
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from keel.storage import Store
 from keel.storage import missions as m
@@ -65,6 +70,12 @@ def provider_config(ws: Path, limited: FaultServer, good: FaultServer) -> None:
     (ws / ".keel" / "config.toml").write_text(text)
 
 
+def asking_mission(ws: Path) -> Path:
+    """release-notes: one unit that asks QUESTION (free text), then writes notes.txt."""
+    write = '{ tool = "write_file", args = { path = "notes.txt", content = "n\\n" } }'
+    return mission_file(ws, "release-notes", [("q1", "Ask what matters", [], f'[{{ ask = "{QUESTION}" }}, {write}]')])
+
+
 def start_missions(ws: Path) -> dict[str, str]:
     store = ws / ".keel" / "store"
     running = mission_file(
@@ -81,19 +92,7 @@ def start_missions(ws: Path) -> dict[str, str]:
             ("u3", "Publish", ["u2"], "[]"),
         ],
     )
-    asking = mission_file(
-        ws,
-        "release-notes",
-        [
-            (
-                "q1",
-                "Ask what matters",
-                [],
-                f'[{{ ask = "{QUESTION}" }}, '
-                '{ tool = "write_file", args = { path = "notes.txt", content = "n\\n" } }]',
-            )
-        ],
-    )
+    asking = asking_mission(ws)
     mission_file(
         ws,
         "summarise",
@@ -112,7 +111,9 @@ def start_missions(ws: Path) -> dict[str, str]:
     return ids
 
 
-def run_scene(code_server, drive, vsix: Path, ws: Path, scene: str, extra: dict[str, Any]) -> dict[str, Any]:
+def run_scene(
+    code_server, drive, vsix: Path, ws: Path, scene: str, extra: dict[str, Any], script: str = "items.mjs"
+) -> dict[str, Any]:
     server = code_server()
     server.install(vsix)
     server.start()
@@ -124,7 +125,7 @@ def run_scene(code_server, drive, vsix: Path, ws: Path, scene: str, extra: dict[
         "userSettings": str(settings),
         **extra,
     }
-    out = drive(config, timeout=600, script="items.mjs")
+    out = drive(config, timeout=600, script=script)
     (ARTIFACTS / f"items-{scene}.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], (
         f"{out.get('error')}\n{json.dumps(out.get('seen'), indent=1)[:4000]}\n"
@@ -136,15 +137,26 @@ def run_scene(code_server, drive, vsix: Path, ws: Path, scene: str, extra: dict[
     return dict(out["seen"])
 
 
-def test_review_items_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> None:
-    ws = workspace(tmp_path / "ws")
-    store = ws / ".keel" / "store"
+@contextlib.contextmanager
+def failover_servers(ws: Path) -> Iterator[None]:
+    """The providers of provider_config, running: a model call fails over from a (rate-limited) past d
+    (dead) to b, which answers once. The hosts the test started are killed before the servers stop."""
     limited, good = FaultServer().start(), FaultServer().start()
     limited.push(rate_limited("150"))  # past the retry-after cap: fail over at once
     good.push(ok("a summary"))
     provider_config(ws, limited, good)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
+        yield
+    finally:
+        kill_hosts(ws / ".keel" / "store")
+        limited.stop()
+        good.stop()
+
+
+def test_review_items_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> None:
+    ws = workspace(tmp_path / "ws")
+    with failover_servers(ws):
         start_missions(ws)
         seen = run_scene(
             code_server,
@@ -161,10 +173,6 @@ def test_review_items_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) 
                 "failoverFile": "summarise.mission.toml",
             },
         )
-    finally:
-        kill_hosts(store)
-        limited.stop()
-        good.stop()
 
     # layout: Missions has the most room; Pause All is a pause icon; no icon ids in accessible labels
     layout = seen["layout"]
@@ -240,3 +248,30 @@ def test_first_run_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> 
     assert "No missions" in seen["fixedWelcome"]
     assert not any("not installed" in t for t in seen["toastsAfterFix"])
     assert json.loads((ws / ".vscode" / "settings.json").read_text())["keel.python"] == sys.executable
+
+
+def test_first_run_offers_the_workspace_venv(code_server, drive, vsix: Path, tmp_path: Path) -> None:
+    """No keel.python setting and no keel for python3 on PATH (VS Code started from the desktop), but the
+    workspace's .venv has keel: the toast offers "Use .venv"; then Start Mission in a workspace with no
+    mission file offers to create one, which writes the mission file and .keel/config.toml."""
+    on_path = shutil.which("python3")
+    if (
+        on_path
+        and subprocess.run([on_path, "-c", "import keel.server"], capture_output=True, check=False).returncode == 0
+    ):
+        pytest.skip(f"{on_path} on PATH has keel installed: the first run without keel cannot be shown here")
+    ws = tmp_path / "ws"
+    venv = ws / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # this run's keel
+    (venv / "python").chmod(0o755)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    seen = run_scene(code_server, drive, vsix, ws, "firstRunVenv", {})
+    assert "keel is not installed for python3 (PATH). .venv has keel." in seen["venvToast"], seen["venvToast"]
+    assert seen["venvButtons"][:3] == ["Use .venv", "Install keel", "Choose Interpreter…"], seen["venvButtons"]
+    assert "No missions" in seen["venvWelcome"]
+    assert json.loads((ws / ".vscode" / "settings.json").read_text())["keel.python"] == str(venv / "python")
+    assert any("Create a mission file" in r for r in seen["startPick"]["rows"]), seen["startPick"]
+    assert (ws / "mission.toml").exists() and (ws / ".keel" / "config.toml").exists()
+    assert "mission.toml and .keel/config.toml" in seen["createdToast"], seen["createdToast"]
+    assert any(t.replace(" ", "") == "mission.toml" for t in seen["createdTabs"]), seen["createdTabs"]

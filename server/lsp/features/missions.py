@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from keel.server.activity.pricing import price_table
+from keel.server.activity.pricing import currencies, price_table
 from keel.server.lsp import convert, errors
 from keel.server.lsp.server import KeelServer, handler
 from keel.server.lsp.snapshot import MissionView, read_view, read_views
@@ -47,7 +47,7 @@ def register(server: KeelServer) -> None:
         return await ls.blocking(_points, ls, errors.param_id(RESTORE_POINTS, params))
 
     def on_change(old: MissionView | None, new: MissionView) -> None:
-        payload = convert.to_json(convert.summary(new, prices(server)))
+        payload = convert.to_json(convert.summary(new, prices(server), currencies(server.workspace_root)))
         if summaries.get(new.record.id) == payload:
             return
         summaries[new.record.id] = payload
@@ -62,8 +62,8 @@ def _missions(ls: KeelServer) -> list[Any]:
     store = ls.store()
     if store is None:
         return []
-    views, known = read_views(store), prices(ls)
-    return [convert.to_json(convert.summary(_flag(ls, v), known)) for v in views.values()]
+    views, known, money = read_views(store), prices(ls), currencies(ls.workspace_root)
+    return [convert.to_json(convert.summary(_flag(ls, v), known, money)) for v in views.values()]
 
 
 def _mission(ls: KeelServer, text: str) -> Any:
@@ -71,7 +71,7 @@ def _mission(ls: KeelServer, text: str) -> Any:
     view = read_view(store, text)
     mid = view.record.id
     events = store.read(lambda txn: m.events_after(txn, mid, max(0, view.events_seq - EVENTS_SHOWN)))
-    return convert.to_json(convert.detail(_flag(ls, view), events, prices(ls)))
+    return convert.to_json(convert.detail(_flag(ls, view), events, prices(ls), currencies(ls.workspace_root)))
 
 
 def _points(ls: KeelServer, text: str) -> list[Any]:
@@ -89,7 +89,7 @@ def _flag(ls: KeelServer, view: MissionView) -> MissionView:
 
 
 def summary_json(ls: KeelServer, view: MissionView) -> Any:
-    return convert.to_json(convert.summary(_flag(ls, view), prices(ls)))
+    return convert.to_json(convert.summary(_flag(ls, view), prices(ls), currencies(ls.workspace_root)))
 
 
 def prices(ls: KeelServer) -> convert.Prices:

@@ -30,10 +30,15 @@ def register(server: KeelServer) -> None:
     @handler(server, FORK)
     async def fork(ls: KeelServer, *args: Any) -> Any:
         text, point = arg_str(FORK, args, 0, MISSION_ID), arg_str(FORK, args, 1, POINT)
-        no_more_args(FORK, args, 2)
+        options = arg_dict(FORK, args, 2, 'an options ({"name": string})')
+        no_more_args(FORK, args, 3)
         assert text is not None and point is not None
+        name = options.get("name") or ""
+        if not isinstance(name, str):
+            raise invalid(f"{FORK}: name must be a string")
         mid = await ls.blocking(resolve, ls.require_store(), text)
-        out = await ls.blocking(enginecall.cli_json, ls.store_path, "fork", mid, point)
+        named = ("--name", name) if name else ()
+        out = await ls.blocking(enginecall.cli_json, ls.store_path, "fork", mid, point, *named)
         return await summary_after(ls, out["mission"])
 
     @server.command(APPLY)

@@ -1,0 +1,187 @@
+/**
+ * The mission page: a webview in the editor area (one per mission) that shows the task graph, the
+ * timeline, the totals, the live activity and the actions of one mission. Its script and style are
+ * bundled files of the extension (no network; a strict Content-Security-Policy with a nonce). Data comes
+ * from keel/mission, keel/restorePoints and keel/activity, and follows keel/missionChanged and
+ * keel/activityChanged (no polling). The page's buttons run the same keel commands as the views.
+ * Must not draw the tree views.
+ */
+import { randomBytes } from "node:crypto";
+import * as vscode from "vscode";
+import { activitySideUri } from "./activity";
+import { commandRunner, pickMission } from "./commands";
+import type { KeelConnection } from "./connection";
+import type { MissionTreeNode } from "./missionsTree";
+import type { MissionModel } from "./model";
+import type { FromPage, ToPage } from "./page/main";
+import { missionLabel, Requests, type ActivityPage, type MissionDetail, type RestorePoint } from "./protocol";
+
+const VIEW_TYPE = "keel.mission";
+const PAGE_LIMIT = 2000;
+const MAX_ITEMS = 20_000;
+
+class MissionPage implements vscode.Disposable {
+  private readonly subscriptions: vscode.Disposable[] = [];
+  private pointsCount = -1;
+  private points: RestorePoint[] = [];
+  private ready = false;
+  private refreshing: Promise<void> | undefined;
+  private again = false;
+
+  constructor(readonly id: string, readonly panel: vscode.WebviewPanel, private readonly connection: KeelConnection,
+              private readonly model: MissionModel, private readonly log: vscode.LogOutputChannel,
+              onDispose: () => void) {
+    this.subscriptions.push(
+      panel.webview.onDidReceiveMessage((message: FromPage) => void this.receive(message)),
+      model.onDidChange((m) => {
+        if (m === undefined || m.id === this.id) {
+          this.refresh();
+        }
+      }),
+      connection.onDidChangeActivity((a) => {
+        if (a.id === this.id && this.ready) {
+          this.post({ type: "activity", items: a.items, reset: false });
+        }
+      }),
+      panel.onDidDispose(() => {
+        this.dispose();
+        onDispose();
+      }),
+    );
+  }
+
+  /** Fetch the detail (and the restore points when their count moved) and post them; changes that come
+   * while one fetch runs are folded into one more. */
+  refresh(): void {
+    if (this.refreshing !== undefined) {
+      this.again = true;
+      return;
+    }
+    this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
+      .finally(() => {
+        this.refreshing = undefined;
+        if (this.again) {
+          this.again = false;
+          this.refresh();
+        }
+      });
+  }
+
+  private async load(): Promise<void> {
+    if (!this.ready) {
+      return;
+    }
+    const detail = await this.connection.request<MissionDetail>(Requests.mission, { id: this.id });
+    const count = detail.mission.restorePoints ?? 0;
+    if (count !== this.pointsCount) {
+      this.points = await this.model.restorePoints(this.id);
+      this.pointsCount = count;
+    }
+    this.panel.title = missionLabel(detail.mission);
+    this.post({ type: "mission", detail, points: this.points, now: Date.now() / 1000 });
+  }
+
+  private async loadActivity(): Promise<void> {
+    let cursor: string | undefined;
+    let reset = true;
+    for (let read = 0; read < MAX_ITEMS; read += PAGE_LIMIT) {
+      const page = await this.connection.request<ActivityPage>(Requests.activity,
+        { id: this.id, limit: PAGE_LIMIT, ...(cursor ? { cursor } : {}) });
+      this.post({ type: "activity", items: page.items, reset });
+      reset = false;
+      cursor = page.cursor;
+      if (!page.more) {
+        return;
+      }
+    }
+  }
+
+  private async receive(message: FromPage): Promise<void> {
+    try {
+      switch (message.type) {
+        case "ready":
+          this.ready = true;
+          this.pointsCount = -1;
+          await this.load();
+          await this.loadActivity();
+          return;
+        case "command":
+          if (!message.command.startsWith("keel.")) {
+            return;
+          }
+          await vscode.commands.executeCommand(message.command, ...message.args);
+          return;
+        case "diffItem":
+          await vscode.commands.executeCommand("vscode.diff",
+            activitySideUri(this.id, message.item, message.path, "before"),
+            activitySideUri(this.id, message.item, message.path, "after"),
+            `${message.path} (${message.item.unit ?? ""} step ${message.item.seq ?? ""})`);
+          return;
+      }
+    } catch (err) {
+      this.log.error(`mission page ${this.id}: ${String(err)}`);
+    }
+  }
+
+  private post(message: ToPage): void {
+    void this.panel.webview.postMessage(message);
+  }
+
+  dispose(): void {
+    this.subscriptions.forEach((d) => d.dispose());
+    this.subscriptions.length = 0;
+  }
+}
+
+/** The page's HTML: only the bundled script (with a nonce) and style may load; nothing from the network. */
+function html(webview: vscode.Webview, extension: vscode.Uri): string {
+  const nonce = randomBytes(16).toString("base64");
+  const script = webview.asWebviewUri(vscode.Uri.joinPath(extension, "client-vscode", "out", "page.js"));
+  const style = webview.asWebviewUri(vscode.Uri.joinPath(extension, "client-vscode", "media", "page.css"));
+  const csp = [`default-src 'none'`, `style-src ${webview.cspSource}`, `img-src ${webview.cspSource}`,
+    `font-src ${webview.cspSource}`, `script-src 'nonce-${nonce}'`].join("; ");
+  return `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="${style.toString()}">
+<title>keel mission</title></head>
+<body><main id="root"><p class="loading">Loading the mission…</p></main>
+<script nonce="${nonce}" src="${script.toString()}"></script></body></html>`;
+}
+
+export function registerMissionPage(context: vscode.ExtensionContext, connection: KeelConnection,
+                                    model: MissionModel, log: vscode.LogOutputChannel): vscode.Disposable[] {
+  const pages = new Map<string, MissionPage>();
+  const { run } = commandRunner(connection, model, log);
+  const open = async (target?: string | MissionTreeNode): Promise<string | undefined> => {
+    const id = typeof target === "string" ? target : target?.kind === "mission" ? target.id
+      : target?.kind === "unit" ? target.missionId
+      : await pickMission(model.list(), "Open which mission?");
+    if (id === undefined) {
+      return undefined;
+    }
+    const existing = pages.get(id);
+    if (existing !== undefined) {
+      existing.panel.reveal(undefined, true);
+      return id;
+    }
+    const m = model.get(id);
+    const panel = vscode.window.createWebviewPanel(VIEW_TYPE, m ? missionLabel(m) : id,
+      { viewColumn: vscode.ViewColumn.Active, preserveFocus: true }, {
+        enableScripts: true, retainContextWhenHidden: true,
+        localResourceRoots: [vscode.Uri.joinPath(context.extensionUri, "client-vscode", "out"),
+          vscode.Uri.joinPath(context.extensionUri, "client-vscode", "media")],
+      });
+    panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "client-vscode", "media", "keel.svg");
+    const page = new MissionPage(id, panel, connection, model, log, () => pages.delete(id));
+    pages.set(id, page);
+    panel.webview.html = html(panel.webview, context.extensionUri);
+    model.select(id);
+    return id;
+  };
+  return [
+    run("keel.openMission", open),
+    { dispose: () => pages.forEach((p) => p.panel.dispose()) },
+  ];
+}
