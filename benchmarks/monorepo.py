@@ -10,8 +10,9 @@ with the scripted agent. Printed side by side, one row per size:
 - mission: wall time of `keel run`;
 - step: median gap between consecutive journal entries of an effectful step (a unit's `write_file`
   and `run` results, from the journal's own timestamps);
-- unit start: a unit's lease `started_at` to its first journal entry, and the mission's start to its
-  first journal entry (median of the two units);
+- unit start: the host's "unit running" event to the unit's first journal entry (its sandbox made and
+  snapshotted, its lease granted, its agent started), and the mission's start to that entry (medians of
+  the two units);
 - store: bytes of the store's data file after the mission;
 - worktree add: `git worktree add` of the same tree, timed alone in the same repository.
 
@@ -31,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from keel.storage import Store, leases
+from keel.storage import Store
 from keel.storage import missions as m
 
 PER_FOLDER = 40
@@ -110,20 +111,20 @@ def run_mission(root: Path) -> dict[str, float]:
     mission_start: list[float] = []
     with Store.open(store, create=False) as s:
         mid = s.read(m.list_missions)[0].id
+        events = [e for _, e in s.read(lambda t: m.events_after(t, mid))]
         for uid in ("u1", "u2"):
             entries = s.read(lambda t, uid=uid: m.journal_entries(t, mid, uid))
-            held = s.read(lambda t, uid=uid: leases.get(t, mid, uid))
+            began = [e.at for e in events if e.kind == "unit" and e.unit == uid and e.state == "running"]
             done = [e for e in entries if e.phase == "done" and e.tool_class == "effectful"]
             assert len(done) == 21, f"{uid}: {len(done)} effectful steps recorded"
             gaps += [(b.at - a.at) * 1000 for a, b in itertools.pairwise(done)]
-            if held is not None and held.started_at:
-                unit_start.append(entries[0].at - held.started_at)
+            unit_start.append(entries[0].at - began[0])
             mission_start.append(entries[0].at - started_wall)
     size = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
     return {
         "mission_s": wall,
         "step_ms": statistics.median(gaps),
-        "unit_start_s": statistics.median(unit_start) if unit_start else float("nan"),
+        "unit_start_s": statistics.median(unit_start),
         "mission_first_s": statistics.median(mission_start),
         "store_mb": size / 1e6,
     }

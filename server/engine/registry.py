@@ -35,7 +35,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import is_tree_ref, snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -53,6 +53,7 @@ class Placement(msgspec.Struct, frozen=True):
     # a fresh sandbox: its snapshot, stored with its first lease (the unit's base_tree);
     # a worker started again in it keeps the lease's trees
     scan: trees.Scan | None = None
+    files: trees.Snapshotter | None = None  # the scanner that made `scan`: the unit's steps go on with it
 
 
 class Registry:
@@ -61,7 +62,7 @@ class Registry:
         self.ttl = lease_ttl()
         self.zombies: list[AgentProcess] = []
         self.git_lock = asyncio.Lock()  # one git operation at a time on the mission sandbox
-        self._files = trees.Snapshotter()  # fresh unit sandboxes' snapshots (their base_tree)
+        self._files = trees.Snapshotter()  # stores fresh unit sandboxes' snapshots (their base_tree)
 
     @property
     def mission_id(self) -> str:
@@ -87,8 +88,9 @@ class Registry:
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
         # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
-        scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
-        return Placement(str(path), branch, base, "", scan)
+        files = trees.Snapshotter()
+        scan = await asyncio.to_thread(lambda: files.scan(path, keep_bytes=False, checked_out=True))  # read when stored
+        return Placement(str(path), branch, base, "", scan, files)
 
     async def grant(self, uid: str, where: Placement) -> SubagentLease:
         unit_lane = self.lane_of(uid)
@@ -101,7 +103,7 @@ class Registry:
             tree = old.tree if same and old is not None else where.tree
             base_tree = old.base_tree if same and old is not None else ""
             if where.scan is not None:
-                tree = base_tree = self._files.store_txn(txn, Path(where.sandbox), where.scan)
+                tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
             mark = old.last_checkpoint if same and old is not None else 0
             return leases.grant(
                 txn,
@@ -250,7 +252,8 @@ class Registry:
         entries = self.host.store.read(lambda t: m.journal_entries(t, self.mission_id, held.lane))
         if held.tree and not any(e.phase == "intent" for e in entries):
             try:
-                found = trees.digest_as_recorded(path, held.tree)
+                base = self.host.store.read(lambda t: snapshot_base(t.get_blob, held.tree))
+                found = trees.digest_as_recorded(path, held.tree, base, self.host.sandbox)
             except trees.SandboxUnreadableError as exc:
                 return exc.message
             if found != held.tree:
