@@ -90,7 +90,9 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_git(mission_sandbox):
         commit_pending(mission_sandbox)
-        git(mission_sandbox, "worktree", "add", "--force", "--force", "-B", branch, str(target), "HEAD")
+        # files written by as many workers as cores (git's parallel checkout): a unit's start is mostly this
+        add = ["-c", "checkout.workers=0", "worktree", "add", "--force", "--force", "-B", branch, str(target), "HEAD"]
+        git(mission_sandbox, *add)
         return git(target, "rev-parse", "HEAD").stdout.strip()
     try:
         shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
