@@ -87,6 +87,7 @@ class Registry:
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
+        await asyncio.to_thread(merge.check_out, path)
         # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
         files = trees.Snapshotter()
         scan = await asyncio.to_thread(lambda: files.scan(path, keep_bytes=False, checked_out=True))  # read when stored
