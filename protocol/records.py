@@ -231,6 +231,18 @@ class SandboxFolder(msgspec.Struct, frozen=True, tag="keel-folder"):
     entries: tuple[FolderEntry, ...] = ()
 
 
+class SandboxBased(msgspec.Struct, frozen=True, tag="keel-based"):
+    """A snapshot of a git sandbox relative to a commit its repository has: the commit's files, less
+    `removed` (paths of the commit the sandbox no longer holds as files), with the files of `files` (a
+    SandboxFolder tree of what differs from the commit: new and changed files) laid over them. The store
+    holds no copy of a file unchanged from the commit; reading the snapshot needs that commit
+    (storage/snapshots.load_tree)."""
+
+    base: str  # the commit, 40 hex digits
+    files: str  # digest of the SandboxFolder of the files that differ from the commit
+    removed: tuple[str, ...] = ()
+
+
 class RestorePoint(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     mission_id: str

@@ -18,7 +18,15 @@ import tempfile
 from pathlib import Path
 
 from keel.server.engine.merge import GIT_IDENTITY
-from keel.storage.bundle import PATCH_KEY, WORKSPACE_DB, Bundle, BundleError, WorkspaceSection, check_relative_path
+from keel.storage.bundle import (
+    PATCH_KEY,
+    WORKSPACE_DB,
+    Bundle,
+    BundleError,
+    WorkspaceSection,
+    check_relative_path,
+    snapshot_bases,
+)
 
 _SKIP = (".git", ".keel")
 _EXCLUDE = [":(exclude).keel", ":(exclude).git"]
@@ -117,6 +125,12 @@ def check_applicable(bundle: Bundle, workspace: Path) -> None:
             f"workspace {workspace} does not have the bundle's base commit {ws.base_commit[:12]}; "
             "fetch or clone it first"
         )
+    for commit in sorted(snapshot_bases(bundle) - {ws.base_commit}):
+        if _git(workspace, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+            raise BundleError(
+                f"workspace {workspace} does not have commit {commit[:12]}, which the bundle's file snapshots "
+                "are relative to (they hold only what differs from it); fetch or clone it first"
+            )
     if not ws.paths:
         return
     numstat = _git(

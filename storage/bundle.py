@@ -43,7 +43,7 @@ from keel.protocol.records import (
 from keel.storage.errors import CorruptRecordError, render_key
 from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix
 from keel.storage.record import Codec, content_digest, open_record, seal
-from keel.storage.snapshots import manifest_trees, tree_refs
+from keel.storage.snapshots import base_of_blob, manifest_trees, tree_refs
 from keel.storage.txn import Txn, decode_value
 
 MAGIC = b"KEELBUNDLE"
@@ -366,12 +366,7 @@ def _check_complete(bundle: Bundle) -> None:
         if seqs != list(range(1, len(seqs) + 1)):
             missing = next(n for n, s in enumerate(seqs, 1) if n != s)
             raise BundleError(f"bundle lacks record {db.value}/{mid}/{missing}: a record was dropped")
-    blobs = {k.decode(): raw for (d, k), raw in bundle.payloads.items() if d == DB.BLOBS.value}
-
-    def get_blob(digest: str) -> bytes | None:
-        raw = blobs.get(digest)
-        return None if raw is None else open_record(DB.BLOBS.value, digest.encode(), raw)[1]
-
+    get_blob = _blob_reader(bundle)
     roots = [
         decode_value(DB.POINTS.value, k, raw, RestorePoint).checkpoint
         for (d, k), raw in bundle.payloads.items()
@@ -381,6 +376,24 @@ def _check_complete(bundle: Bundle) -> None:
         roots.append(decode_value(DB.HEADS.value, key, bundle.payloads[(DB.HEADS.value, key)], str))
     for root in roots:
         _check_chain(mid, root, get_blob, bundle.payloads)
+
+
+def _blob_reader(bundle: Bundle) -> Callable[[str], bytes | None]:
+    blobs = {k.decode(): raw for (d, k), raw in bundle.payloads.items() if d == DB.BLOBS.value}
+
+    def get_blob(digest: str) -> bytes | None:
+        raw = blobs.get(digest)
+        return None if raw is None else open_record(DB.BLOBS.value, digest.encode(), raw)[1]
+
+    return get_blob
+
+
+def snapshot_bases(bundle: Bundle) -> set[str]:
+    """The git commits the bundle's file snapshots are relative to: a workspace it is imported into must
+    have them, or its restore points' files cannot be read there."""
+    get_blob = _blob_reader(bundle)
+    found = (base_of_blob(get_blob(k.decode()) or b"") for d, k in bundle.payloads if d == DB.BLOBS.value)
+    return {base for base in found if base}
 
 
 def _check_chain(

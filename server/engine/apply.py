@@ -23,14 +23,14 @@ import msgspec
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import SandboxTree
 from keel.protocol.states import MissionState
-from keel.server.engine import places, trees
+from keel.server.engine import gitbase, places, trees
 from keel.server.engine.effects import is_cache
 from keel.server.engine.hostlock import host_alive
 from keel.server.engine.sandbox import git_toplevel
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.record import content_digest
-from keel.storage.snapshots import is_tree_ref, load_tree
+from keel.storage.snapshots import BaseFiles, is_tree_ref, load_tree
 
 _GIT_MODES = {"f": "100644", "x": "100755", "l": "120000"}
 
@@ -51,14 +51,15 @@ class ApplyReport(msgspec.Struct, frozen=True):
     commit: str = ""
 
 
-def base_tree(txn: Txn, mission_id: str) -> SandboxTree:
-    """The oldest file snapshot in the mission's checkpoint chain: the files it started from."""
+def base_tree(txn: Txn, mission_id: str, base: BaseFiles | None = None) -> SandboxTree:
+    """The oldest file snapshot in the mission's checkpoint chain: the files it started from (`base`
+    reads the commit a git sandbox's snapshot is relative to)."""
     digest, found = m.head(txn, mission_id), ""
     while digest:
         manifest = m.get_checkpoint(txn, digest)
         found = manifest.sandbox_tree if is_tree_ref(manifest.sandbox_tree) else found
         digest = manifest.parent
-    tree = load_tree(txn.get_blob, found) if found else None
+    tree = load_tree(txn.get_blob, found, base) if found else None
     if tree is None:
         raise NotFoundError(f"mission {mission_id} has no file snapshot to compare its sandbox with")
     return tree
@@ -71,7 +72,8 @@ def apply_result(store: Store, store_path: Path, mission_id: str, *, branch: str
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     if not sandbox.is_dir():
         raise NotFoundError(f"mission {mission_id} has no sandbox at {sandbox}")
-    base = trees.tree_files(store.read(lambda t: base_tree(t, mission_id)))
+    repo = gitbase.for_workspace(sandbox)
+    base = trees.tree_files(store.read(lambda t: base_tree(t, mission_id, repo)))
     result = trees.current_files(sandbox)
     top = git_toplevel(Path(record.workspace))
     changed = sorted(p for p in set(base) | set(result) if base.get(p) != result.get(p) and not is_cache(p))

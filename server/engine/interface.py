@@ -60,6 +60,7 @@ class StepResult:
     summary: str = ""
     evidence: tuple[Evidence, ...] = ()
     extra: TxnFn | None = None  # written in the same transaction as the entry
+    paths: tuple[str, ...] | None = None  # the only sandbox paths the step changed, when keel's tool knows them
 
 
 def answer(entry: JournalEntry) -> Any:

@@ -85,12 +85,16 @@ def base_file(target: Path) -> Path:
 
 
 def create(mission_sandbox: Path, target: Path, branch: str) -> str:
-    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base."""
+    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base. A git sandbox is
+    made without its files: `check_out` writes them, outside the lock on the mission sandbox, so that the
+    units starting together write theirs at the same time."""
     discard(mission_sandbox, target, branch)
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_git(mission_sandbox):
         commit_pending(mission_sandbox)
-        git(mission_sandbox, "worktree", "add", "--force", "--force", "-B", branch, str(target), "HEAD")
+        git(
+            mission_sandbox, "worktree", "add", "--no-checkout", "--force", "--force", "-B", branch, str(target), "HEAD"
+        )
         return git(target, "rev-parse", "HEAD").stdout.strip()
     try:
         shutil.copytree(mission_sandbox, target, symlinks=True, ignore=_keel_files(mission_sandbox))
@@ -100,6 +104,13 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
         _raise_if_no_space(target, exc)
         raise
     return "copy"
+
+
+def check_out(target: Path) -> None:
+    """Write a unit's git sandbox's files and index from its HEAD (a no-op for a copy), with as many
+    workers as cores (git's parallel checkout): a unit's start is mostly this."""
+    if is_git(target):
+        git(target, "-c", "checkout.workers=0", "reset", "-q", "--hard", "HEAD")
 
 
 def commit_pending(mission_sandbox: Path) -> None:

@@ -30,6 +30,7 @@ import msgspec
 
 from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, SubagentLease
 from keel.server.engine import merge, places, trees
+from keel.server.engine.gitbase import GitBase, for_workspace
 from keel.server.engine.restore import blob_reader
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import Store, Txn
@@ -54,13 +55,16 @@ def workspace_of(store_path: Path) -> Path:
     return places.keel_dir(store_path).parent
 
 
-def _latest_tree(store: Store, manifest: CheckpointManifest) -> tuple[CheckpointManifest, SandboxTree] | None:
+def _latest_tree(
+    store: Store, manifest: CheckpointManifest, base: GitBase | None
+) -> tuple[CheckpointManifest, SandboxTree] | None:
     """The newest checkpoint at or before `manifest` with a file snapshot, and that snapshot."""
 
     def find(txn: Txn) -> tuple[CheckpointManifest, SandboxTree] | None:
         current: CheckpointManifest | None = manifest
         while current is not None:
-            tree = load_tree(txn.get_blob, current.sandbox_tree) if is_tree_ref(current.sandbox_tree) else None
+            ref = current.sandbox_tree
+            tree = load_tree(txn.get_blob, ref, base) if is_tree_ref(ref) else None
             if tree is not None:
                 return current, tree
             current = m.get_checkpoint(txn, current.parent) if current.parent else None
@@ -73,7 +77,8 @@ def rebuild_mission_sandbox(
     store: Store, workspace: Path, sandbox: Path, mission_id: str, manifest: CheckpointManifest | None, origin: str
 ) -> Path:
     """Make the mission sandbox here hold the files of its newest snapshot, committed on its branch."""
-    found = _latest_tree(store, manifest) if manifest is not None else None
+    repo = for_workspace(workspace)
+    found = _latest_tree(store, manifest, repo) if manifest is not None else None
     if found is None and manifest is not None and manifest.units:
         raise SandboxError(
             f"mission {mission_id} ran on {origin}, and the store holds no snapshot of its files to carry on "
@@ -89,7 +94,7 @@ def rebuild_mission_sandbox(
     ensure_sandbox(workspace, sandbox, mission_id)
     if found is not None:
         point, tree = found
-        trees.materialize(sandbox, tree, blob_reader(store))
+        trees.materialize(sandbox, tree, blob_reader(store, repo))
         trees.verify(sandbox, tree, f"the files of checkpoint {point.number} of mission {mission_id}")
         if merge.is_git(sandbox):
             message = f"keel: mission files of checkpoint {point.number}, carried over from {origin}"
@@ -109,11 +114,15 @@ def rebuild_unit_sandbox(
     merge.base_file(target).unlink(missing_ok=True)
     moved_here = msgspec.structs.replace(held, sandbox=str(target), branch="", base="", commit="", pid=0, hostname="")
     get = store.read
-    tree = get(lambda t: load_tree(t.get_blob, held.tree)) if is_tree_ref(held.tree) else None
-    base = get(lambda t: load_tree(t.get_blob, held.base_tree)) if is_tree_ref(held.base_tree) else None
+    # the repository holding the commit a git sandbox's snapshots are relative to: the mission's workspace
+    # (its own machine), else the one the store belongs to (a `keel worker` elsewhere)
+    workspace = Path(get(lambda t: m.get_mission(t, mission_id)).workspace or workspace_of(store_path))
+    repo = for_workspace(workspace) or for_workspace(workspace_of(store_path))
+    tree = get(lambda t: load_tree(t.get_blob, held.tree, repo)) if is_tree_ref(held.tree) else None
+    base = get(lambda t: load_tree(t.get_blob, held.base_tree, repo)) if is_tree_ref(held.base_tree) else None
     if tree is None or base is None:
         return moved_here
-    blob = blob_reader(store)
+    blob = blob_reader(store, repo)
     target.mkdir(parents=True)
     trees.materialize(target, tree, blob)
     digests = {e.path: trees.file_digest(blob(e.blob)) for e in base.entries if merge.counts(e.path)}

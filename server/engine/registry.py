@@ -36,7 +36,7 @@ from keel.server.tools.shell import command_owner, kill_leftovers, process_runni
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import GAP_S, Reach
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import is_tree_ref, snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -54,6 +54,7 @@ class Placement(msgspec.Struct, frozen=True):
     # a fresh sandbox: its snapshot, stored with its first lease (the unit's base_tree);
     # a worker started again in it keeps the lease's trees
     scan: trees.Scan | None = None
+    files: trees.Snapshotter | None = None  # the scanner that made `scan`: the unit's steps go on with it
 
 
 class Registry:
@@ -89,9 +90,11 @@ class Registry:
             return Placement(str(path), branch, lease.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
+        await asyncio.to_thread(merge.check_out, path)
         # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
-        scan = await asyncio.to_thread(lambda: self._files.scan(path, keep_bytes=False))  # read again when stored
-        return Placement(str(path), branch, base, "", scan)
+        files = trees.Snapshotter()
+        scan = await asyncio.to_thread(lambda: files.scan(path, keep_bytes=False, checked_out=True))  # read when stored
+        return Placement(str(path), branch, base, "", scan, files)
 
     async def grant(self, uid: str, where: Placement) -> SubagentLease:
         unit_lane = self.lane_of(uid)
@@ -104,7 +107,7 @@ class Registry:
             tree = old.tree if same and old is not None else where.tree
             base_tree = old.base_tree if same and old is not None else ""
             if where.scan is not None:
-                tree = base_tree = self._files.store_txn(txn, Path(where.sandbox), where.scan)
+                tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
             mark = old.last_checkpoint if same and old is not None else 0
             return leases.grant(
                 txn,
@@ -263,7 +266,8 @@ class Registry:
         )
         if held.tree and not in_doubt:
             try:
-                found = trees.digest_as_recorded(path, held.tree)
+                base = self.host.store.read(lambda t: snapshot_base(t.get_blob, held.tree))
+                found = trees.digest_as_recorded(path, held.tree, base, self.host.sandbox)
             except trees.SandboxUnreadableError as exc:
                 return exc.message
             if found != held.tree:

@@ -36,7 +36,7 @@ from keel.protocol.records import (
     UnitMark,
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
-from keel.server.engine import checkpoint, faultpoints, places, trees
+from keel.server.engine import checkpoint, faultpoints, gitbase, places, trees
 from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import DB, Store, Txn, leases
@@ -140,21 +140,31 @@ def _reopened(mark: UnitMark, epoch: int) -> UnitMark:
 
 
 # -- files ------------------------------------------------------------------------------------------------
-def load_point(store: Store, mission_id: str, point_id: str) -> tuple[MissionRecord, RestorePoint, SandboxTree]:
-    def read(txn: Txn) -> tuple[MissionRecord, RestorePoint, SandboxTree]:
-        record = m.get_mission(txn, mission_id)
+def load_point(
+    store: Store, mission_id: str, point_id: str
+) -> tuple[MissionRecord, RestorePoint, SandboxTree, Callable[[str], bytes]]:
+    """A restore point, its file snapshot and the reader of its files' bytes (the store's blobs, and the
+    workspace repository's for a snapshot relative to a git commit)."""
+    record = store.read(lambda t: m.get_mission(t, mission_id))
+    base = gitbase.for_workspace(Path(record.workspace))
+
+    def read(txn: Txn) -> tuple[RestorePoint, SandboxTree]:
         point = m.get_point(txn, mission_id, point_id)
         manifest = m.get_checkpoint(txn, point.checkpoint)
-        return record, point, trees.point_tree(txn, manifest, f"restore point {point.id} of mission {mission_id}")
+        return point, trees.point_tree(txn, manifest, f"restore point {point.id} of mission {mission_id}", base)
 
-    return store.read(read)
+    point, tree = store.read(read)
+    return record, point, tree, blob_reader(store, base)
 
 
-def blob_reader(store: Store) -> Callable[[str], bytes]:
-    """Read one blob per short read transaction (a restore never holds a long one)."""
+def blob_reader(store: Store, base: gitbase.GitBase | None = None) -> Callable[[str], bytes]:
+    """Read one blob per short read transaction (a restore never holds a long one); a file of a
+    snapshot's base commit from the repository (`base`, after it listed that commit's files)."""
 
     def blob(digest: str) -> bytes:
         data = store.read(lambda t: t.get_blob(digest))
+        if data is None and base is not None:
+            data = base.blob(digest)
         if data is None:
             raise trees.NoSnapshotError(f"file blob {digest[:16]} of the snapshot is missing from the store")
         return data
@@ -171,8 +181,8 @@ def point_files(
     """(files, reader of their bytes by digest, name) of a restore point, or of the sandbox as it is now
     when `point` is empty or "sandbox" (freshly hashed: what no checkpoint has seen yet counts)."""
     if point and point != SANDBOX:
-        _, p, tree = load_point(store, mission_id, point)
-        return trees.tree_files(tree), blob_reader(store), p.id
+        _, p, tree, reader = load_point(store, mission_id, point)
+        return trees.tree_files(tree), reader, p.id
     record = store.read(lambda t: m.get_mission(t, mission_id))
     root = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     files = trees.current_files(root) if root.is_dir() else {}
@@ -182,12 +192,12 @@ def point_files(
 
 def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str) -> RestorePoint:
     """Put the point's files into the sandbox, verify them, then record the restore (one transaction)."""
-    record, point, tree = load_point(store, mission_id, point_id)
+    record, point, tree, reader = load_point(store, mission_id, point_id)
     if record.state in _ACTIVE:
         raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     ensure_sandbox(Path(record.workspace), sandbox, mission_id)
-    trees.materialize(sandbox, tree, blob_reader(store))
+    trees.materialize(sandbox, tree, reader)
     faultpoints.pause_here("RESTORE_VERIFY")
     trees.verify(sandbox, tree, f"restore point {point.id}")
     return store.write(lambda t: restore_txn(t, mission_id, point_id, files=True))
@@ -195,7 +205,8 @@ def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str
 
 def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Path) -> None:
     """A host resuming right after a restore with files: the sandbox must still be the restored one."""
-    tree = store.read(lambda t: trees.point_tree(t, manifest, f"checkpoint {manifest.number}"))
+    base = gitbase.for_workspace(sandbox)
+    tree = store.read(lambda t: trees.point_tree(t, manifest, f"checkpoint {manifest.number}", base))
     try:
         trees.verify(
             sandbox,
@@ -219,13 +230,13 @@ def check_restored_files(store: Store, manifest: CheckpointManifest, sandbox: Pa
 def fork(store: Store, store_path: Path, mission_id: str, point_id: str, name: str = "") -> MissionRecord:
     """A new mission from a restore point: own id, own sandbox holding the point's files, paused; named
     `name` (default: the original's name)."""
-    record, point, tree = load_point(store, mission_id, point_id)
+    record, point, tree, reader = load_point(store, mission_id, point_id)
     new_id = places.new_mission_id()
     sandbox = places.sandbox_path(store_path, new_id)
     workspace = Path(record.workspace)
     git = _fork_sandbox(workspace, Path(record.sandbox or places.sandbox_path(store_path, mission_id)), sandbox, new_id)
     try:
-        trees.materialize(sandbox, tree, blob_reader(store))
+        trees.materialize(sandbox, tree, reader)
         trees.verify(sandbox, tree, f"restore point {point.id} of mission {mission_id}")
         spec = msgspec.structs.replace(record.spec, name=name) if name else record.spec
         named = msgspec.structs.replace(record, spec=spec)

@@ -25,6 +25,7 @@ from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
 from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
 from keel.server.tools.shell import OWNER_VAR, command_owner, passed_env
+from keel.server.tools.writers import paths_written
 from keel.storage import missions as m
 
 RERUNNING = "rerunning"  # the summary of an intent recorded again to run an approved rerun
@@ -122,7 +123,11 @@ class ToolCalls:
         s = self.session
         evidence = tuple(evidence_for(s.unit_id, call, result, effect))
         recorded = StepResult(
-            msgspec.to_builtins(result), tool_class=tool.klass, summary=_describe(call), evidence=evidence
+            msgspec.to_builtins(result),
+            tool_class=tool.klass,
+            summary=_describe(call),
+            evidence=evidence,
+            paths=paths_written(call.tool, result),
         )
         return await s.record(step, recorded)
 

@@ -9,12 +9,16 @@ it (SandboxUnreadableError), never hashed as empty or skipped.
 
 A snapshot is a folder tree in the store (storage/snapshots.py): one blob per file and one SandboxFolder
 blob per folder, so an unchanged folder is shared with earlier snapshots and a snapshot writes only the
-changed files and the folders above them. Files are read outside the write transaction
-(`Snapshotter.scan`) and stored inside it (`store_txn`); a file whose size, mtime, ctime and inode did
-not change since the last scan is not read again. The tree digest of a sandbox (subagent leases) is
-the digest its snapshot's root folder would have (`Snapshotter.digest`), the same key and rules.
+changed files and the folders above them. In a git sandbox the tree holds only the files that differ
+from the sandbox's fork point, named with it in a SandboxBased blob (gitbase.py reads the commit back).
+Files are read outside the write transaction (`Snapshotter.scan`) and stored inside it (`store_txn`).
+A scan after a keel tool's write looks at the paths the tool wrote; any other walks the sandbox with a
+stat cache (size, mtime, ctime, inode and mode per path, as git's index keeps) and re-reads a file only
+when its stat changed or when its mtime was not older than the clock at the scan that cached it (a
+file rewritten within that tick with the same size: "racy git"). The tree digest of a sandbox (subagent
+leases) is the digest its snapshot would have (`Snapshotter.digest`), the same key and rules.
 `materialize` makes a folder equal to a tree; `verify` re-hashes every file and raises
-SandboxMismatchError naming what differs. Depends on storage and protocol; nothing of the host.
+SandboxMismatchError naming what differs. Depends on storage, protocol and gitbase.py; nothing of the host.
 """
 
 from __future__ import annotations
@@ -25,17 +29,21 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
-from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxTree, TreeEntry
+from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry
+from keel.server.engine import gitbase
+from keel.server.engine.gitbase import Listed
 from keel.storage import DB, Txn
 from keel.storage.bundle import check_relative_path
 from keel.storage.record import content_digest
-from keel.storage.snapshots import folder_blob, is_tree_ref, load_tree
+from keel.storage.snapshots import BaseFiles, based_blob, folder_blob, is_tree_ref, load_tree
 
 SKIP = frozenset({".git", ".keel"})
 Files = dict[str, tuple[str, str]]  # path -> (mode, blob digest)
@@ -63,8 +71,16 @@ class NoSnapshotError(NotFoundError):
 
 
 class Scan(msgspec.Struct):
-    entries: list[TreeEntry]
+    entries: list[TreeEntry]  # the files that differ from `base` (every file without one), sorted by path
     fresh: dict[str, bytes]  # digest -> bytes read in this scan (files that changed since the last one)
+    base: str = ""  # the git commit the snapshot is relative to ("": none, it names every file)
+    removed: tuple[str, ...] = ()  # files of `base` the sandbox no longer holds
+
+
+class _Known(NamedTuple):
+    key: tuple[int, int, int, int, str]  # size, mtime_ns, ctime_ns, inode, mode: what git's index keeps
+    racy: bool  # modified in the tick the scan began: read again at the next walk, whatever its stat says
+    entry: TreeEntry | None  # None: the same bytes and mode as the base commit's file
 
 
 def walk(root: Path) -> list[tuple[str, str, str, os.stat_result]]:
@@ -122,40 +138,139 @@ class _Folder(msgspec.Struct):
 
 
 class Snapshotter:
-    """Scans one sandbox again and again, re-reading only files that changed since the previous scan and
-    re-encoding only folders whose entries changed."""
+    """Scans one sandbox again and again, re-reading only files that changed since the previous scan
+    and re-encoding only folders whose entries changed. A git sandbox's snapshots are relative to its
+    fork point (gitbase.fork_point): files equal to that commit's are neither read at the first scan
+    (git's index says they are unchanged) nor stored."""
 
-    def __init__(self) -> None:
-        self._files: dict[str, tuple[tuple[int, int, int, int, str, str], TreeEntry]] = {}
+    def __init__(self, base: str | None = None, repo: Path | None = None) -> None:
+        self._base = base  # None: chosen at the first scan; "": no base commit
+        self._repo = repo  # where the base commit is read (by default the sandbox's own repository)
+        self._git = False  # the sandbox is a git work tree: git's index can say what is unchanged
+        self._listing: dict[str, Listed] = {}
+        self._known: dict[str, _Known] = {}
+        self._changed: dict[str, TreeEntry] = {}  # the files that differ from the base
+        self._removed: set[str] = set()
+        self._walked = False  # the stat cache holds every file (a walk filled it)
+        self._seeded = False  # the picture holds every file (a walk, or git, made it)
         self._folders: dict[str, tuple[tuple[object, ...], bytes, str]] = {}
 
-    def scan(self, root: Path, *, keep_bytes: bool = True) -> Scan:
-        entries: list[TreeEntry] = []
+    def scan(
+        self, root: Path, *, keep_bytes: bool = True, paths: Collection[str] | None = None, checked_out: bool = False
+    ) -> Scan:
+        """The sandbox as it is now. `paths`: the only files changed since the previous scan (keel's own
+        tools know what they wrote); None walks the whole sandbox (a command may have changed anything).
+        The first scan of a git sandbox asks git which files differ from the base commit and reads only
+        those (no walk: a fresh worktree is ready as soon as git made it); the first walk fills the stat
+        cache the same way. `checked_out`: keel made this worktree from HEAD just now and nothing else has
+        written in it: its files are HEAD's, and only the paths where HEAD differs from the base are read."""
+        if not self._seeded:
+            self._git = (root / ".git").exists() and gitbase.is_repo(root)
+        if self._base is None:
+            self._base = gitbase.fork_point(root) if self._git else ""
+        if self._base and not self._seeded:
+            self._listing = gitbase.GitBase(self._repo or root).listing(self._base)
         fresh: dict[str, bytes] = {}
-        for rel, mode, full, st in walk(root):
-            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode, rel)
-            cached = self._files.get(full)
-            if cached is not None and cached[0] == key:
-                entries.append(cached[1])  # the same object: _fold compares unchanged folders by identity
+        keep = fresh if keep_bytes else None
+        stamp = _stamp(root)
+        if not self._seeded and self._base and self._git and self._seed(root, stamp, keep, checked_out):
+            pass
+        elif paths is None or not self._seeded:
+            self._walk(root, stamp, keep)
+        else:
+            for rel in sorted(set(paths)):
+                self._one(root, rel, stamp, keep)
+        entries = sorted(self._changed.values(), key=lambda e: e.path)
+        return Scan(entries=entries, fresh=fresh, base=self._base, removed=tuple(sorted(self._removed)))
+
+    def _seed(self, root: Path, stamp: int, fresh: dict[str, bytes] | None, checked_out: bool) -> bool:
+        """The first picture of a git sandbox from git's index: only the files that differ from the base
+        commit (changed, deleted, untracked) are looked at. False when git cannot list them all."""
+        found = [] if checked_out else gitbase.untracked(root)
+        if found is None:
+            return False
+        for rel in sorted(gitbase.changed_since(root, self._base or "", head=checked_out) | set(found)):
+            self._one(root, rel, stamp, fresh)
+        self._seeded = True
+        return True
+
+    def _walk(self, root: Path, stamp: int, fresh: dict[str, bytes] | None) -> None:
+        found = walk(root)
+        seed = not self._walked and bool(self._base) and self._git  # no stat cache: git's index says what is unchanged
+        # after the walk: a file changed between git's look and ours has a stat we do not trust below
+        suspect = gitbase.changed_since(root, self._base) if seed and self._base else set()
+        known: dict[str, _Known] = {}
+        for rel, mode, full, st in found:
+            key = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode)
+            old = self._known.get(rel)
+            if old is not None and old.key == key and not old.racy:
+                known[rel] = old
                 continue
-            data = read_content(full, mode)
-            if data is None:
-                continue  # removed while we looked: it is not part of this snapshot
-            entry = TreeEntry(path=rel, mode=mode, blob=content_digest(data))  # type: ignore[arg-type]
-            if keep_bytes:
-                fresh[entry.blob] = data
-            self._files[full] = (key, entry)
-            entries.append(entry)
-        return Scan(entries=entries, fresh=fresh)
+            racy = st.st_mtime_ns >= stamp
+            listed = self._listing.get(rel)
+            if seed and not racy and listed and listed.mode == mode and rel not in suspect:
+                known[rel] = _Known(key, False, None)  # git's index: unchanged from the base commit
+                continue
+            present, got = self._read(full, rel, mode, fresh)
+            if present:
+                known[rel] = _Known(key, racy, got)
+        self._known = known
+        self._changed = {rel: k.entry for rel, k in known.items() if k.entry is not None}
+        self._removed = {rel for rel in self._listing if rel not in known}
+        self._walked = self._seeded = True
+
+    def _one(self, root: Path, rel: str, stamp: int, fresh: dict[str, bytes] | None) -> None:
+        """Look at one path again (a tool wrote or removed it)."""
+        if set(rel.split("/")) & SKIP:
+            return
+        full = os.path.join(root, rel)
+        try:
+            st = os.lstat(full)
+        except _GONE:
+            st = None
+        except OSError as exc:
+            raise SandboxUnreadableError(full, exc) from None
+        mode = "" if st is None else _mode(st)
+        present, got = self._read(full, rel, mode, fresh) if st is not None and mode else (False, None)
+        if st is None or not present:
+            self._known.pop(rel, None)
+            self._changed.pop(rel, None)
+            if rel in self._listing:
+                self._removed.add(rel)
+            return
+        self._known[rel] = _Known(
+            (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, mode), st.st_mtime_ns >= stamp, got
+        )
+        self._removed.discard(rel)
+        if got is None:
+            self._changed.pop(rel, None)
+        else:
+            self._changed[rel] = got
+
+    def _read(self, full: str, rel: str, mode: str, fresh: dict[str, bytes] | None) -> tuple[bool, TreeEntry | None]:
+        """(still there, the file's entry: None when it equals the base commit's file)."""
+        data = read_content(full, mode)
+        if data is None:
+            return False, None
+        listed = self._listing.get(rel)
+        if listed and listed.mode == mode and gitbase.git_oid(data) == listed.oid:
+            return True, None
+        entry = TreeEntry(path=rel, mode=mode, blob=content_digest(data))  # type: ignore[arg-type]
+        if fresh is not None:
+            fresh[entry.blob] = data
+        return True, entry
 
     def digest(self, root: Path) -> str:
-        """The sandbox's tree digest: the name its snapshot's root folder has (nothing is stored)."""
-        return self._fold(self.scan(root, keep_bytes=False).entries)[-1].digest
+        """The sandbox's tree digest: the name its snapshot would have (nothing is stored)."""
+        scan = self.scan(root, keep_bytes=False)
+        return _top(scan, self._fold(scan.entries)[-1].digest)[1]
 
     def store_txn(self, txn: Txn, root: Path, scan: Scan) -> str:
-        """Write the scan's new file and folder blobs; returns the snapshot's digest (its root folder).
-        A folder blob already in the store is whole (its files and subfolders were stored with it)."""
+        """Write the scan's new file and folder blobs; returns the snapshot's digest (its root folder, or
+        the based blob naming it and the commit). A folder blob already in the store is whole (its files
+        and subfolders were stored with it)."""
         folders = self._fold(scan.entries)
+        data, digest = _top(scan, folders[-1].digest)
         for folder in folders:
             if txn.exists(DB.BLOBS, folder.digest.encode()):
                 continue
@@ -165,14 +280,16 @@ class Snapshotter:
                 elif not txn.exists(DB.BLOBS, entry.blob.encode()):
                     self._store_again(txn, root, entry)
             txn.put_blob(folder.data)
-        return folders[-1].digest
+        if scan.base:
+            txn.put_blob(data)
+        return digest
 
     def _store_again(self, txn: Txn, root: Path, entry: TreeEntry) -> None:
         """A file known from an earlier scan whose checkpoint never committed (or was collected)."""
         full = str(root / entry.path)
         data = read_content(full, entry.mode)
         if data is None or content_digest(data) != entry.blob:
-            self._files.pop(full, None)
+            self._known.pop(entry.path, None)
             raise SandboxMismatchError(f"{entry.path} changed while the sandbox was being snapshotted")
         txn.put_blob(data)
 
@@ -210,6 +327,32 @@ class Snapshotter:
         return out
 
 
+def _top(scan: Scan, folder: str) -> tuple[bytes, str]:
+    """A snapshot's own blob and digest: its root folder's, or the based blob naming the commit."""
+    if not scan.base:
+        return b"", folder
+    return based_blob(SandboxBased(base=scan.base, files=folder, removed=scan.removed))
+
+
+def _stamp(root: Path) -> int:
+    """The file system's clock now, in its own granularity (a file's mtime is read from the same clock): the
+    root folder's mtime after touching it, as git takes its index file's. A file whose mtime is not
+    older than this may still change within the same tick without its stat changing."""
+    try:
+        os.utime(root)
+        return os.stat(root).st_mtime_ns
+    except OSError:
+        return time.time_ns() - 2_000_000_000  # cannot touch it: treat the last two seconds as racy
+
+
+def _mode(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "l"
+    if stat.S_ISREG(st.st_mode):
+        return "x" if st.st_mode & 0o100 else "f"
+    return ""
+
+
 def _name(path: str) -> str:
     return path.rpartition("/")[2]
 
@@ -219,11 +362,13 @@ def tree_digest(root: Path) -> str:
     return Snapshotter().digest(root)
 
 
-def digest_as_recorded(root: Path, recorded: str) -> str:
+def digest_as_recorded(root: Path, recorded: str, base: str = "", repo: Path | None = None) -> str:
     """The sandbox's tree digest in the form `recorded` has, to compare the two. A 32-hex digest was
     recorded by a keel before folder trees (a lease written before an upgrade): it is computed that
-    keel's way, so an intact sandbox still matches; any other is `tree_digest`."""
-    return _digest_before_folder_trees(root) if len(recorded) == 32 else tree_digest(root)
+    keel's way, so an intact sandbox still matches; any other is the digest of a snapshot relative to
+    `base`, the commit the recorded one names (storage/snapshots.snapshot_base; "" for none), read in
+    `repo`."""
+    return _digest_before_folder_trees(root) if len(recorded) == 32 else Snapshotter(base, repo).digest(root)
 
 
 def _digest_before_folder_trees(root: Path) -> str:
@@ -278,9 +423,10 @@ def tree_files(tree: SandboxTree) -> Files:
     return {e.path: (e.mode, e.blob) for e in tree.entries}
 
 
-def point_tree(txn: Txn, manifest: CheckpointManifest, what: str) -> SandboxTree:
-    """The file snapshot a checkpoint refers to; NoSnapshotError when it has none."""
-    tree = load_tree(txn.get_blob, manifest.sandbox_tree) if is_tree_ref(manifest.sandbox_tree) else None
+def point_tree(txn: Txn, manifest: CheckpointManifest, what: str, base: BaseFiles | None = None) -> SandboxTree:
+    """The file snapshot a checkpoint refers to (`base` reads the commit a git sandbox's snapshot is
+    relative to); NoSnapshotError when it has none."""
+    tree = load_tree(txn.get_blob, manifest.sandbox_tree, base) if is_tree_ref(manifest.sandbox_tree) else None
     if tree is None:
         if manifest.reason.startswith("failover:"):  # host.checkpoint_soon: taken in the middle of a call
             raise NoSnapshotError(

@@ -117,6 +117,7 @@ class UnitSession:
         error = ""
         try:
             self.sandbox = Path((placement := await self.registry.prepare(self.unit.id)).sandbox)
+            self._tree = placement.files or self._tree  # a fresh sandbox's scanner knows its files already
         except DiskFullError as exc:
             return await self._disk_full(exc.message)
         except KeelError as exc:
@@ -559,7 +560,7 @@ class UnitSession:
             changes["tree"] = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             # the snapshot itself is kept: the sandbox can be made again (another machine, a restore point)
-            scan = await asyncio.to_thread(self._tree.scan, self.sandbox)
+            scan = await asyncio.to_thread(lambda: self._tree.scan(self.sandbox, paths=result.paths))
 
         def write(txn: Txn) -> None:
             if scan is not None:

@@ -131,6 +131,17 @@ def reconcile_files(ctx: ToolContext, files: dict[str, dict[str, str | None]]) -
     return None, "the sandbox does not match the call's before or after state (" + "; ".join(parts) + ")"
 
 
+def paths_written(tool: str, result: ToolRunResult) -> tuple[str, ...] | None:
+    """The sandbox paths a successful call of keel's own file tools wrote or removed; None for any other
+    call (a command, a failed write), after which a snapshot walks the whole sandbox."""
+    output = result.output if result.ok and isinstance(result.output, dict) else {}
+    if tool == "write_file" and isinstance(output.get("path"), str):
+        return (output["path"],)
+    if tool == "apply_diff" and isinstance(output.get("files"), dict):
+        return tuple(output["files"])
+    return None
+
+
 class WriteFile:
     name = "write_file"
     klass: ToolClass = "effectful"

@@ -127,3 +127,14 @@ def point_after(store: Path, mission_id: str, reason: str) -> str:
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def imported_into_a_clone(tmp: Path, ws: Path, store: Path, mission_id: str) -> Path:
+    """The store of another workspace (a clone of `ws`) the mission was exported to and imported into."""
+    bundle = tmp / "m.keel"
+    ok(keel("export", mission_id, "-o", str(bundle), store=store))
+    clone = tmp / "other" / "ws"
+    git(tmp, "clone", "-q", str(ws), str(clone))
+    other = tmp / "other" / "store"
+    ok(keel("import", str(bundle), "--workspace", str(clone), "--allow-unsigned", store=other))
+    return other

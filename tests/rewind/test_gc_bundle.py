@@ -8,8 +8,17 @@ import shutil
 from pathlib import Path
 
 from keel.storage import DB
-from tests.bundles.kit import git, keel, ok, read, record
-from tests.rewind.kit import AFTER_U1, AFTER_U2, UNITS, mission, mission_toml, points, sandbox_files
+from tests.bundles.kit import keel, ok, read, record
+from tests.rewind.kit import (
+    AFTER_U1,
+    AFTER_U2,
+    UNITS,
+    imported_into_a_clone,
+    mission,
+    mission_toml,
+    points,
+    sandbox_files,
+)
 
 
 def _file_blobs(store: Path) -> int:
@@ -34,12 +43,7 @@ def test_every_point_kept_by_gc_still_restores_with_files(tmp_path: Path) -> Non
 
 def test_bundle_carries_the_snapshots_and_points_restore_after_import(tmp_path: Path) -> None:
     ws, store, mid = mission(tmp_path)
-    bundle = tmp_path / "m.keel"
-    ok(keel("export", mid, "-o", str(bundle), store=store))
-    clone = tmp_path / "other" / "ws"
-    git(tmp_path, "clone", "-q", str(ws), str(clone))
-    other = tmp_path / "other" / "store"
-    ok(keel("import", str(bundle), "--workspace", str(clone), "--allow-unsigned", store=other))
+    other = imported_into_a_clone(tmp_path, ws, store, mid)
     p_u1 = next(p["id"] for p in points(other, mid) if p["reason"] == "unit succeeded: u1")
     ok(keel("restore", mid, p_u1, "--files", store=other))
     assert sandbox_files(Path(record(other, mid).sandbox)) == AFTER_U1

@@ -145,6 +145,7 @@ SAMPLES: dict[type[Any], Any] = {
     records.SandboxTree: records.SandboxTree(entries=(records.TreeEntry(path="a", mode="l", blob="f" * 64),)),
     records.FolderEntry: records.FolderEntry(name="é.py", mode="d", blob=bytes(range(32))),
     records.SandboxFolder: records.SandboxFolder(entries=(records.FolderEntry(name="a", mode="x", blob=b"\xff" * 32),)),
+    records.SandboxBased: records.SandboxBased(base="c" * 40, files="d" * 64, removed=("gone.txt",)),
     records.SubagentLease: records.SubagentLease(
         unit="u1",
         lane="l2",
