@@ -13,8 +13,9 @@
     ]
 
 A failed tool step fails the unit unless it says `allow_failure = true`. Test-only steps: `fail` (raise),
-`exit` (the process dies; with `once_file`, only while that file does not exist) and `garbage` (write
-bytes that are not a frame). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
+`exit` (the process dies; with `once_file`, only while that file does not exist), `garbage` (write
+bytes that are not a frame) and `wait_file` (work until that file exists: a strike's window that no
+machine's speed can close). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
 the SDK only.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,15 @@ async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
     if "sleep" in step:
         await asyncio.sleep(float(step["sleep"]))
         return None
+    if "wait_file" in step:  # the agent's own work, nothing journaled, until a test lets it finish
+        await asyncio.to_thread(_wait_file, Path(str(step["wait_file"])))
+        return None
     return _test_step(where, step)
+
+
+def _wait_file(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.02)
 
 
 def _test_step(where: str, step: dict[str, Any]) -> Any:

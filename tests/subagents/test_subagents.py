@@ -29,9 +29,9 @@ from subagent_helpers import (
     checkout_fingerprint,
     git,
     lease,
-    store_writable,
     uncertain_effect,
     wait_gone,
+    writes_blocked_by,
 )
 
 from keel.protocol.states import MissionState
@@ -52,7 +52,7 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
     """SIGSTOP the worker, but not while it holds LMDB's write lock (that would stop every writer)."""
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
-        if store_writable(store):
+        if not writes_blocked_by(store, pid):
             return
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)
@@ -82,7 +82,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
         assert zombie is not None
         _stop_outside_a_commit(store, zombie.pid)
         # the lease expires, the unit is taken over under epoch 2 and completes there
-        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=20)
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=120)
         winner = lease(store, mid, "slow")
         assert winner is not None and winner.epoch > zombie.epoch and winner.pid != zombie.pid
         assert alive(zombie.pid), "the host must fence the old worker, not rely on killing it"
