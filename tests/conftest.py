@@ -84,9 +84,7 @@ def store_backend(
 
 def fast(relative: Path) -> bool:
     """Whether the test module at `relative` (to tests/) belongs to the fast tier."""
-    return (
-        relative.parts[0] in FAST_FOLDERS or relative.name in FAST_MODULES or relative.name.endswith("_table.py")
-    )
+    return relative.parts[0] in FAST_FOLDERS or relative.name in FAST_MODULES or relative.name.endswith("_table.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
