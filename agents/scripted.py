@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +69,11 @@ async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
         await asyncio.sleep(float(step["sleep"]))
         return None
     if "wait_file" in step:  # the agent's own work, nothing journaled, until a test lets it finish
-        await asyncio.to_thread(_wait_file, Path(str(step["wait_file"])))
+        gate = str(step["wait_file"])
+        while not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110 (a file has no event to await)
+            await asyncio.sleep(0.02)
         return None
     return _test_step(where, step)
-
-
-def _wait_file(path: Path) -> None:
-    while not path.exists():
-        time.sleep(0.02)
 
 
 def _test_step(where: str, step: dict[str, Any]) -> Any:
