@@ -60,6 +60,7 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
 
 
 def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
     units = [
         {
             "id": "slow",
@@ -67,7 +68,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
                 "steps": [
                     {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
                     {"now": True},
-                    {"sleep": 2.5},
+                    {"wait_file": str(gate)},  # the agent's work: the worker is stopped before it ends
                 ]
             },
         },
@@ -81,6 +82,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
         zombie = lease(store, mid, "slow")
         assert zombie is not None
         _stop_outside_a_commit(store, zombie.pid)
+        gate.touch()
         # the lease expires, the unit is taken over under epoch 2 and completes there
         wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=120)
         winner = lease(store, mid, "slow")
