@@ -14,8 +14,9 @@
     ]
 
 A failed tool step fails the unit unless it says `allow_failure = true`. Test-only steps: `fail` (raise),
-`exit` (the process dies; with `once_file`, only while that file does not exist) and `garbage` (write
-bytes that are not a frame). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
+`exit` (the process dies; with `once_file`, only while that file does not exist), `garbage` (write
+bytes that are not a frame) and `wait_file` (work until that file exists: a strike's window that no
+machine's speed can close). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
 the SDK only.
 """
 
@@ -73,6 +74,11 @@ async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
         return None
     if "sleep" in step:
         await asyncio.sleep(float(step["sleep"]))
+        return None
+    if "wait_file" in step:  # the agent's own work, nothing journaled, until a test lets it finish
+        gate = str(step["wait_file"])
+        while not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110 (a file has no event to await)
+            await asyncio.sleep(0.02)
         return None
     return _test_step(where, step)
 

@@ -19,7 +19,7 @@ from keel.protocol.errors import DiskFullError
 NEARLY_FULL_BYTES = 256 * 1024
 
 _NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")
+_NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded", "Out of diskspace")  # the last: git's
 
 
 def _existing(path: Path) -> Path:
@@ -30,8 +30,9 @@ def _existing(path: Path) -> Path:
 
 
 def mount_point(path: str | os.PathLike[str]) -> Path:
-    """The mount point of the filesystem holding `path` (or its nearest existing ancestor)."""
-    path = _existing(Path(path))
+    """The mount point of the filesystem holding `path` (or its nearest existing ancestor), symbolic
+    links followed (a workspace's .git may be a link to another disk)."""
+    path = Path(os.path.realpath(_existing(Path(path))))
     while not os.path.ismount(path) and path != path.parent:
         path = path.parent
     return path

@@ -5,8 +5,8 @@ patch of the sandbox's whole working tree (untracked files included, ignored fil
 commit the sandbox was created from (the base). The patch is made with a temporary index, so the
 sandbox's own index is never touched. Without git the sandbox is a copy, and a bundle carries every
 file. Import re-creates the sandbox under the importing store (`git worktree add` at the base, then
-`git apply --binary`), checking every path first. Depends on storage/bundle.py and git; nothing of the
-mission engine but keel's git identity.
+`git apply --binary`), checking every path first. Depends on storage/bundle.py and keel.server.gitrun;
+nothing of the mission engine.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from keel.server.engine.merge import GIT_IDENTITY
+from keel.server import gitrun
 from keel.storage.bundle import (
     PATCH_KEY,
     WORKSPACE_DB,
@@ -35,18 +35,10 @@ _EXCLUDE = [":(exclude).keel", ":(exclude).git"]
 def _git(
     cwd: Path, *args: str, env: dict[str, str] | None = None, data: bytes | None = None, check: str = ""
 ) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=str(cwd),
-        capture_output=True,
-        timeout=120,
-        input=data,
-        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
-        stdin=None if data is not None else subprocess.DEVNULL,
-    )
-    if check and proc.returncode != 0:
-        raise BundleError(f"{check}: git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc
+    def failed(message: str) -> BundleError:
+        return BundleError(f"{check}: git {args[0]} failed: {message}")
+
+    return gitrun.run_bytes(cwd, *args, data=data, env=env, fail=failed if check else None)
 
 
 def _is_git_worktree(path: Path) -> bool:
@@ -203,7 +195,7 @@ def _rebuild_git(bundle: Bundle, workspace: Path, target: Path, mission_id: str)
             "--no-verify",
             "-m",
             f"keel: changes of mission {mission_id} (imported)",
-            env=GIT_IDENTITY,
+            env=gitrun.IDENTITY,
             check=f"cannot commit the imported changes in {target}",
         )
 

@@ -80,14 +80,42 @@ def verify_structure(data_file: Path) -> list[Problem]:
     except (FileDamage, OSError):
         return _problems(walk(data_file, databases))
     try:
-        env = lmdb.open(str(data_file.parent), readonly=True, max_dbs=len(DB) + 4, max_readers=512, subdir=True)
+        env = open_reader(data_file.parent)
     except lmdb.Error as exc:
         return [Problem(db="*", key="", message=f"LMDB cannot open the file: {exc}")]
     try:
-        with env.begin():
-            return _problems(walk(data_file, databases))
+        return walk_in_snapshot(env, data_file)
     finally:
         env.close()
+
+
+_RESIZE_RETRIES = 10
+
+
+def open_reader(folder: Path) -> lmdb.Environment:
+    """The store's environment, read-only; opened again when another process grew the map while LMDB
+    opened it (MDB_MAP_RESIZED: nothing is wrong, the store is being written)."""
+    for _ in range(_RESIZE_RETRIES):
+        try:
+            return lmdb.open(str(folder), readonly=True, max_dbs=len(DB) + 4, max_readers=512, subdir=True)
+        except lmdb.MapResizedError:
+            continue
+    raise lmdb.MapResizedError("the map keeps being resized by another process")
+
+
+def walk_in_snapshot(env: lmdb.Environment, data_file: Path) -> list[Problem]:
+    """`walk` inside a read transaction of `env`. A writer may have grown the map since `env` was opened:
+    LMDB then refuses the transaction (MDB_MAP_RESIZED) until the environment adopts the new size."""
+    databases = frozenset(db.value for db in DB)
+    for _ in range(_RESIZE_RETRIES):
+        try:
+            txn = env.begin()
+        except lmdb.MapResizedError:
+            env.set_mapsize(0)  # adopt the size another process grew the map to
+            continue
+        with txn:
+            return _problems(walk(data_file, databases))
+    return [Problem(db="*", key="", message="the map keeps being resized by another process; verify again")]
 
 
 def _problems(found: list[PageProblem]) -> list[Problem]:

@@ -1,4 +1,16 @@
-"""Fixtures every suite may use: the test run's PostgreSQL server, and stores on either backend."""
+"""Fixtures every suite may use: the test run's PostgreSQL server, and stores on either backend; and the
+suite's tiers and its groups for parallel runs.
+
+Tiers: the fast tier (`pytest -m "not slow"`) is the in-process tests of records, storage, tools and
+providers, the layering and git-runner checks, and every decision table (a module named
+`test_<decision>_table.py`, wherever it lives); every other test starts hosts, agents, servers or editors
+and is marked `slow` here (a test of a fast module may also be marked `slow` by hand).
+
+Parallel runs (`pytest -n auto --dist loadgroup`, pytest-xdist): each worker is a session of its own, with
+its own tmp_path root, its own PostgreSQL cluster on a free port (`pg_server`) and free ports for every
+server; tests that share something outside those run on one worker (an `xdist_group`): the VS Code tests
+(they package the extension into the checkout), the two-machine tests (their network namespaces use fixed
+addresses) and the modules whose module-scoped fixtures are costly (computed once, not once per worker)."""
 
 from __future__ import annotations
 
@@ -8,6 +20,18 @@ from pathlib import Path
 import pytest
 
 from tests.pgserver import PgServer
+
+TESTS = Path(__file__).resolve().parent
+FAST_FOLDERS = {"protocol", "storage", "tools", "providers"}
+FAST_MODULES = {"test_layering.py", "test_gitrun.py"}
+GROUPS = {
+    "vscode": "vscode",
+    "postgres/test_machines.py": "machines",
+    "postgres/test_worker_machines.py": "machines",
+    "engine/test_disk_full.py": "engine/test_disk_full.py",  # module fixture: an undisturbed reference run
+    "cli/test_store_damage.py": "cli/test_store_damage.py",  # module fixture: a store with a mission
+    "cli/test_lmdb_damage.py": "cli/test_lmdb_damage.py",
+}
 
 BACKENDS = ("lmdb", "postgresql")
 STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundle tests keep their stores
@@ -56,3 +80,18 @@ def store_backend(
         for folder in STORE_FOLDERS:
             store_folder(tmp_path / folder)
     return backend
+
+
+def fast(relative: Path) -> bool:
+    """Whether the test module at `relative` (to tests/) belongs to the fast tier."""
+    return relative.parts[0] in FAST_FOLDERS or relative.name in FAST_MODULES or relative.name.endswith("_table.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        relative = item.path.resolve().relative_to(TESTS)
+        if not fast(relative):
+            item.add_marker(pytest.mark.slow)
+        group = GROUPS.get(relative.as_posix()) or GROUPS.get(relative.parts[0])
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -8,7 +8,7 @@ what the mission started from (or already the result); otherwise nothing is writ
 every conflicting file. With `--branch NAME` (git only) the working tree, index and HEAD are not
 touched: a commit on top of HEAD is made with a temporary index and NAME points at it (refused when NAME
 exists or HEAD's version of a changed file is not the one the mission started from).
-Depends on storage, the engine's sandbox/trees modules and git.
+Depends on storage, the engine's sandbox/trees modules and keel.server.gitrun.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import msgspec
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import SandboxTree
 from keel.protocol.states import MissionState
+from keel.server import gitrun
 from keel.server.engine import gitbase, places, trees
 from keel.server.engine.effects import is_cache
 from keel.server.engine.hostlock import host_alive
@@ -129,18 +130,10 @@ def _to_worktree(target: Path, changed: list[str], base: trees.Files, result: tr
 def _git(
     cwd: Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=str(cwd),
-        capture_output=True,
-        timeout=120,
-        input=data,
-        env={**os.environ, **(env or {})},
-        stdin=None if data is not None else subprocess.DEVNULL,
-    )
-    if check and proc.returncode != 0:
-        raise ApplyConflictError(f"git {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc
+    def failed(message: str) -> ApplyConflictError:
+        return ApplyConflictError(f"git {args[0]} failed: {message}")
+
+    return gitrun.run_bytes(cwd, *args, data=data, env=env, fail=failed if check else None)
 
 
 def _not_ignored(sandbox: Path, paths: list[str]) -> list[str]:

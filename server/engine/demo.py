@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from keel.server import gitrun
 from keel.storage import Store
 from keel.storage import missions as m
 
@@ -42,12 +43,10 @@ MIGRATED = {
 
 
 def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.email=demo@keel.invalid", "-c", "user.name=keel demo", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
+    def failed(message: str) -> subprocess.CalledProcessError:
+        return subprocess.CalledProcessError(1, ["git", *args], stderr=message)
+
+    gitrun.run(cwd, "-c", "user.email=demo@keel.invalid", "-c", "user.name=keel demo", *args, fail=failed)
 
 
 def make_repository(root: Path) -> Path:
@@ -198,7 +197,7 @@ def _report(
         evidence = [e for _, e in s.read(lambda t: list(m.evidence_after(t, mid)))]
     sandbox = Path(record.sandbox)
     verified = [e for e in evidence if e.kind == "verification"]
-    clean = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+    clean = gitrun.run(repo, "status", "--porcelain").stdout == ""
     migrated = all((sandbox / rel).read_text() == text for rel, text in MIGRATED.items())
     say("")
     say(f"resumed host finished: mission {record.state.value} (exit {rc})")

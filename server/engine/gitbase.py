@@ -6,7 +6,8 @@ bundle's snapshots resolve on any clone holding it. `listing` gives a commit's f
 and size (what a scan compares against); `GitBase.files` gives them as snapshot entries with keel's
 content digests (read through one `git cat-file --batch`), and `GitBase.blob` their bytes by that
 digest. A commit the repository does not have is a BaseCommitError naming it, never another tree.
-Depends on git, storage/snapshots.py and storage/record.py; nothing of the mission engine.
+Depends on git (through server/gitrun.py), storage/snapshots.py and storage/record.py; nothing of the
+mission engine.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from keel.protocol.records import TreeEntry
+from keel.server import gitrun
 from keel.storage.record import content_digest
 from keel.storage.snapshots import BaseCommitError
 
@@ -30,14 +32,7 @@ class Listed(NamedTuple):
 
 
 def _git(cwd: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        ["git", *args],
-        cwd=str(cwd),
-        input=data,
-        capture_output=True,
-        timeout=600,
-        stdin=None if data is not None else subprocess.DEVNULL,
-    )
+    return gitrun.run_bytes(cwd, *args, data=data)
 
 
 def is_repo(path: Path) -> bool:
@@ -148,9 +143,7 @@ class GitBase:
         if oid is None:
             return None
         if self._batch is None or self._batch.poll() is not None:
-            self._batch = subprocess.Popen(
-                ["git", "cat-file", "--batch"], cwd=str(self.repo), stdin=subprocess.PIPE, stdout=subprocess.PIPE
-            )
+            self._batch = gitrun.batch(self.repo, "cat-file", "--batch")
         assert self._batch.stdin is not None and self._batch.stdout is not None
         self._batch.stdin.write(f"{oid}\n".encode())
         self._batch.stdin.flush()

@@ -8,7 +8,7 @@ the digests it started from. A conflict merges nothing and is reported to the ca
 person. Everything happens inside keel's own worktrees: the person's checkout, index, branches and
 .git/config are never written (git identity comes from the environment, never from `git config`).
 A git command that fails for want of space is a DiskFullError (the mission pauses), never a conflict.
-Depends on the engine's sandbox and trees modules only.
+Depends on the engine's sandbox and trees modules and on keel.server.gitrun only.
 """
 
 from __future__ import annotations
@@ -19,16 +19,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from keel.protocol.diskspace import disk_full, nearly_full, says_no_space
+from keel.protocol.diskspace import disk_full, says_no_space
+from keel.server import gitrun
 from keel.server.engine import trees
 from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
-
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "keel",
-    "GIT_AUTHOR_EMAIL": "keel@localhost",
-    "GIT_COMMITTER_NAME": "keel",
-    "GIT_COMMITTER_EMAIL": "keel@localhost",
-}
 
 
 class MergeConflict(SandboxError):
@@ -42,28 +36,13 @@ class MergeConflict(SandboxError):
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=str(cwd),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **GIT_IDENTITY},
-    )
-    if check and proc.returncode != 0:
-        _raise_if_disk_full(cwd, proc)
-        raise SandboxError(f"git {' '.join(args[:3])} in {cwd} failed: {proc.stderr.strip()[:500]}")
-    return proc
+    """git in keel's own worktree `cwd`, as keel (gitrun.IDENTITY); with `check`, a failure that is not
+    a full disk is a SandboxError naming git's message."""
 
+    def failed(message: str) -> SandboxError:
+        return SandboxError(f"git {' '.join(args[:3])} in {cwd} failed: {message}")
 
-def _raise_if_disk_full(cwd: Path, proc: subprocess.CompletedProcess[str]) -> None:
-    """A failed git command that says "No space left" (or ran on an all but full filesystem) is a full
-    disk, not a unit failure or a merge conflict."""
-    output = f"{proc.stderr}\n{proc.stdout}"
-    if says_no_space(output) or nearly_full(cwd):
-        lines = [line for line in output.splitlines() if says_no_space(line)] or output.strip().splitlines()[-1:]
-        raise disk_full(cwd, f"git {' '.join(str(a) for a in proc.args[1:3])}: {' '.join(lines)[:300]}", "the sandbox")
+    return gitrun.run(cwd, *args, env=gitrun.IDENTITY, fail=failed if check else None)
 
 
 def is_git(sandbox: Path) -> bool:
@@ -246,7 +225,8 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
             git(mission_sandbox, "merge", "--abort", check=False)
             if paths:
                 raise MergeConflict(unit, paths)
-            _raise_if_disk_full(mission_sandbox, proc)
+            if full := gitrun.full_filesystem_path(mission_sandbox, f"{proc.stderr}\n{proc.stdout}", any_failure=True):
+                raise disk_full(full, f"git merge: {(proc.stderr or proc.stdout).strip()[:300]}")
             raise SandboxError(
                 f"git merge of unit {unit} ({commit[:12]}) into {mission_sandbox} failed: "
                 f"{(proc.stderr or proc.stdout).strip()[:500]}"

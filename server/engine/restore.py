@@ -17,7 +17,6 @@ Depends on storage and the engine's checkpoint, journal, places, sandbox and tre
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ from keel.protocol.records import (
     UnitMark,
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
+from keel.server import gitrun
 from keel.server.engine import checkpoint, faultpoints, gitbase, places, trees
 from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
@@ -252,9 +252,9 @@ def _fork_sandbox(workspace: Path, original: Path, target: Path, new_id: str) ->
     if top is None:
         target.mkdir(parents=True, exist_ok=False)
         return False
-    start = _run(original, "rev-parse", "HEAD") if original.exists() else None
+    start = gitrun.run(original, "rev-parse", "HEAD") if original.exists() else None
     base = start.stdout.strip() if start is not None and start.returncode == 0 else "HEAD"
-    made = _run(top, "branch", f"keel/{new_id}", base)
+    made = gitrun.run(top, "branch", f"keel/{new_id}", base)
     if made.returncode != 0:
         raise SandboxError(f"cannot create branch keel/{new_id}: {made.stderr.strip()}")
     ensure_sandbox(workspace, target, new_id)
@@ -263,15 +263,9 @@ def _fork_sandbox(workspace: Path, original: Path, target: Path, new_id: str) ->
 
 def _remove_sandbox(workspace: Path, target: Path, new_id: str, git: bool) -> None:
     if git:
-        _run(workspace, "worktree", "remove", "--force", str(target))
-        _run(workspace, "branch", "-D", f"keel/{new_id}")
+        gitrun.run(workspace, "worktree", "remove", "--force", str(target))
+        gitrun.run(workspace, "branch", "-D", f"keel/{new_id}")
     shutil.rmtree(target, ignore_errors=True)
-
-
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-    )
 
 
 def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str, sandbox: Path) -> MissionRecord:

@@ -2,18 +2,18 @@
 
 The person's working tree, index and branches are never changed: `git worktree add -b keel/<id>` only
 adds a branch and a worktree entry. A copy leaves out `.keel` (keel's own state). Depends on nothing in
-keel but the error types.
+keel but the error types and keel.server.gitrun.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError
+from keel.server import gitrun
 from keel.storage.location import store_exists
 
 
@@ -21,21 +21,15 @@ class SandboxError(KeelError):
     code = ErrorCode.TOOL
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", *args], cwd=str(cwd), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-    )
-
-
 def git_toplevel(workspace: Path) -> Path | None:
     if shutil.which("git") is None:
         return None
-    proc = _git(workspace, "rev-parse", "--show-toplevel")
+    proc = gitrun.run(workspace, "rev-parse", "--show-toplevel")
     if proc.returncode != 0:
         return None
     top = Path(proc.stdout.strip())
     # an empty repository (no commit yet) has nothing to branch from: treat it as a plain folder
-    return top if _git(top, "rev-parse", "--verify", "-q", "HEAD").returncode == 0 else None
+    return top if gitrun.run(top, "rev-parse", "--verify", "-q", "HEAD").returncode == 0 else None
 
 
 def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
@@ -51,18 +45,16 @@ def ensure_sandbox(workspace: Path, target: Path, mission_id: str) -> Path:
         if target.exists():
             shutil.rmtree(target)
         branch = f"keel/{mission_id}"
-        exists = _git(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0
+        exists = gitrun.run(top, "rev-parse", "--verify", "-q", f"refs/heads/{branch}").returncode == 0
         # -f -f: a worktree entry a killed `git worktree add` left locked at this path is taken over
         args = (
             ["worktree", "add", "--force", "--force", str(target), branch]
             if exists
             else ["worktree", "add", "--force", "--force", "-b", branch, str(target), "HEAD"]
         )
-        proc = _git(top, *args)
-        if proc.returncode != 0 and says_no_space(proc.stderr):
-            raise disk_full(target, proc.stderr.strip(), "the sandbox")
-        if proc.returncode != 0:
-            raise SandboxError(f"cannot create the sandbox worktree {target}: {proc.stderr.strip()}")
+        gitrun.run(
+            top, *args, fail=lambda message: SandboxError(f"cannot create the sandbox worktree {target}: {message}")
+        )
         return target
     partial = target.with_name(target.name + ".keel-partial")
     if partial.exists():
@@ -104,7 +96,7 @@ def _half_made(target: Path) -> bool:
     locked = admin / "locked"
     if locked.exists() and locked.read_text(errors="replace").strip() == "initializing":
         return True
-    return _git(target, "rev-parse", "--verify", "-q", "HEAD").returncode != 0
+    return gitrun.run(target, "rev-parse", "--verify", "-q", "HEAD").returncode != 0
 
 
 def _keel_files(target: Path) -> Callable[[str, list[str]], set[str]]:

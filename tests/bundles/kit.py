@@ -103,7 +103,7 @@ def head(store: Path, mission_id: str) -> CheckpointManifest | None:
     return read(store, lambda t: m.head_checkpoint(t, mission_id))  # type: ignore[no-any-return]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -102,7 +102,7 @@ def record(store: Path, mission_id: str) -> MissionRecord:
     return read(store, lambda t: m.get_mission(t, mission_id))  # type: ignore[no-any-return]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 20, step: float = 0.01) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 120, step: float = 0.01) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

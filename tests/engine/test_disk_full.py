@@ -7,6 +7,7 @@ undisturbed run, and `keel verify` passes."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -107,14 +108,15 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return files(sandbox_of(store, mid))
 
 
-def _run_until_full(mission: Path, store: Path, side: Path, gate: Path, mnt: Path) -> tuple[str, Path]:
-    """`keel run`; once the first effect is in the side log, fill the disk and let the unit go on."""
+def _run_until_full(mission: Path, store: Path, side: Path, gate: Path, mnt: Path, leave: int = 0) -> tuple[str, Path]:
+    """`keel run`; once the first effect is in the side log, fill the disk (but about `leave` bytes) and let
+    the unit go on."""
     proc = start_keel("run", str(mission), store=store)
     try:
         assert proc.stdout is not None
         mid = json.loads(proc.stdout.readline())["mission"]
         wait_for(lambda: side.exists() and "a1" in side.read_text().split(), timeout=60)
-        filler = tmpfs.fill(mnt)
+        filler = tmpfs.fill(mnt, leave)
         gate.touch()
         out, err = proc.communicate(timeout=120)
     finally:
@@ -163,6 +165,18 @@ def _resume_and_check(store: Path, mid: str, side: Path, reference: dict[str, by
     assert _no_space_journaled(store, mid) == []
 
 
+def _fill_pause_and_resume(
+    mission: Path, store: Path, side: Path, gate: Path, mnt: Path, reference: dict[str, bytes]
+) -> None:
+    """The disk at `mnt` fills mid-mission: paused `disk_full` naming it, nothing journaled about it, and
+    once the filler is removed `keel resume` completes with the files of an undisturbed run."""
+    mid, filler = _run_until_full(mission, store, side, gate, mnt)
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert _no_space_journaled(store, mid) == []
+    filler.unlink()
+    _resume_and_check(store, mid, side, reference)
+
+
 def test_store_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
     """(a) Only the store is on the small disk (the sandboxes are next to it, on an ordinary one)."""
     side, gate = tmp_path / "side.log", tmp_path / "gate"
@@ -190,11 +204,7 @@ def test_sandbox_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference:
     (tmp_path / "keel" / "sandboxes").symlink_to(mnt / "sandboxes")
     store = tmp_path / "keel" / "store"
     mission = _mission(tmp_path, mnt / "ws", side, gate)
-    mid, filler = _run_until_full(mission, store, side, gate, mnt)
-    _assert_paused_for_disk_full(store, mid, mnt)
-    assert _no_space_journaled(store, mid) == []
-    filler.unlink()
-    _resume_and_check(store, mid, side, reference)
+    _fill_pause_and_resume(mission, store, side, gate, mnt, reference)
 
 
 def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
@@ -204,8 +214,48 @@ def test_store_and_sandboxes_share_the_full_disk(tmp_path: Path, mount: Mount, r
     mnt = mount(tmp_path / "mnt", "4m")  # the git workspace and its worktrees need a little more
     store = mnt / "keel" / "store"
     mission = _mission(tmp_path, mnt / "ws", side, gate)
-    mid, filler = _run_until_full(mission, store, side, gate, mnt)
+    _fill_pause_and_resume(mission, store, side, gate, mnt, reference)
+
+
+def _git_dir_on(ws: Path, mnt: Path) -> None:
+    """The workspace's .git moved onto the small disk (a link in its place): the workspace, the sandboxes
+    and the store stay on an ordinary one, and only git's own writes (objects, index, refs) fill up."""
+    shutil.move(ws / ".git", mnt / "git")
+    (ws / ".git").symlink_to(mnt / "git")
+
+
+def test_workspace_git_disk_fills_mid_mission(tmp_path: Path, mount: Mount, reference: dict[str, bytes]) -> None:
+    """(d) Only the workspace's .git is on the small disk: a unit's commit or merge fails there ("Out of
+    diskspace", an index that cannot be written). The host pauses `disk_full` naming that filesystem — never
+    exits 1 leaving the mission `running` — and resume completes the mission."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "3m")
+    mission = _mission(tmp_path, tmp_path / "ws", side, gate)
+    _git_dir_on(tmp_path / "ws", mnt)
+    store = tmp_path / "keel" / "store"
+    _fill_pause_and_resume(mission, store, side, gate, mnt, reference)
+
+
+def test_unit_whose_worktree_cannot_be_made_for_want_of_space_is_not_failed(tmp_path: Path, mount: Mount) -> None:
+    """A unit's `git worktree add` fails because the workspace's .git is full (git may only say it
+    "couldn't write" a ref or lock): the mission pauses `disk_full` naming that filesystem and the unit is not
+    recorded failed, so the first `keel resume` after space is freed completes the mission."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "3m")
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    units = [  # a changes no file: finishing it needs a few pages of .git at most; c's worktree needs more
+        {"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}}]}},
+        {"id": "c", "after": ["a"], "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo c1 >> {side}"}}]}},
+    ]
+    _git_workspace(tmp_path / "ws")
+    mission = write_mission(tmp_path, units, workspace=str(tmp_path / "ws"))
+    _git_dir_on(tmp_path / "ws", mnt)
+    store = tmp_path / "keel" / "store"
+    mid, filler = _run_until_full(mission, store, side, gate, mnt, leave=16 * 1024)
     _assert_paused_for_disk_full(store, mid, mnt)
-    assert _no_space_journaled(store, mid) == []
+    assert "git worktree add" in record(store, mid).error  # the strike landed on c's worktree
+    assert side.read_text().split() == ["a1"]
     filler.unlink()
-    _resume_and_check(store, mid, side, reference)
+    keel("resume", mid, store=store, timeout=180, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert side.read_text().split() == ["a1", "c1"]

@@ -77,8 +77,9 @@ class Env:
     async def request(self, method: str, params: Any = None) -> Any:
         return _plain(await self.client.protocol.send_request_async(method, params))
 
-    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], within: float = 20.0) -> dict[str, Any]:
-        """The first keel/missionChanged payload (seen so far or arriving) that satisfies `pred`."""
+    async def wait_for(self, pred: Callable[[dict[str, Any]], bool], within: float = 120.0) -> dict[str, Any]:
+        """The first keel/missionChanged payload (seen so far or arriving) that satisfies `pred`; the deadline
+        is generous (a loaded machine, hosts started as subprocesses): a passing test never waits for it."""
         deadline = time.monotonic() + within
         seen = 0
         while True:
@@ -95,7 +96,7 @@ class Env:
         kill_hosts(self.store)
 
 
-async def until(pred: Callable[[], bool], within: float = 5.0) -> None:
+async def until(pred: Callable[[], bool], within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while not pred():
         assert time.monotonic() < deadline, "condition not reached"

@@ -35,7 +35,7 @@ def follow(env: Env) -> list[dict[str, Any]]:
     return pushed
 
 
-async def until(pushed: list[dict[str, Any]], pred: Any, within: float = 30.0) -> None:
+async def until(pushed: list[dict[str, Any]], pred: Any, within: float = 120.0) -> None:
     deadline = time.monotonic() + within
     while not any(pred(item) for payload in pushed for item in payload["items"]):
         if time.monotonic() > deadline:

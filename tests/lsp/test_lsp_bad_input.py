@@ -85,7 +85,7 @@ class Server:
                 self.buffer = rest[length:]
         return out
 
-    def until(self, ids: set[Any], timeout: float = 20.0) -> dict[Any, list[dict[str, Any]]]:
+    def until(self, ids: set[Any], timeout: float = 120.0) -> dict[Any, list[dict[str, Any]]]:
         got: dict[Any, list[dict[str, Any]]] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not ids <= set(got):

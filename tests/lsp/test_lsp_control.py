@@ -126,7 +126,7 @@ async def test_changes_from_another_process_are_pushed(env: Env) -> None:
     assert time.monotonic() - before < 10
     await edit_elsewhere(env.store, mid, "edited elsewhere")  # a process that writes the store directly
     # pushed without any request from the client; the delay itself is a figure of benchmarks/lsp.py
-    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", within=10)
+    await env.wait_for(lambda c: c["id"] == mid and c.get("error") == "edited elsewhere", within=60)
 
 
 async def test_dead_host_is_restarted(env: Env) -> None:
@@ -175,15 +175,15 @@ async def test_stranded_mission_is_flagged(env: Env) -> None:
     logs.rmdir()
     logs.write_text("not a folder")
     os.killpg(running["host"]["pid"], signal.SIGKILL)
-    stranded = await env.wait_for(lambda c: c["id"] == mid and c["stranded"], within=15)
+    stranded = await env.wait_for(lambda c: c["id"] == mid and c["stranded"], within=60)
     assert stranded["state"] == "running" and stranded["host"]["alive"] is False
 
     def shown() -> list[str]:
         return [m.message for m in env.client.messages if m.type == types.MessageType.Error]
 
-    await _until(lambda: any(f"mission {mid} is stranded" in line for line in shown()), within=10)
+    await _until(lambda: any(f"mission {mid} is stranded" in line for line in shown()), within=60)
 
 
 async def _host_leaves(env: Env, mid: str) -> None:
     """A host stops by itself once its mission waits for input (it checkpoints and exits 3)."""
-    await env.wait_for(lambda c: c["id"] == mid and not (c.get("host") or {}).get("alive"), within=15)
+    await env.wait_for(lambda c: c["id"] == mid and not (c.get("host") or {}).get("alive"), within=120)

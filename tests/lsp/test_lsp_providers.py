@@ -53,7 +53,7 @@ def by_name(payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{e['provider']}/{e['endpoint']}": e for e in payload["endpoints"]}
 
 
-async def wait_until(changes: list[dict[str, Any]], pred: Any, within: float = 20.0) -> dict[str, Any]:
+async def wait_until(changes: list[dict[str, Any]], pred: Any, within: float = 120.0) -> dict[str, Any]:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         found = next((c for c in changes if pred(c)), None)

@@ -5,11 +5,12 @@ The mission host runs here (`workers = true`: it offers its units); two machines
 tests/postgres/machines.py) each run a `keel worker` on the same PostgreSQL store. The strike comes on a
 condition: a unit held by machine A's worker has made its effect (its marker is in the side log, a file
 outside every sandbox standing for the world) and journaled its last step, so its agent is working
-without the store (a few seconds' sleep) and will complete the unit after it. Then A's link is cut, with
-every process on A still running. The unit's lease must lapse, the host offer it again, B's worker take it
-and carry it on from its journal in a sandbox made from the store; the mission completes. A's agent
-finishes meanwhile and its worker process tries to record the completion: when the link comes back, that
-completion must be rejected (a `lease`/`rejected` event), and nothing A does changes the result.
+without the store (until the test opens a gate file, after the cut) and will complete the unit after
+it. Then A's link is cut, with every process on A still running. The unit's lease must lapse, the host
+offer it again, B's worker take it and carry it on from its journal in a sandbox made from the store;
+the mission completes. A's agent finishes meanwhile and its worker process tries to record the
+completion: when the link comes back, that completion must be rejected (a `lease`/`rejected` event),
+and nothing A does changes the result.
 
 Checked, on the product: every effect exactly once, the mission sandbox's files equal those of the same
 mission run by its host alone, each unit succeeded once, the rejection recorded, the store verifies. The
@@ -41,13 +42,13 @@ TTL_S = "3"
 UNITS = ("u1", "u2", "u3")
 
 
-def _units(side: Path) -> list[dict[str, Any]]:
+def _units(side: Path, gate: Path) -> list[dict[str, Any]]:
     def unit(uid: str) -> dict[str, Any]:
         steps = [
             {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid}\n"}},
             {"tool": "run", "args": {"cmd": f"echo {uid}-1 >> {side}"}},
             {"now": True},
-            {"sleep": 4.0},  # the agent's own work, nothing journaled: the cut comes here
+            {"wait_file": str(gate)},  # the agent's own work, nothing journaled: the cut comes here
         ]
         return {"id": uid, "params": {"steps": steps}}
 
@@ -58,9 +59,12 @@ def _units(side: Path) -> list[dict[str, Any]]:
 
 def _reference(folder: Path) -> dict[str, Any]:
     folder.mkdir()
-    side = folder / "side.log"
+    side, gate = folder / "side.log", folder / "gate"
+    gate.touch()
     store = folder / "store"
-    done = keel("run", str(write_mission(folder, _units(side), max_parallel=3)), "--json", store=store, timeout=120)
+    done = keel(
+        "run", str(write_mission(folder, _units(side, gate), max_parallel=3)), "--json", store=store, timeout=120
+    )
     mid = json.loads(done.stdout.splitlines()[0])["mission"]
     assert record(store, mid).state == MissionState.COMPLETED, done.stdout + done.stderr
     return {"side": sorted(markers(side)), "files": files(Path(record(store, mid).sandbox))}
@@ -90,9 +94,9 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
 ) -> None:
     reference = _reference(tmp_path / "reference")
     schema = pg_server.new_schema()
-    side = tmp_path / "side.log"
+    side, gate = tmp_path / "side.log", tmp_path / "gate"  # the gate opens once A's link is cut
     (tmp_path / "host").mkdir()
-    mission = write_mission(tmp_path / "host", _units(side), max_parallel=3, workers=True)
+    mission = write_mission(tmp_path / "host", _units(side, gate), max_parallel=3, workers=True)
     store = store_folder(tmp_path / "host" / "ws", pg_server.store_url(schema))
     env = {"KEEL_LEASE_TTL_S": TTL_S}
     a, b = Machine("worker-a", 1, pg_server.port), Machine("worker-b", 2, pg_server.port)
@@ -129,6 +133,7 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
         epoch = read(store, lambda t: leases.get(t, mid, unit)).epoch
         cut_at = time.monotonic()
         a.cut()
+        gate.touch()  # A's agents finish their work without the store; B's carry theirs on
 
         elsewhere = None
         deadline = time.monotonic() + 180

@@ -138,6 +138,7 @@ def _keel_verify(store: Path) -> tuple[int, dict[str, object]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.slow  # hundreds of page walks and a few `keel verify` processes
 def test_single_bit_flips_over_reachable_pages_are_caught(pristine: Path, tmp_path: Path) -> None:
     data = _copy(pristine, tmp_path / "s")
     original = bytearray(data.read_bytes())

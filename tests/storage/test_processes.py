@@ -16,7 +16,7 @@ from pathlib import Path
 from keel.protocol.records import Event
 from keel.storage import DB, Store
 from keel.storage.keys import mission_prefix
-from keel.storage.verify import verify_all, verify_structure
+from keel.storage.verify import open_reader, verify_all, verify_structure, walk_in_snapshot
 from tests.storage.rawlmdb import raw_env
 
 WRITER = """
@@ -186,3 +186,38 @@ def test_verifying_a_store_another_process_is_writing_finds_nothing_wrong(tmp_pa
         report = verify_all(store)
     assert walks >= 5, f"only {walks} walks ran while the store was written"
     assert not found and report.ok, f"false damage in {walks} walks: {(found or report.problems)[:3]}"
+
+
+FILLER = """
+import os, sys
+from keel.storage import Store
+path, megabytes = sys.argv[1], int(sys.argv[2])
+with Store.open(path, map_size=64 * 1024) as store:
+    for _ in range(megabytes * 16):  # 64 KiB blobs: the map doubles as the data outgrows it
+        store.write(lambda t: t.put_object(os.urandom(64 * 1024)))
+    print(store.map_size(), flush=True)
+"""
+
+
+def test_verify_walks_a_store_whose_map_another_process_grew_after_verify_opened_it(tmp_path: Path) -> None:
+    """A host grows the map between verify's opening the environment and its read transaction: LMDB
+    refuses that transaction (MDB_MAP_RESIZED) until the environment adopts the new size; verify must
+    adopt it and walk, never die with a traceback or report damage."""
+    path = tmp_path / "store"
+    Store.open(path, create=True).close()
+    env = open_reader(path)
+    try:
+        opened_with = env.info()["map_size"]
+        filler = subprocess.run(
+            [sys.executable, "-c", FILLER, str(path), str(opened_with // (1024 * 1024) + 4)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert filler.returncode == 0, filler.stderr
+        assert (path / "data.mdb").stat().st_size > opened_with  # the strike landed: data beyond verify's map
+        assert walk_in_snapshot(env, path / "data.mdb") == []
+    finally:
+        env.close()
+    with Store.open(path, readonly=True) as store:
+        assert verify_all(store).ok

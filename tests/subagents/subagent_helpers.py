@@ -13,6 +13,7 @@ from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, 
 
 from keel.protocol.records import SubagentLease
 from keel.storage import Store, leases
+from keel.storage.writelock import LOCK_NAME, holder_pid
 
 
 def lease(store: Path, mid: str, unit: str) -> SubagentLease | None:
@@ -32,17 +33,48 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def store_writable(store: Path, timeout: float = 0.5) -> bool:
-    """A write transaction gets through (a process stopped while holding LMDB's write lock blocks it)."""
+def command_running(marker: str) -> bool:
+    """A process whose command line holds `marker` (a test's own path: no other test's process matches)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def running_in(folder: Path) -> bool:
+    """A process whose working folder is inside `folder` (a unit's agent, its commands and their children)."""
+    inside = str(folder.resolve())
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and os.readlink(proc / "cwd").startswith(inside):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def writes_blocked_by(store: Path, pid: int) -> bool:
+    """Whether process `pid` holds up the store's writers: on LMDB, it holds (or waits at) the writer lock
+    (F_GETLK, asked without writing); on PostgreSQL, a write by another process does not get through
+    within a generous limit (a process stopped inside a transaction holds its row locks)."""
+    if (store / "data.mdb").exists():
+        fd = os.open(store / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            return pid in (holder_pid(fd, 0), holder_pid(fd, 1))  # the writer byte and the turnstile
+        finally:
+            os.close(fd)
     code = (
         "import sys; from keel.storage import Store; s = Store.open(sys.argv[1], create=False); "
         "s.write(lambda t: None); s.close()"
     )
     try:
-        subprocess.run([sys.executable, "-c", code, str(store)], timeout=timeout, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", code, str(store)], timeout=30, check=True, capture_output=True)
     except subprocess.TimeoutExpired:
-        return False
-    return True
+        return True
+    return False
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -104,7 +136,7 @@ def uncertain_effect(tmp_path: Path, units: list[dict[str, Any]], side: Path) ->
     mid = mission_id_of(host)
     wait_for(lambda: side.exists() and side.read_text() == "ran\n")  # the effect happened, no result yet
     kill(host)
-    time.sleep(2.5)  # the command's own sleep ends: nothing of the killed host is left running
+    wait_for(lambda: not running_in(tmp_path), timeout=120)  # the command and the agent of the killed host end
     keel("resume", mid, store=store, check_rc=3)
     question = record(store, mid).question
     assert question is not None and question.kind == "uncertain-effect", question

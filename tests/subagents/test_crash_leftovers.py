@@ -5,11 +5,10 @@ killed `git worktree add`. Real hosts, real SIGKILL, real git."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
-from subagent_helpers import git, lease, wait_gone
+from subagent_helpers import command_running, git, lease, wait_gone
 
 from keel.server.engine import places
 from keel.storage import missions as m
@@ -24,16 +23,6 @@ def _git_workspace(folder: Path) -> None:
     git(ws, "commit", "-q", "-m", "init")
 
 
-def _command_running(marker: str) -> bool:
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
-                return True
-        except OSError:
-            pass
-    return False
-
-
 def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
     units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"sleep 1.5; echo a-1 >> {side}"}}]}}]
@@ -44,14 +33,14 @@ def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_p
         lambda: (
             (e := read(store, lambda t: m.journal_get(t, mid, "a", 1))) is not None
             and e.phase == "intent"
-            and _command_running("sleep 1.5")
+            and command_running(str(side))  # its command line names the side log: this test's alone
         )
     )
     kill(host)  # the command's process group lives on: it would append its marker in a moment
     keel("resume", mid, store=store, check_rc=3)
     question = record(store, mid).question
     assert question is not None and question.kind == "uncertain-effect", question
-    time.sleep(2.0)
+    wait_for(lambda: not command_running(str(side)), timeout=120)  # stopped by recovery, or ended by itself
     assert not side.exists(), "the killed host's command made its effect after recovery had judged it"
     keel("answer", mid, "rerun", "--no-resume", store=store, check_rc=0)
     keel("resume", mid, store=store, check_rc=0)

@@ -29,9 +29,9 @@ from subagent_helpers import (
     checkout_fingerprint,
     git,
     lease,
-    store_writable,
     uncertain_effect,
     wait_gone,
+    writes_blocked_by,
 )
 
 from keel.protocol.states import MissionState
@@ -52,7 +52,7 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
     """SIGSTOP the worker, but not while it holds LMDB's write lock (that would stop every writer)."""
     for _ in range(50):
         os.kill(pid, signal.SIGSTOP)
-        if store_writable(store):
+        if not writes_blocked_by(store, pid):
             return
         os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)
@@ -60,6 +60,7 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
 
 
 def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
     units = [
         {
             "id": "slow",
@@ -67,7 +68,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
                 "steps": [
                     {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
                     {"now": True},
-                    {"sleep": 2.5},
+                    {"wait_file": str(gate)},  # the agent's work: the worker is stopped before it ends
                 ]
             },
         },
@@ -81,8 +82,9 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
         zombie = lease(store, mid, "slow")
         assert zombie is not None
         _stop_outside_a_commit(store, zombie.pid)
+        gate.touch()
         # the lease expires, the unit is taken over under epoch 2 and completes there
-        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=20)
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=120)
         winner = lease(store, mid, "slow")
         assert winner is not None and winner.epoch > zombie.epoch and winner.pid != zombie.pid
         assert alive(zombie.pid), "the host must fence the old worker, not rely on killing it"

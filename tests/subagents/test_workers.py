@@ -35,17 +35,19 @@ ENV = {"KEEL_LEASE_TTL_S": "2"}
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-def _units(side: Path, *, ask: bool = False, linger: float = 0) -> list[dict[str, Any]]:
+def _units(side: Path, *, ask: bool = False, linger: float = 0, gate: Path | None = None) -> list[dict[str, Any]]:
     """Units a and b (an effect, a pause, another effect), then c; `linger`: a's first command goes on for
-    that long after its effect, so that a strike can land while its outcome is not recorded."""
+    that long after its effect, so that a strike can land while its outcome is not recorded; `gate`: a's
+    pause between its effects lasts until that file exists (a window no machine's speed can close)."""
 
     def unit(uid: str, after: list[str]) -> dict[str, Any]:
         lingering = f"; sleep {linger}" if linger and uid == "a" else ""
+        between = {"wait_file": str(gate)} if gate is not None and uid == "a" else {"sleep": 0.6}
         steps: list[dict[str, Any]] = [
             {"tool": "write_file", "args": {"path": f"{uid}.txt", "content": f"{uid} 1\n"}},
             {"tool": "run", "args": {"cmd": f"echo {uid}-1 >> {side}{lingering}"}},
             {"now": True},
-            {"sleep": 0.6},
+            between,
             {"tool": "run", "args": {"cmd": f"echo {uid} 2 >> {uid}.txt; echo {uid}-2 >> {side}"}},
         ]
         if ask and uid == "b":
@@ -378,8 +380,8 @@ def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(tmp_
     resumed, unit a carries on in its own sandbox from its journal: its first effect is not made again and
     the file it wrote before the point is still there."""
     reference = _reference(tmp_path / "reference")
-    side, store = tmp_path / "side.log", tmp_path / "store"
-    mission = write_mission(tmp_path, _units(side), max_parallel=2, workers=run_by == "workers")
+    side, store, gate = tmp_path / "side.log", tmp_path / "store", tmp_path / "gate"
+    mission = write_mission(tmp_path, _units(side, gate=gate), max_parallel=2, workers=run_by == "workers")
     host = start_keel("run", str(mission), store=store, env=ENV)
     mid = mission_id_of(host)
     worker = _worker(store, units=2)
@@ -389,6 +391,7 @@ def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(tmp_
         keel("pause", mid, store=store, check_rc=0)
         host.communicate(timeout=60)
         assert record(store, mid).state == MissionState.PAUSED and "a-2" not in side.read_text().split()
+        gate.touch()  # the pause landed inside unit a: from here on it may make its second effect
         points = json.loads(keel("points", mid, "--json", store=store, check_rc=0).stdout)
         newest = max(points, key=lambda p: p["time"])["id"]
         keel("restore", mid, newest, store=store, check_rc=0)

@@ -35,7 +35,7 @@ ANSWER = "keep the notes short"
 QUESTION = "What should the release notes stress?"
 
 
-def wait_for(store: Path, what: str, probe: Any, timeout: float = 30) -> None:
+def wait_for(store: Path, what: str, probe: Any, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
         with Store.open(store) as opened:
