@@ -24,7 +24,6 @@ StoreBusyError rather than hanging everyone.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -351,6 +350,8 @@ class LmdbStore(Store):
         (bytes before, bytes after). A file never shrinks otherwise: LMDB reuses freed pages, it does not
         give them back. Under the writer lock, and only while no other process has the store open (a
         process holding the old file would go on writing into it): one that has is named, nothing changes."""
+        import shutil  # here, not at the top: `keel missions` and the other quick verbs never load it
+
         data = self.path / "data.mdb"
         with self._writer.held(self.write_timeout):
             self._refuse_other_users()
