@@ -74,11 +74,11 @@ export async function shot(name, visual = true) {
 
 /** A modal dialog blocks the palette (and so the theme switch): open it once per theme, shoot, cancel.
  * Returns what the dialog said (the first time). */
-export async function shotDialog(name, open) {
+export async function shotDialog(name, open, { fromRow = false } = {}) {
   let said;
   for (const kind of ["dark", "light"]) {
     await theme(kind);
-    await open();
+    await (fromRow ? openFromRow(open) : open());
     said ??= await dialog();
     const file = join(config.shots, `${name}-${kind}.png`);
     await page.screenshot({ path: file });
@@ -118,6 +118,24 @@ export async function paletteWithPicks(title, ...choices) {
     await pick(choice);
   }
   return shown;
+}
+
+/** Open a modal dialog with `open`, a click on a tree row's inline button. A row that re-renders under
+ * the pointer (its age label ticks) can lose the row it stood for: VS Code then runs the command with no
+ * target and keel asks which mission instead; that picker is closed and the click made again. */
+async function openFromRow(open) {
+  const box = page.locator(".monaco-dialog-box").first();
+  const picker = page.locator(".quick-input-widget").first();
+  for (let attempt = 1; ; attempt++) {
+    await open();
+    const shown = await waitUntil("a dialog (or a picker instead)", async () =>
+      (await box.isVisible()) ? "dialog" : (await picker.isVisible()) ? "picker" : "");
+    if (shown === "dialog" || attempt === 3) {
+      return;
+    }
+    await page.keyboard.press("Escape");
+    await picker.waitFor({ state: "hidden", timeout: 10_000 });
+  }
 }
 
 export async function dialog() {
