@@ -15,6 +15,13 @@ import time
 GAP_S = 1.5  # a read that took longer, or a pause between reads longer, than this is a gap in reaching the store
 
 
+def gap_for(ttl_s: float) -> float:
+    """The longest read, or pause between reads, that is not a gap when judging leases of this ttl: half of
+    it (a holder renews every quarter of its ttl, so an outage this short still leaves it time to renew
+    before it could be judged silent), never less than GAP_S. A busy machine's slow reads are no gap."""
+    return max(GAP_S, ttl_s / 2)
+
+
 def silence(heartbeat: float, now: float, since: float) -> float:
     """How long a lease's holder has been silent as a reader who has reached the store since `since` (the
     store's clock) can tell: from its last heartbeat, or from `since` when that is later."""

@@ -23,9 +23,10 @@ from typing import Any
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
+from keel.server.engine.hostlock import host_ttl
 from keel.storage import Store, Txn
 from keel.storage import missions as m
-from keel.storage.reach import GAP_S, Reach
+from keel.storage.reach import Reach, gap_for
 
 ATTEMPTS = 3
 SETTLE_S = 10.0  # how long a host started here has to claim the lease before another start
@@ -56,7 +57,7 @@ class Supervisor:
     def __init__(self, path: Path, say: Callable[[str], None], interval: float = 0.5) -> None:
         self.path = path
         self.say = say
-        self.reach = Reach(GAP_S + interval)
+        self.reach = Reach(gap_for(host_ttl()) + interval)
         self.tried: dict[str, tuple[int, float]] = {}  # mission -> (hosts started here in a row, when the last one)
 
     def look(self, store: Store) -> None:

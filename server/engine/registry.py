@@ -35,7 +35,7 @@ from keel.server.engine.restore import check_restored_files
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
-from keel.storage.reach import GAP_S, Reach
+from keel.storage.reach import Reach, gap_for
 from keel.storage.snapshots import is_tree_ref, snapshot_base
 
 DEFAULT_TTL_S = 10.0
@@ -131,7 +131,7 @@ class Registry:
     async def watch(self) -> None:
         """Take over units whose worker stopped heartbeating (it is fenced, not killed)."""
         period = max(0.05, self.ttl / 4)
-        reach = Reach(GAP_S + period)  # a store outage silences every worker: no evidence of a dead one
+        reach = Reach(gap_for(self.ttl) + period)  # a store outage silences every worker: no evidence of a dead one
         while True:
             await asyncio.sleep(period)
             started = time.monotonic()

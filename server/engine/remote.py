@@ -35,12 +35,12 @@ from keel.server.engine.agentproc import AgentProcess
 from keel.server.engine.checkpoint import QuietMark
 from keel.server.engine.interface import Host
 from keel.server.engine.models import ModelCalls
-from keel.server.engine.registry import Registry
+from keel.server.engine.registry import Registry, lease_ttl
 from keel.server.engine.trees import Snapshotter
 from keel.server.engine.unitrun import Outcome, UnitSession
 from keel.storage import Txn, leases
 from keel.storage import missions as m
-from keel.storage.reach import GAP_S, Reach
+from keel.storage.reach import Reach, gap_for
 
 K = OutcomeKind
 L = LeaseState
@@ -118,7 +118,7 @@ class RemoteUnit:
         return await self._follow("")
 
     async def _follow(self, worker: str) -> Outcome:
-        reach = Reach(GAP_S + POLL_S)  # a store outage silences every worker: no evidence of a lost one
+        reach = Reach(gap_for(lease_ttl()) + POLL_S)  # a store outage silences every worker: no evidence of a lost one
         while True:
             await asyncio.sleep(POLL_S)
             started = time.monotonic()

@@ -41,13 +41,13 @@ from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord
 from keel.protocol.states import MissionState
 from keel.server.engine import control, hostlock, offline, places
-from keel.server.engine.hostlock import HostLock
+from keel.server.engine.hostlock import HostLock, host_ttl
 from keel.server.lsp.features.hostexits import HostExits
 from keel.server.lsp.server import KeelServer
 from keel.server.lsp.snapshot import MissionView
 from keel.storage import Txn
 from keel.storage import missions as m
-from keel.storage.reach import Reach
+from keel.storage.reach import Reach, gap_for
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
@@ -244,7 +244,7 @@ def register(server: KeelServer) -> None:
         backoff_s = _option_s(server, "backoffMs", BACKOFF_S)
         first = True
         exits = HostExits()
-        reach = Reach()
+        reach = Reach(gap_for(host_ttl()))
         try:
             while True:
                 await exits.wait(_next_tick(watches.values(), time.monotonic()))
