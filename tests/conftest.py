@@ -9,8 +9,9 @@ and is marked `slow` here (a test of a fast module may also be marked `slow` by 
 Parallel runs (`pytest -n auto --dist loadgroup`, pytest-xdist): each worker is a session of its own, with
 its own tmp_path root, its own PostgreSQL cluster on a free port (`pg_server`) and free ports for every
 server; tests that share something outside those run on one worker (an `xdist_group`): the VS Code tests
-(they package the extension into the checkout), the two-machine tests (their network namespaces use fixed
-addresses) and the modules whose module-scoped fixtures are costly (computed once, not once per worker)."""
+(they package the extension into the checkout), the two-machine tests (each strikes on a lease's timing:
+two side by side would only slow each other's takeovers) and the modules whose module-scoped fixtures are
+costly (computed once, not once per worker). The groups are named before xdist reads them (tryfirst)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ GROUPS = {
     "vscode": "vscode",
     "postgres/test_machines.py": "machines",
     "postgres/test_worker_machines.py": "machines",
+    "postgres/test_store_outage.py": "machines",
     "engine/test_disk_full.py": "engine/test_disk_full.py",  # module fixture: an undisturbed reference run
     "cli/test_store_damage.py": "cli/test_store_damage.py",  # module fixture: a store with a mission
     "cli/test_lmdb_damage.py": "cli/test_lmdb_damage.py",
@@ -87,6 +89,7 @@ def fast(relative: Path) -> bool:
     return relative.parts[0] in FAST_FOLDERS or relative.name in FAST_MODULES or relative.name.endswith("_table.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names each item's group in its node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         relative = item.path.resolve().relative_to(TESTS)

@@ -26,7 +26,8 @@ from pathlib import Path
 from keel.storage.location import URL_FILE
 from tests.postgres.pgproxy import relay
 
-NET = 77  # 10.77.<index>.0/24 per machine
+# 10.<NET>.<index>.0/24 per machine, NET one per pytest-xdist worker: two workers' machines never share a subnet
+NET = 77 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 
 def can_make_machines() -> str:
