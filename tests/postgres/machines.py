@@ -14,11 +14,13 @@ every process in the namespace and removes the link: the machine is gone. Needs 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -26,8 +28,8 @@ from pathlib import Path
 from keel.storage.location import URL_FILE
 from tests.postgres.pgproxy import relay
 
-# 10.<NET>.<index>.0/24 per machine, NET one per pytest-xdist worker: two workers' machines never share a subnet
-NET = 77 + int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+NET = 77  # 10.77.<n>.0/24 per machine, n the first no interface of this host has (other runs', leftovers')
+LOCK = Path(tempfile.gettempdir()) / "keel-machines.lock"  # held while a machine picks its subnet and takes it
 
 
 def can_make_machines() -> str:
@@ -45,18 +47,30 @@ def _ip(*args: str, netns: str = "") -> None:
         raise RuntimeError(f"{' '.join(command)}: {proc.stderr.strip()}")
 
 
+def _free_subnet() -> int:
+    """The first n whose 10.NET.n.0/24 no interface of this host has an address in."""
+    taken = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=True).stdout
+    for n in range(1, 255):
+        if f" 10.{NET}.{n}." not in taken:
+            return n
+    raise RuntimeError(f"no free subnet left in 10.{NET}.0.0/16")
+
+
 class Machine:
-    def __init__(self, name: str, index: int, server_port: int) -> None:
+    def __init__(self, name: str, server_port: int) -> None:
         tag = uuid.uuid4().hex[:5]
         self.name = name
         self.netns = f"keel-{name}-{tag}"
-        self.outer, inner = f"kv{index}o{tag}", f"kv{index}i{tag}"
-        self.address = f"10.{NET}.{index}.1"  # this side: where the machine reaches the server
-        inside = f"10.{NET}.{index}.2"
-        _ip("netns", "add", self.netns)
-        _ip("link", "add", self.outer, "type", "veth", "peer", "name", inner)
-        _ip("link", "set", inner, "netns", self.netns)
-        _ip("addr", "add", f"{self.address}/24", "dev", self.outer)
+        with LOCK.open("a") as lock:  # two machines (of this run or another) never share a subnet
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            n = _free_subnet()
+            self.outer, inner = f"kv{n}o{tag}", f"kv{n}i{tag}"
+            self.address = f"10.{NET}.{n}.1"  # this side: where the machine reaches the server
+            inside = f"10.{NET}.{n}.2"
+            _ip("netns", "add", self.netns)
+            _ip("link", "add", self.outer, "type", "veth", "peer", "name", inner)
+            _ip("link", "set", inner, "netns", self.netns)
+            _ip("addr", "add", f"{self.address}/24", "dev", self.outer)
         _ip("link", "set", self.outer, "up")
         _ip("addr", "add", f"{inside}/24", "dev", inner, netns=self.netns)
         _ip("link", "set", inner, "up", netns=self.netns)

@@ -106,7 +106,7 @@ class TwoMachines:
         self.root = tmp_path
         self.reference = _reference(tmp_path / "reference", server)
         schema = server.new_schema()
-        self.a, self.b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
+        self.a, self.b = Machine("machine-a", server.port), Machine("machine-b", server.port)
         self.side = tmp_path / "side.log"
         git_workspace(tmp_path / "a" / "ws")
         self.mission = write_mission(tmp_path / "a", _units(self.side), max_parallel=3)

@@ -49,7 +49,7 @@ def _units(side: Path) -> list[dict[str, object]]:
 def test_a_store_outage_longer_than_the_lease_moves_no_mission(tmp_path: Path, then: str) -> None:
     server = PgServer()  # its own: this test stops it
     schema = server.new_schema()
-    a, b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
+    a, b = Machine("machine-a", server.port), Machine("machine-b", server.port)
     side = tmp_path / "side.log"
     git_workspace(tmp_path / "a" / "ws")
     mission = write_mission(tmp_path / "a", _units(side))

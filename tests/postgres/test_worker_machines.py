@@ -99,7 +99,7 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
     mission = write_mission(tmp_path / "host", _units(side, gate), max_parallel=3, workers=True)
     store = store_folder(tmp_path / "host" / "ws", pg_server.store_url(schema))
     env = {"KEEL_LEASE_TTL_S": TTL_S}
-    a, b = Machine("worker-a", 1, pg_server.port), Machine("worker-b", 2, pg_server.port)
+    a, b = Machine("worker-a", pg_server.port), Machine("worker-b", pg_server.port)
     procs: list[subprocess.Popen[str]] = []
     try:
         a.hide, b.hide = [tmp_path / "b", tmp_path / "host"], [tmp_path / "a", tmp_path / "host"]
