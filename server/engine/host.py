@@ -29,7 +29,8 @@ from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
-from keel.server.engine import checkpoint, moving, offline, places
+from keel.server.engine import checkpoint, faultpoints, moving, offline, places
+from keel.server.engine.control import spawn_host
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.interface import TxnFn
@@ -577,7 +578,7 @@ def run_host_blocking(
     process already has open (an LMDB environment is opened once per process)."""
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
     lock.acquire()
-    own = store is None
+    own, ended = store is None, None  # ended: the state the host stopped in
     try:
         store = store or Store.open(store_path, create=False)
         store.reserve_owner = True  # this process may spend the store's reserve to record a disk_full pause
@@ -595,6 +596,7 @@ def run_host_blocking(
         )
         host = MissionHost(store, store_path, mission_id, progress or Progress("plain"), wait_online, lease)
         state = asyncio.run(host.run())
+        ended = state
         (progress or Progress("plain")).event("host_exit", mission=mission_id, **host.stats, state=state.value)
         if host.disk_full and store.read(lambda t: m.get_mission(t, mission_id)).state in (S.RUNNING, S.PAUSING):
             raise DiskFullError(
@@ -602,6 +604,20 @@ def run_host_blocking(
             )
         return state
     finally:
+        faultpoints.pause_here("HOST_EXIT")  # tests: a host that has stopped but still holds the lock
+        lock.release()
+        if store is not None and ended == S.WAITING_INPUT:
+            _hand_on(store, store_path, mission_id)
         if own and store is not None:
             store.close()
-        lock.release()
+
+
+def _hand_on(store: Store, store_path: Path, mission_id: str) -> None:
+    """An answer that came while this host was stopping (after it last looked at the controls, before it
+    let go of the host lock) found the lock held and left the answer to it: start the next host here.
+    Looked at after the lock is released, so an answer either sees the lock free and starts a host itself,
+    or is seen here (both may: the second host finds the first and stops)."""
+    record = store.read(lambda t: m.get_mission(t, mission_id))
+    unseen = store.read(lambda t: m.controls_after(t, mission_id, record.control_seen))
+    if record.state == S.WAITING_INPUT and any(c.action == "answer" for _, c in unseen):
+        spawn_host(store_path, mission_id)
