@@ -69,6 +69,11 @@ class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     mission_file: str = ""
     control_seen: int = 0  # the last Control record the host has acted on
     machine: str = ""  # the machine (node name) whose workspace holds `workspace` and `sandbox`; "" = unknown
+    # checkpoints retention removed (`keel gc --keep-last/--keep`) that kept checkpoints name as their parent:
+    # a chain ends there (storage/missions.parent_checkpoint); and the mission's first file snapshot, kept
+    # for `keel apply` once the checkpoint that held it is gone
+    retired: tuple[str, ...] = ()
+    start_tree: str = ""
 
 
 class WorkerPlace(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -159,14 +159,16 @@ def _raw(txn: Txn, db: DB, key: bytes) -> bytes | None:
     return next((raw for k, raw in txn.scan_raw(db, key) if k == key), None)
 
 
-def reachable_blobs(get_blob: Callable[[str], bytes | None], roots: list[str]) -> set[str]:
+def reachable_blobs(
+    get_blob: Callable[[str], bytes | None], roots: list[str], stop: set[str] | frozenset[str] = frozenset()
+) -> set[str]:
     """Every blob digest reachable from these manifests: the manifests, their parents, and what they name.
-    A missing manifest ends its chain (the caller decides whether that is an error)."""
+    A missing manifest, or one in `stop`, ends its chain (the caller decides whether that is an error)."""
     seen: set[str] = set()
     stack = list(roots)
     while stack:
         digest = stack.pop()
-        if not digest or digest in seen:
+        if not digest or digest in seen or digest in stop:
             continue
         data = get_blob(digest)
         if data is None:
@@ -374,8 +376,9 @@ def _check_complete(bundle: Bundle) -> None:
     ]
     if (DB.HEADS.value, key) in bundle.payloads:
         roots.append(decode_value(DB.HEADS.value, key, bundle.payloads[(DB.HEADS.value, key)], str))
+    retired = frozenset(bundle_record(bundle).retired)
     for root in roots:
-        _check_chain(mid, root, get_blob, bundle.payloads)
+        _check_chain(mid, root, get_blob, bundle.payloads, retired)
 
 
 def _blob_reader(bundle: Bundle) -> Callable[[str], bytes | None]:
@@ -397,10 +400,18 @@ def snapshot_bases(bundle: Bundle) -> set[str]:
 
 
 def _check_chain(
-    mid: str, digest: str, get_blob: Callable[[str], bytes | None], payloads: dict[tuple[str, bytes], bytes]
+    mid: str,
+    digest: str,
+    get_blob: Callable[[str], bytes | None],
+    payloads: dict[tuple[str, bytes], bytes],
+    retired: frozenset[str],
 ) -> None:
+    """Every checkpoint of the chain from `digest`, and what it names, is in the bundle; the chain ends at a
+    checkpoint retention removed (`retired`)."""
     while digest:
         data = get_blob(digest)
+        if data is None and digest in retired:
+            return
         if data is None:
             raise BundleError(f"bundle lacks checkpoint {digest[:16]} of mission {mid}: a record was dropped")
         manifest = msgspec.msgpack.decode(data, type=CheckpointManifest)

@@ -1,8 +1,12 @@
 """Garbage collection: drop what no mission can reach any more, in one write transaction.
 
 Roots are each mission's HEAD and the restore points the retention policy keeps (all of them when no
-policy is given). Everything a root reaches stays: its manifest, the manifest's whole parent chain, and
-every blob a manifest in that chain names (so a kept point is never orphaned). Removed: blobs nothing
+policy is given). Everything a root reaches stays: its manifest, the manifest's parent chain, and every
+blob a manifest in that chain names (so a kept point is never orphaned). Without a policy the whole chain
+stays; with one (`--keep-last`, `--keep`) only the chain down to the oldest kept checkpoint: what only
+dropped points needed is freed, the parents cut off are recorded in the mission's `retired` (a chain ends
+there: missions.parent_checkpoint, verify, bundles) and the mission's first file snapshot in its
+`start_tree` (`keel apply` compares with it). Removed: blobs nothing
 reaches, restore points the policy drops (never the one at HEAD), and the records (journal, events,
 evidence, control, points, leases, HEAD) of missions that no longer exist. A damaged record aborts the
 collection (CorruptRecordError) before anything is deleted.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import msgspec
 
-from keel.protocol.records import RestorePoint
+from keel.protocol.records import CheckpointManifest, RestorePoint
 from keel.storage import leases
 from keel.storage.bundle import reachable_blobs
 from keel.storage.keys import DB, mission_prefix
@@ -63,24 +67,39 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
             if key.split(b"\x00", 1)[0] not in missions:
                 doomed.append((db, key))
     report.orphan_records = len(doomed)
-    roots: list[str] = []
+    roots: dict[str, list[str]] = {}  # mission -> its HEAD and kept points' checkpoints
     for mission_key in sorted(missions):
         mission_id = mission_key.decode()
         head = m.head(txn, mission_id)
-        roots += [head] if head else []
         points = [(k, p) for k, p in txn.scan(DB.POINTS, mission_prefix(mission_id), RestorePoint)]
         kept = kept_points([p for _, p in points], head, keep_last, keep)
-        roots += [p.checkpoint for p in kept]
+        roots[mission_id] = ([head] if head else []) + [p.checkpoint for p in kept]
         for key, point in points:
             if point not in kept:
                 doomed.append((DB.POINTS, key))
                 report.points_dropped.append(f"{mission_id}:{point.id}")
-    live = reachable_blobs(txn.get_blob, roots)
-    for mission_key in missions:  # units' sandbox snapshots (a shared store keeps them, server/engine/moving.py)
-        for held in leases.list_leases(txn, mission_key.decode()):
+    policy = keep_last is not None or bool(keep)
+    chains = {mission_id: _kept_chain(txn, found, floor=policy) for mission_id, found in roots.items()}
+    manifests = {digest: manifest for chain in chains.values() for digest, manifest in chain.items()}
+    records = {mission_id: m.get_mission(txn, mission_id) for mission_id in roots}
+    for mission_id, chain in chains.items():
+        cut = {x.parent for x in chain.values() if x.parent and x.parent not in manifests}
+        record = records[mission_id]
+        if cut - set(record.retired):  # what this collection retires: the chain's start moves up
+            start = record.start_tree or _start_tree(txn, roots[mission_id][:1])
+            records[mission_id] = msgspec.structs.replace(
+                record, retired=tuple(sorted({*record.retired, *cut})), start_tree=start
+            )
+    stop = {parent for record in records.values() for parent in record.retired}
+    live = reachable_blobs(txn.get_blob, [d for found in roots.values() for d in found], stop=stop)
+    for mission_id in roots:  # units' sandbox snapshots (a shared store keeps them, server/engine/moving.py)
+        for held in leases.list_leases(txn, mission_id):
             for tree in (held.tree, held.base_tree):
                 if is_tree_ref(tree) and tree not in live:
                     live.update(tree_refs(txn.get_blob, tree, skip=live))
+    for record in records.values():  # what `keel apply` compares with
+        if is_tree_ref(record.start_tree) and record.start_tree not in live:
+            live.update(tree_refs(txn.get_blob, record.start_tree, skip=live))
     report.blobs_kept = len(live)
     for key, raw in txn.scan_raw(DB.BLOBS, b""):
         if key.decode(errors="replace") not in live:
@@ -90,4 +109,35 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
     if not dry_run:
         for db, key in doomed:
             txn.delete(db, key)
+        for mission_id, record in records.items():
+            if record.retired != m.get_mission(txn, mission_id).retired:
+                m.put_mission(txn, record)
     return report
+
+
+def _kept_chain(txn: Txn, roots: list[str], *, floor: bool) -> dict[str, CheckpointManifest]:
+    """The checkpoints a mission keeps: its roots and their parent chains — with a retention policy
+    (`floor`), only down to the oldest root (by number: a parent is numbered below its child), so that
+    dropping points frees what only they needed."""
+    found = {digest: manifest for digest in roots if (manifest := txn.get_object(digest, CheckpointManifest))}
+    lowest = min((x.number for x in found.values()), default=0) if floor else 0
+    stack = list(found.values())
+    while stack:
+        parent = stack.pop().parent
+        if not parent or parent in found:
+            continue
+        manifest = txn.get_object(parent, CheckpointManifest)
+        if manifest is not None and manifest.number >= lowest:
+            found[parent] = manifest
+            stack.append(manifest)
+    return found
+
+
+def _start_tree(txn: Txn, head: list[str]) -> str:
+    """The oldest file snapshot on HEAD's whole chain (what the mission started from)."""
+    found = ""
+    manifest = txn.get_object(head[0], CheckpointManifest) if head else None
+    while manifest is not None:
+        found = manifest.sandbox_tree if is_tree_ref(manifest.sandbox_tree) else found
+        manifest = txn.get_object(manifest.parent, CheckpointManifest) if manifest.parent else None
+    return found

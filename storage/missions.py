@@ -168,6 +168,25 @@ def get_checkpoint(txn: Txn, digest: str) -> CheckpointManifest:
     return manifest
 
 
+def parent_checkpoint(txn: Txn, manifest: CheckpointManifest) -> CheckpointManifest | None:
+    """The checkpoint before `manifest`, or None where its chain starts: it has no parent, or retention
+    removed it (its mission's `retired`). Any other missing parent is a CorruptRecordError."""
+    if not manifest.parent:
+        return None
+    found = txn.get_object(manifest.parent, CheckpointManifest)
+    if found is None and manifest.parent in retired(txn, manifest.mission_id):
+        return None
+    if found is None:
+        raise CorruptRecordError(DB.BLOBS.value, manifest.parent.encode(), "checkpoint manifest is missing")
+    return found
+
+
+def retired(txn: Txn, mission_id: str) -> frozenset[str]:
+    """The checkpoints of the mission that retention removed and kept ones name as their parent."""
+    record = txn.get(DB.MISSIONS, mission_id.encode(), MissionRecord)
+    return frozenset(record.retired) if record is not None else frozenset()
+
+
 def head_checkpoint(txn: Txn, mission_id: str) -> CheckpointManifest | None:
     digest = head(txn, mission_id)
     return None if digest is None else get_checkpoint(txn, digest)

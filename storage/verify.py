@@ -183,12 +183,16 @@ def _check_chain(
     missing: Callable[[DB, bytes, str], None],
     check: Callable[[DB, bytes, Callable[[], object]], object | None],
 ) -> None:
-    """Walk HEAD's manifest chain through its parents; each manifest's blobs must exist."""
+    """Walk HEAD's manifest chain through its parents; each manifest's blobs must exist. The chain ends at a
+    parent retention removed (the mission's `retired`)."""
     seen: set[str] = set()
+    record = check(DB.MISSIONS, head_key, partial(txn.get, DB.MISSIONS, head_key, MissionRecord))
+    retired = frozenset(record.retired) if isinstance(record, MissionRecord) else frozenset()
     while digest and digest not in seen:
         seen.add(digest)
         if not txn.exists(DB.BLOBS, digest.encode()):
-            missing(DB.HEADS, head_key, f"checkpoint {digest[:16]} is missing")
+            if digest not in retired:
+                missing(DB.HEADS, head_key, f"checkpoint {digest[:16]} is missing")
             return
         manifest = check(DB.BLOBS, digest.encode(), partial(txn.get_object, digest, CheckpointManifest))
         if not isinstance(manifest, CheckpointManifest):

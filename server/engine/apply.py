@@ -53,13 +53,15 @@ class ApplyReport(msgspec.Struct, frozen=True):
 
 
 def base_tree(txn: Txn, mission_id: str, base: BaseFiles | None = None) -> SandboxTree:
-    """The oldest file snapshot in the mission's checkpoint chain: the files it started from (`base`
-    reads the commit a git sandbox's snapshot is relative to)."""
-    digest, found = m.head(txn, mission_id), ""
-    while digest:
-        manifest = m.get_checkpoint(txn, digest)
+    """The oldest file snapshot in the mission's checkpoint chain: the files it started from (kept in the
+    record once retention removed the checkpoint that held it; `base` reads the commit a git sandbox's
+    snapshot is relative to)."""
+    found = m.get_mission(txn, mission_id).start_tree
+    digest = m.head(txn, mission_id)
+    manifest = m.get_checkpoint(txn, digest) if digest and not found else None
+    while manifest is not None:
         found = manifest.sandbox_tree if is_tree_ref(manifest.sandbox_tree) else found
-        digest = manifest.parent
+        manifest = m.parent_checkpoint(txn, manifest)
     tree = load_tree(txn.get_blob, found, base) if found else None
     if tree is None:
         raise NotFoundError(f"mission {mission_id} has no file snapshot to compare its sandbox with")

@@ -67,7 +67,7 @@ def _latest_tree(
             tree = load_tree(txn.get_blob, ref, base) if is_tree_ref(ref) else None
             if tree is not None:
                 return current, tree
-            current = m.get_checkpoint(txn, current.parent) if current.parent else None
+            current = m.parent_checkpoint(txn, current)
         return None
 
     return store.read(find)

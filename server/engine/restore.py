@@ -331,5 +331,5 @@ def _lanes_of_chain(txn: Txn, manifest: CheckpointManifest) -> dict[str, int]:
         for uid, mark in current.units.items():
             name = lane(uid, mark.epoch)
             lanes[name] = max(lanes.get(name, 0), mark.journal_hwm)
-        current = m.get_checkpoint(txn, current.parent) if current.parent else None
+        current = m.parent_checkpoint(txn, current)
     return lanes
