@@ -167,3 +167,40 @@ def test_circle_checker_catches_a_circle_and_a_local_import(tmp_path: Path) -> N
     graph, local = _engine_graph(tmp_path)
     assert _cycles(graph) == [[f"{ENGINE}.a", f"{ENGINE}.b", f"{ENGINE}.c"]]
     assert local == [f"c.py:2 imports {ENGINE}.a inside a function"]
+
+
+# modules that may name the leases' database: the leases' and host leases' own, and the two that delete a
+# whole mission's records
+LEASE_DB_MODULES = {"storage/leases.py", "storage/hostlease.py", "storage/missions.py", "storage/gc.py"}
+
+
+def _lease_writes(path: Path, relative: str) -> list[str]:
+    """Every place in `path` that writes a unit's lease other than through storage/leases.py's operations:
+    a call of `leases.put`/`leases._put`, or the leases' database named outside LEASE_DB_MODULES."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if node.attr in {"put", "_put"} and isinstance(node.value, ast.Name) and node.value.id == "leases":
+            found.append(f"{relative}:{node.lineno} writes a lease with leases.{node.attr}")
+        elif node.attr == "LEASES" and relative not in LEASE_DB_MODULES:
+            found.append(f"{relative}:{node.lineno} names DB.LEASES")
+    return found
+
+
+def test_leases_change_only_through_their_named_operations() -> None:
+    wrong = []
+    for folder in ALLOWED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            wrong += _lease_writes(path, path.relative_to(ROOT).as_posix())
+    assert not wrong, "lease writes outside storage/leases.py's operations:\n" + "\n".join(wrong)
+
+
+def test_lease_write_checker_catches_a_raw_put(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("leases.put(txn, mid, lease)\ntxn.put(DB.LEASES, key, lease)\nleases.moved(txn, mid, l, fence=1)\n")
+    assert _lease_writes(bad, "server/engine/bad.py") == [
+        "server/engine/bad.py:1 writes a lease with leases.put",
+        "server/engine/bad.py:2 names DB.LEASES",
+    ]

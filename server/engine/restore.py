@@ -31,7 +31,6 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
     SandboxTree,
-    SubagentLease,
     UnitMark,
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
@@ -115,22 +114,16 @@ def _place_reopened(
     files its replayed steps made."""
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
-    held = leases.get(txn, mission_id, unit_id)
     kept = is_tree_ref(mark.tree) and is_tree_ref(mark.base_tree)
-    leases.put(
+    leases.reopen(
         txn,
         mission_id,
-        SubagentLease(
-            unit=unit_id,
-            lane=unit_lane,
-            epoch=(held.epoch if held else 0) + 1,
-            host_id="",
-            state=LeaseState.ORPHANED,
-            tree=mark.tree if kept else "",
-            base_tree=mark.base_tree if kept else "",
-            last_checkpoint=mark.journal_hwm,
-            why="" if kept else f"restore point {point} holds no snapshot of its sandbox",
-        ),
+        unit_id,
+        lane=unit_lane,
+        tree=mark.tree if kept else "",
+        base_tree=mark.base_tree if kept else "",
+        checkpoint=mark.journal_hwm,
+        why="" if kept else f"restore point {point} holds no snapshot of its sandbox",
     )
 
 

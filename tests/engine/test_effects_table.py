@@ -53,7 +53,7 @@ def _entry(seq: int, effect: Effect, phase: str = "done", after: str = AFTER, **
 EDIT = Effect("write_file", '{"path":"a.py"}')
 DONE = _entry(3, TEST)
 DOUBT = _entry(3, TEST, phase="intent")
-SKIPPED = _entry(3, TEST, summary="skipped", after="")
+SKIPPED = _entry(3, TEST, summary="skipped", skipped=True, after="")
 RERUN = _entry(3, TEST, phase="intent", rerun_approved=True)
 EDIT_AFTER = JournalEntry(seq=5, kind="tool/run", fingerprint="e", effect=EffectMark(EDIT.key, AFTER, EDITED))
 
