@@ -111,7 +111,7 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
     merged: bool = False
     resolution: Resolution = Resolution.NONE  # a person's answer about this run, not yet acted on
-    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/remote.py); "" = its mission host
+    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/units/remote.py); "" = its mission host
     spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
     why: str = ""  # what a returned unit needs of its mission host
     ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
@@ -161,7 +161,7 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     summary: str = ""
     rerun_approved: bool = False
     skipped: bool = False
-    effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/effects.py)
+    effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/step/effects.py)
 
 
 class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -77,7 +77,7 @@ class QuestionKind(enum.StrEnum):
 
 class Resolution(enum.StrEnum):
     """A person's answer about a unit's run (records.SubagentLease.resolution), acted on when the unit is
-    next recovered (engine/unitrecovery.py) and cleared once it is."""
+    next recovered (engine/units/unitrecovery.py) and cleared once it is."""
 
     NONE = ""
     RERUN = "rerun"  # run the unit again from scratch, on a new lane

@@ -76,7 +76,7 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
                 doomed.append((DB.POINTS, key))
                 report.points_dropped.append(f"{mission_id}:{point.id}")
     live = reachable_blobs(txn.get_blob, roots)
-    for mission_key in missions:  # units' sandbox snapshots (a shared store keeps them, server/engine/moving.py)
+    for mission_key in missions:  # units' sandbox snapshots (a shared store keeps them, server/engine/units/moving.py)
         for held in leases.list_leases(txn, mission_key.decode()):
             for tree in (held.tree, held.base_tree):
                 if is_tree_ref(tree) and tree not in live:

@@ -10,7 +10,7 @@ that names no blob.
 
 A snapshot of a git sandbox is a SandboxBased blob: a commit of the workspace's repository, the paths of
 it that are gone, and a folder tree holding only the files that differ from it. The store never holds
-the commit's own files: `load_tree` reads them through a BaseFiles (server/engine/gitbase.py), and
+the commit's own files: `load_tree` reads them through a BaseFiles (server/engine/files/gitbase.py), and
 without one, or when the repository lacks the commit, it raises BaseCommitError naming the commit. gc,
 verify and bundles follow only what the store holds (`tree_refs`: the based blob and its folder tree).
 Depends on keel.protocol and storage's record and error modules only.

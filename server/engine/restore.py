@@ -6,7 +6,7 @@ point's mark, so entries recorded after the point are never used on replay; the 
 was. The mission becomes paused: `keel resume` continues from there.
 
 With files (`restore_files`), the sandbox is first made equal to the point's file snapshot
-(server/engine/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
+(server/engine/files/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
 recorded. The new checkpoint says `files_restored`, so the host that resumes it checks the sandbox
 again before anything runs. A fork copies the records the point needs (journal lanes up to their marks,
 evidence up to the point) to a new mission id with its own sandbox (its own `keel/<id>` branch in a git
@@ -35,9 +35,10 @@ from keel.protocol.records import (
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server import gitrun
-from keel.server.engine import checkpoint, faultpoints, gitbase, places, trees
+from keel.server.engine import checkpoint, faultpoints
+from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.journal import fresh_epoch, lane
-from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix

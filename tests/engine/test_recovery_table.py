@@ -1,4 +1,4 @@
-"""What a starting host does with each unit's lease (engine/unitrecovery.py), as a table."""
+"""What a starting host does with each unit's lease (engine/units/unitrecovery.py), as a table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from keel.protocol.records import SubagentLease
 from keel.protocol.states import LeaseState, Resolution
-from keel.server.engine.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, files_elsewhere, recovery
+from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, files_elsewhere, recovery
 
 TREE = "t" + "1" * 63  # snapshot refs (storage/snapshots.is_tree_ref)
 BASE = "t" + "2" * 63

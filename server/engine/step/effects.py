@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.trees import Snapshotter
+from keel.server.engine.files.trees import Snapshotter
 
 # what a command leaves behind that is not what it does: build caches (docs/rewind.md)
 CACHE_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})

@@ -26,13 +26,15 @@ import msgspec
 
 from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease, WorkerPlace
 from keel.protocol.states import LeaseState, QuestionKind, Resolution, UnitState
-from keel.server.engine import faultpoints, merge, moving, places, trees
+from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentProcess, kill_session
+from keel.server.engine.files import merge, places, trees
+from keel.server.engine.files.merge import MergeConflict
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import fresh_epoch, lane
-from keel.server.engine.merge import MergeConflict
 from keel.server.engine.restore import check_restored_files
-from keel.server.engine.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
+from keel.server.engine.units import moving
+from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -443,7 +445,7 @@ def terminate(held: SubagentLease, mission_id: str) -> bool:
         cmdline = Path(f"/proc/{held.pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if b"keel.server.engine.subagent" not in cmdline or mission_id.encode() not in cmdline:
+    if b"keel.server.engine.units.subagent" not in cmdline or mission_id.encode() not in cmdline:
         return False
     kill_session(held.pid)  # the worker leads a session: its agent's process group goes with it
     deadline = time.monotonic() + 3

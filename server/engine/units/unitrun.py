@@ -33,19 +33,19 @@ from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, SubagentLease
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
-from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
-from keel.server.engine.effects import Effect, decide, effect_of, effect_outcome, files_digest
+from keel.server.engine.files import places
+from keel.server.engine.files.sandbox import SandboxError
+from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
-from keel.server.engine.models import ModelCalls
-from keel.server.engine.registry import Placement
-from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
-from keel.server.engine.sandbox import SandboxError
-from keel.server.engine.subagent import EXIT_NO_STORE
-from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.server.engine.trees import Scan, Snapshotter
+from keel.server.engine.step.effects import Effect, decide, effect_of, effect_outcome, files_digest
+from keel.server.engine.step.models import ModelCalls
+from keel.server.engine.step.replay import REPLAYED, replay_notice, replayed_count
+from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
+from keel.server.engine.units.registry import Placement
+from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
@@ -178,7 +178,7 @@ class UnitSession:
         worker = (
             sys.executable,
             "-m",
-            "keel.server.engine.subagent",
+            "keel.server.engine.units.subagent",
             "--store",
             str(host.store_path),
             "--mission",
