@@ -62,6 +62,12 @@ def is_tree_ref(value: str) -> bool:
     return len(value) == 64
 
 
+def sandbox_kept(tree: str, base_tree: str) -> bool:
+    """A unit's sandbox can be made again from the store: both its snapshot and the snapshot of the
+    sandbox it started from (its base) are stored, not only digests of them."""
+    return is_tree_ref(tree) and is_tree_ref(base_tree)
+
+
 def manifest_trees(manifest: CheckpointManifest) -> list[str]:
     """The snapshots a checkpoint names: the mission sandbox's, and the own sandboxes of units that had not
     finished (each unit's files and the files it started from)."""

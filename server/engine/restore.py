@@ -42,7 +42,7 @@ from keel.server.engine.journal import fresh_epoch, lane
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
@@ -115,7 +115,7 @@ def _place_reopened(
     files its replayed steps made."""
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
-    kept = is_tree_ref(mark.tree) and is_tree_ref(mark.base_tree)
+    kept = sandbox_kept(mark.tree, mark.base_tree)
     leases.reopen(
         txn,
         mission_id,

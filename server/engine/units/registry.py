@@ -39,7 +39,7 @@ from keel.server.tools.shell import command_owner, kill_leftovers, process_runni
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
-from keel.storage.snapshots import is_tree_ref, snapshot_base
+from keel.storage.snapshots import sandbox_kept, snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -429,7 +429,7 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
         if held.sandbox and Path(held.sandbox).is_dir():
             merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
             carried.append(held.unit)
-        elif is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
+        elif sandbox_kept(held.tree, held.base_tree):
             with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
                 made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
                 merge.carry(mission_sandbox, Path(made.sandbox), held.unit)

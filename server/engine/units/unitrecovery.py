@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from keel.protocol.records import SubagentLease
 from keel.protocol.states import LeaseState, Resolution
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 
 class Recovery(enum.StrEnum):
@@ -43,7 +43,7 @@ def files_elsewhere(lease: SubagentLease) -> bool:
     reopened by a restore with the point's snapshots and no sandbox yet."""
     if lease.worker:
         return True
-    return not lease.sandbox and is_tree_ref(lease.tree) and is_tree_ref(lease.base_tree)
+    return not lease.sandbox and sandbox_kept(lease.tree, lease.base_tree)
 
 
 def recovery(facts: LeaseFacts) -> Recovery:

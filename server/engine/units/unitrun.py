@@ -50,7 +50,7 @@ from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
@@ -505,7 +505,7 @@ class UnitSession:
         if self._change.locked():
             return
         tree, base_tree, lease_hwm = self._lease
-        if not (is_tree_ref(tree) and is_tree_ref(base_tree)):  # an outside agent's sandbox: no snapshot
+        if not sandbox_kept(tree, base_tree):  # an outside agent's sandbox: no snapshot
             self.quiet = None
             return
         hwm = max(self.host.graph.mark(self.unit.id).journal_hwm, lease_hwm)
