@@ -122,6 +122,7 @@ SAMPLES: dict[type[Any], Any] = {
         cost=COST,
         summary="s",
         rerun_approved=True,
+        skipped=True,
         effect=records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
     ),
     records.EffectMark: records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
