@@ -1,4 +1,4 @@
-"""Benchmark: what a sandbox file snapshot costs per checkpoint (server/engine/trees.py), against git.
+"""Benchmark: what a sandbox file snapshot costs per checkpoint (server/engine/files/trees.py), against git.
 
     python benchmarks/snapshots.py [--files 20000] [--size 512] [--folders 50] [--rounds 5]
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from keel.protocol.records import SandboxTree
-from keel.server.engine.trees import Scan, Snapshotter
+from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.storage import DB, Store, Txn
 
 

@@ -109,7 +109,7 @@ def _floor() -> dict[str, float]:
     out = {}
     for name, code in (
         ("python -c pass", "pass"),
-        ("import subagent", "import keel.server.engine.subagent"),
+        ("import subagent", "import keel.server.engine.units.subagent"),
         ("import scripted agent", "import keel.agents.scripted"),
     ):
         times = []

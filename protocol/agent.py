@@ -211,7 +211,7 @@ AGENT_METHODS: dict[str, type[Any] | None] = {
     "random": None,
 }
 
-#: Notification from a unit's worker (server/engine/subagent.py) to the host, never from an agent: the agent
+#: Notification from a unit's worker (server/engine/units/subagent.py) to the host, never from an agent: the agent
 #: broke the protocol (params: {"message": what was wrong}); the worker has killed it, the unit fails.
 AGENT_ERROR = "keel/agentError"
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import msgspec
 
 from keel.protocol.spec import MissionSpec, UnitSpec
-from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
+from keel.protocol.states import LeaseState, MissionState, PauseReason, QuestionKind, Resolution, UnitState
 
 JournalKind = Literal[
     "model/complete", "tool/run", "human/ask", "now", "random", "state/save", "plan/add", "evidence/add"
@@ -46,7 +46,7 @@ class Question(msgspec.Struct, frozen=True, omit_defaults=True):
     seq: int
     text: str
     choices: tuple[str, ...] = ()
-    kind: str = "human/ask"  # or "uncertain-effect": an effectful call that may or may not have run
+    kind: QuestionKind = QuestionKind.ASK
     fingerprint: str = ""  # of the journaled request the answer belongs to
     lane: str = ""  # the journal lane (unit id, or unit id#epoch after a restore)
 
@@ -115,8 +115,8 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     result: Any = None
     commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
     merged: bool = False
-    resolution: str = ""  # a person's answer to a merge conflict: "rerun" or "skip"
-    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/remote.py); "" = its mission host
+    resolution: Resolution = Resolution.NONE  # a person's answer about this run, not yet acted on
+    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/units/remote.py); "" = its mission host
     spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
     why: str = ""  # what a returned unit needs of its mission host
     ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
@@ -143,9 +143,10 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One recorded agent request of a unit, keyed by (mission, unit, seq).
 
     `phase` is "intent" for an effectful call that started but whose result is not yet recorded, and
-    "done" once the result (or error) is; replay only ever returns "done" entries. `rerun_approved`: a
-    person answered "rerun" to this intent's uncertain effect (keel before this field wrote the summary
-    "rerun-approved" instead; engine/toolcalls.rerun_approved reads both).
+    "done" once the result (or error) is; replay only ever returns "done" entries. A person's answer to an
+    uncertain effect is typed, never read back from `summary` (which is words for people): `rerun_approved`
+    (run it again) on the intent, or `skipped` (it had already happened) on the entry it became. Stores of
+    schema 1 held both in the summary; storage/migrations.py moves them.
 
     `gc=False`: a host holds a unit's whole journal (100k entries is an ordinary long unit) and never in a
     reference cycle (entries are frozen and built from decoded data), so the cycle collector need not
@@ -164,7 +165,8 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     cost: StepCost = StepCost()
     summary: str = ""
     rerun_approved: bool = False
-    effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/effects.py)
+    skipped: bool = False
+    effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/step/effects.py)
 
 
 class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -66,6 +66,26 @@ class StartDecision(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+class QuestionKind(enum.StrEnum):
+    """What a question to a person is about (records.Question.kind), and so what acts on the answer."""
+
+    ASK = "human/ask"  # an agent asked: the answer is the journal entry its request replays
+    UNCERTAIN_EFFECT = "uncertain-effect"  # an effect whose outcome a crash left unknown: rerun or skip
+    MERGE_CONFLICT = "merge-conflict"  # a unit's files did not merge into the mission's: rerun or skip
+    REEXECUTE = "reexecute"  # a unit cannot resume where it was: rerun, or fail / continue
+
+
+class Resolution(enum.StrEnum):
+    """A person's answer about a unit's run (records.SubagentLease.resolution), acted on when the unit is
+    next recovered (engine/units/unitrecovery.py) and cleared once it is."""
+
+    NONE = ""
+    RERUN = "rerun"  # run the unit again from scratch, on a new lane
+    SKIP = "skip"  # leave its files out of the mission's (a merge conflict)
+    FAIL = "fail"  # fail the unit (its sandbox is lost)
+    CONTINUE = "continue"  # go on from its journal with the sandbox as it is
+
+
 class PauseReason(enum.StrEnum):
     OPERATOR = "operator"
     WAITING_INPUT = "waiting_input"

@@ -92,7 +92,7 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
             )
     stop = {parent for record in records.values() for parent in record.retired}
     live = reachable_blobs(txn.get_blob, [d for found in roots.values() for d in found], stop=stop)
-    for mission_id in roots:  # units' sandbox snapshots (a shared store keeps them, server/engine/moving.py)
+    for mission_id in roots:  # units' sandbox snapshots (a shared store keeps them, server/engine/units/moving.py)
         for held in leases.list_leases(txn, mission_id):
             for tree in (held.tree, held.base_tree):
                 if is_tree_ref(tree) and tree not in live:

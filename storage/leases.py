@@ -5,7 +5,9 @@ machine with a wrong clock can neither keep a dead worker's lease alive nor expi
 
 Every write a subagent's work makes (journal entries, heartbeats, its completion) runs `check` in the
 same transaction, so a worker whose lease was taken over (a new epoch granted) can never overwrite
-newer work: its write raises `StaleLeaseError` and commits nothing. Knows nothing of processes.
+newer work: its write raises `StaleLeaseError` and commits nothing. A lease changes only through the
+named operations here, each of which says which epoch it acts on; nothing outside writes one
+(tests/test_layering.py). Knows nothing of processes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.protocol.records import SubagentLease
-from keel.protocol.states import LeaseState, check_lease_transition
+from keel.protocol.states import LeaseState, Resolution, check_lease_transition
 from keel.storage.keys import DB, mission_prefix, unit_prefix
 from keel.storage.reach import silence
 from keel.storage.txn import Txn
@@ -36,7 +38,7 @@ def get(txn: Txn, mission_id: str, unit_id: str) -> SubagentLease | None:
     return txn.get(DB.LEASES, _key(mission_id, unit_id), SubagentLease)
 
 
-def put(txn: Txn, mission_id: str, lease: SubagentLease) -> None:
+def _put(txn: Txn, mission_id: str, lease: SubagentLease) -> None:
     txn.put(DB.LEASES, _key(mission_id, lease.unit), lease)
 
 
@@ -60,7 +62,7 @@ def grant(
         ttl_s=ttl_s,
         **fields,  # type: ignore[arg-type]
     )
-    put(txn, mission_id, lease)
+    _put(txn, mission_id, lease)
     return lease
 
 
@@ -123,8 +125,79 @@ def update(txn: Txn, mission_id: str, unit_id: str, epoch: int, **changes: objec
         changes["state"] = new = LeaseState(str(state))
         check_lease_transition(current.state, new)
     lease = msgspec.structs.replace(current, **changes)
-    put(txn, mission_id, lease)
+    _put(txn, mission_id, lease)
     return lease
+
+
+def _current(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> SubagentLease | None:
+    """The unit's lease if it is still of `epoch` (finished or not), else None: an operation on a lease
+    that was since replaced does nothing."""
+    lease = get(txn, mission_id, unit_id)
+    return lease if lease is not None and lease.epoch == epoch else None
+
+
+def moved(txn: Txn, mission_id: str, here: SubagentLease, *, fence: bool) -> bool:
+    """The unit's lease after its sandbox was made on this machine (`here` names it and its holder), if the
+    lease is still of `here.epoch`; under the next epoch when `fence`, so that whoever held it elsewhere
+    can neither heartbeat nor complete it. False when it was replaced meanwhile."""
+    if _current(txn, mission_id, here.unit, here.epoch) is None:
+        return False
+    _put(txn, mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1) if fence else here)
+    return True
+
+
+def reopen(
+    txn: Txn, mission_id: str, unit_id: str, *, lane: str, tree: str, base_tree: str, checkpoint: int, why: str
+) -> SubagentLease:
+    """A restore reopened the unit on a new lane: a lease under the next epoch, held by nobody (orphaned),
+    naming the point's snapshots of its sandbox (the resuming host makes the sandbox from them), or none
+    with `why` there is none."""
+    old = get(txn, mission_id, unit_id)
+    lease = SubagentLease(
+        unit=unit_id,
+        lane=lane,
+        epoch=(old.epoch if old else 0) + 1,
+        host_id="",
+        state=LeaseState.ORPHANED,
+        tree=tree,
+        base_tree=base_tree,
+        last_checkpoint=checkpoint,
+        why=why,
+    )
+    _put(txn, mission_id, lease)
+    return lease
+
+
+def resolve(txn: Txn, mission_id: str, unit_id: str, resolution: Resolution) -> None:
+    """A person's answer about the unit's run, kept on its current lease until its host acts on it."""
+    lease = get(txn, mission_id, unit_id)
+    if lease is not None:
+        _put(txn, mission_id, msgspec.structs.replace(lease, resolution=resolution))
+
+
+def resolved(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, forget_tree: bool = False) -> None:
+    """The answer on the lease of `epoch` was acted on: cleared. `forget_tree`: the sandbox as it is becomes
+    the lane's reference (a person's "continue")."""
+    lease = _current(txn, mission_id, unit_id, epoch)
+    if lease is not None:
+        tree = "" if forget_tree else lease.tree
+        _put(txn, mission_id, msgspec.structs.replace(lease, resolution=Resolution.NONE, tree=tree))
+
+
+def forget_tree(txn: Txn, mission_id: str, unit_id: str, lane: str) -> None:
+    """The digest of the sandbox on the unit's lease of `lane` is no longer known (a person said an effect
+    in doubt had happened: whatever it left is in the sandbox, unrecorded); recovery takes the sandbox as
+    it is instead of mistaking the effect's files for tampering."""
+    lease = get(txn, mission_id, unit_id)
+    if lease is not None and lease.lane == lane and lease.tree:
+        _put(txn, mission_id, msgspec.structs.replace(lease, tree=""))
+
+
+def mark_merged(txn: Txn, mission_id: str, unit_id: str) -> None:
+    """The unit's files are in the mission's sandbox (written with the checkpoint that merged them)."""
+    lease = get(txn, mission_id, unit_id)
+    if lease is not None and not lease.merged:
+        _put(txn, mission_id, msgspec.structs.replace(lease, merged=True))
 
 
 def complete(

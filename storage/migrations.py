@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from keel.protocol.records import JournalEntry
+from keel.storage.keys import DB
+
 if TYPE_CHECKING:
     from keel.storage.txn import Txn
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class SchemaInfo(msgspec.Struct, frozen=True):
@@ -26,4 +29,23 @@ def _from_0(txn: Txn) -> None:
     """Schema 0 is a store created before versioning; nothing to move."""
 
 
-MIGRATIONS: dict[int, Callable[[Txn], None]] = {0: _from_0}
+def _from_1(txn: Txn) -> None:
+    """Schema 1 kept a person's answer to an uncertain effect in the journal entry's summary: "rerun-approved"
+    on the intent, or "skipped" on the entry it became. Schema 2 types both (JournalEntry.rerun_approved,
+    .skipped), and the summary is only words for people. One pass over every journal entry."""
+    moved = []
+    for key, entry in txn.scan(DB.JOURNAL, b"", JournalEntry):
+        if entry.phase == "intent" and entry.summary == "rerun-approved" and not entry.rerun_approved:
+            moved.append((key, msgspec.structs.replace(entry, rerun_approved=True)))
+        elif entry.phase == "done" and entry.summary.startswith("skipped") and _said_skipped(entry.result):
+            moved.append((key, msgspec.structs.replace(entry, skipped=True)))
+    for key, entry in moved:
+        txn.put(DB.JOURNAL, key, entry)
+
+
+def _said_skipped(result: object) -> bool:
+    output = result.get("output") if isinstance(result, dict) else None
+    return isinstance(output, dict) and output.get("skipped") is True
+
+
+MIGRATIONS: dict[int, Callable[[Txn], None]] = {0: _from_0, 1: _from_1}

@@ -10,7 +10,7 @@ that names no blob.
 
 A snapshot of a git sandbox is a SandboxBased blob: a commit of the workspace's repository, the paths of
 it that are gone, and a folder tree holding only the files that differ from it. The store never holds
-the commit's own files: `load_tree` reads them through a BaseFiles (server/engine/gitbase.py), and
+the commit's own files: `load_tree` reads them through a BaseFiles (server/engine/files/gitbase.py), and
 without one, or when the repository lacks the commit, it raises BaseCommitError naming the commit. gc,
 verify and bundles follow only what the store holds (`tree_refs`: the based blob and its folder tree).
 Depends on keel.protocol and storage's record and error modules only.
@@ -60,6 +60,12 @@ def is_tree_ref(value: str) -> bool:
     """A sandbox_tree naming a snapshot blob (checkpoints of older keels hold a 32-hex digest of the
     files instead, which names no blob: those points restore state but not files)."""
     return len(value) == 64
+
+
+def sandbox_kept(tree: str, base_tree: str) -> bool:
+    """A unit's sandbox can be made again from the store: both its snapshot and the snapshot of the
+    sandbox it started from (its base) are stored, not only digests of them."""
+    return is_tree_ref(tree) and is_tree_ref(base_tree)
 
 
 def manifest_trees(manifest: CheckpointManifest) -> list[str]:

@@ -2,7 +2,7 @@
 suite's tiers and its groups for parallel runs.
 
 Tiers: the fast tier (`pytest -m "not slow"`) is the in-process tests of records, storage, tools and
-providers, the layering and git-runner checks, and every decision table (a module named
+providers, the layering, git-runner and payload-declaration checks, and every decision table (a module named
 `test_<decision>_table.py`, wherever it lives); every other test starts hosts, agents, servers or editors
 and is marked `slow` here (a test of a fast module may also be marked `slow` by hand).
 
@@ -24,7 +24,7 @@ from tests.pgserver import PgServer
 
 TESTS = Path(__file__).resolve().parent
 FAST_FOLDERS = {"protocol", "storage", "tools", "providers"}
-FAST_MODULES = {"test_layering.py", "test_gitrun.py"}
+FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py"}
 GROUPS = {
     "vscode": "vscode",
     "postgres/test_machines.py": "machines",

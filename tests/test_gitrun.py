@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from keel.protocol.errors import DiskFullError
-from keel.server.engine import merge
-from keel.server.engine.sandbox import SandboxError
+from keel.server.engine.files import merge
+from keel.server.engine.files.sandbox import SandboxError
 from tests import tmpfs
 
 ROOT = Path(__file__).resolve().parents[1]

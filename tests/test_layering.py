@@ -71,9 +71,9 @@ def test_checker_catches_a_wrong_arrow(tmp_path: Path) -> None:
 ENGINE = "keel.server.engine"
 
 
-def _engine_imports(path: Path, names: set[str]) -> list[tuple[int, str, bool]]:
-    """(line, engine module, inside a function) for every import of an engine module (one of `names`) in
-    `path`, at module level (TYPE_CHECKING blocks included) and inside functions alike."""
+def _engine_imports(path: Path, modules: set[str]) -> list[tuple[int, str, bool]]:
+    """(line, engine module, inside a function) for every import of an engine module (one of `modules`,
+    dotted names) in `path`, at module level (TYPE_CHECKING blocks included) and inside functions alike."""
     tree = ast.parse(path.read_text(), str(path))
     found: list[tuple[int, str, bool]] = []
 
@@ -84,12 +84,14 @@ def _engine_imports(path: Path, names: set[str]) -> list[tuple[int, str, bool]]:
             if isinstance(child, ast.Import):
                 targets = [alias.name for alias in child.names]
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                targets = [child.module]
-                if child.module == ENGINE:  # from keel.server.engine import host, merge
-                    targets = [f"{ENGINE}.{alias.name}" for alias in child.names if alias.name in names]
+                # from keel.server.engine.files import merge, trees: the modules; else the module named
+                named = [f"{child.module}.{alias.name}" for alias in child.names]
+                targets = [n for n in named if n in modules] or [child.module]
             for name in targets:
-                if name.startswith(ENGINE + "."):
-                    found.append((child.lineno, ".".join(name.split(".")[:4]), in_function))
+                while name not in modules and name.count(".") > 3:
+                    name = name.rsplit(".", 1)[0]
+                if name in modules:
+                    found.append((child.lineno, name, in_function))
             visit(child, local)
 
     visit(tree, False)
@@ -97,18 +99,22 @@ def _engine_imports(path: Path, names: set[str]) -> list[tuple[int, str, bool]]:
 
 
 def _engine_graph(folder: Path) -> tuple[dict[str, set[str]], list[str]]:
-    """The engine's import graph (module -> engine modules it imports) and its function-local imports."""
+    """The engine's import graph (module -> engine modules it imports) and its function-local imports; its
+    modules are every .py file under `folder`, in folders or not (a package's __init__ is not one)."""
+    paths = {
+        ".".join((ENGINE, *path.relative_to(folder).with_suffix("").parts)): path
+        for path in sorted(folder.rglob("*.py"))
+        if path.name != "__init__.py"
+    }
     graph: dict[str, set[str]] = {}
     local: list[str] = []
-    paths = sorted(folder.glob("*.py"))
-    for path in paths:
-        module = f"{ENGINE}.{path.stem}"
+    for module, path in paths.items():
         graph[module] = set()
-        for line, name, in_function in _engine_imports(path, {p.stem for p in paths}):
+        for line, name, in_function in _engine_imports(path, set(paths)):
             if name != module:
                 graph[module].add(name)
             if in_function:
-                local.append(f"{path.name}:{line} imports {name} inside a function")
+                local.append(f"{path.relative_to(folder).as_posix()}:{line} imports {name} inside a function")
     return graph, local
 
 
@@ -160,10 +166,81 @@ def test_engine_has_no_function_local_engine_import() -> None:
 def test_circle_checker_catches_a_circle_and_a_local_import(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("from keel.server.engine import b\n")
     (tmp_path / "b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import keel.server.engine.c\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import keel.server.engine.sub.c\n"
     )
-    (tmp_path / "c.py").write_text("def f():\n    from keel.server.engine.a import x\n")
-    (tmp_path / "d.py").write_text("from keel.server.engine.c import y\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("")
+    (tmp_path / "sub" / "c.py").write_text("def f():\n    from keel.server.engine.a import x\n")
+    (tmp_path / "d.py").write_text("from keel.server.engine.sub import c\n")
     graph, local = _engine_graph(tmp_path)
-    assert _cycles(graph) == [[f"{ENGINE}.a", f"{ENGINE}.b", f"{ENGINE}.c"]]
-    assert local == [f"c.py:2 imports {ENGINE}.a inside a function"]
+    assert _cycles(graph) == [[f"{ENGINE}.a", f"{ENGINE}.b", f"{ENGINE}.sub.c"]]
+    assert graph[f"{ENGINE}.d"] == {f"{ENGINE}.sub.c"}
+    assert local == [f"sub/c.py:2 imports {ENGINE}.a inside a function"]
+
+
+# modules that may name the leases' database: the leases' and host leases' own, and the two that delete a
+# whole mission's records
+LEASE_DB_MODULES = {"storage/leases.py", "storage/hostlease.py", "storage/missions.py", "storage/gc.py"}
+
+
+def _lease_writes(path: Path, relative: str) -> list[str]:
+    """Every place in `path` that writes a unit's lease other than through storage/leases.py's operations:
+    a call of `leases.put`/`leases._put`, or the leases' database named outside LEASE_DB_MODULES."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        if node.attr in {"put", "_put"} and isinstance(node.value, ast.Name) and node.value.id == "leases":
+            found.append(f"{relative}:{node.lineno} writes a lease with leases.{node.attr}")
+        elif node.attr == "LEASES" and relative not in LEASE_DB_MODULES:
+            found.append(f"{relative}:{node.lineno} names DB.LEASES")
+    return found
+
+
+def test_leases_change_only_through_their_named_operations() -> None:
+    wrong = []
+    for folder in ALLOWED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            wrong += _lease_writes(path, path.relative_to(ROOT).as_posix())
+    assert not wrong, "lease writes outside storage/leases.py's operations:\n" + "\n".join(wrong)
+
+
+def test_lease_write_checker_catches_a_raw_put(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("leases.put(txn, mid, lease)\ntxn.put(DB.LEASES, key, lease)\nleases.moved(txn, mid, l, fence=1)\n")
+    assert _lease_writes(bad, "server/engine/bad.py") == [
+        "server/engine/bad.py:1 writes a lease with leases.put",
+        "server/engine/bad.py:2 names DB.LEASES",
+    ]
+
+
+# engine folders and the engine folders each may import (besides its own); the engine's top level (the host
+# and what every part shares) may import any
+FOLDER_ARROWS = {"files": set(), "step": {"top", "files"}, "units": {"top", "files", "step"}}
+
+
+def _folder(module: str) -> str:
+    parts = module.removeprefix(ENGINE + ".").split(".")
+    return parts[0] if len(parts) > 1 else "top"
+
+
+def _folder_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{a} imports {b}"
+        for a, targets in sorted(graph.items())
+        for b in sorted(targets)
+        if _folder(a) in FOLDER_ARROWS and _folder(b) != _folder(a) and _folder(b) not in FOLDER_ARROWS[_folder(a)]
+    ]
+
+
+def test_engine_folders_import_one_way() -> None:
+    graph, _ = _engine_graph(ROOT / "server" / "engine")
+    assert {_folder(m) for m in graph} == {"top", *FOLDER_ARROWS}, "an engine folder the arrows do not name"
+    wrong = _folder_arrows(graph)
+    assert not wrong, "engine folders importing against their arrows (files <- step <- units):\n" + "\n".join(wrong)
+
+
+def test_folder_arrow_checker_catches_a_wrong_arrow() -> None:
+    graph = {f"{ENGINE}.files.trees": {f"{ENGINE}.journal"}, f"{ENGINE}.step.effects": {f"{ENGINE}.files.trees"}}
+    assert _folder_arrows(graph) == [f"{ENGINE}.files.trees imports {ENGINE}.journal"]

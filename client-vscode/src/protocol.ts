@@ -44,11 +44,27 @@ export interface MissionSummary {
   restorePoints?: number;
   createdAt: number;
   updatedAt: number;
+  /** The host the record names, and whether it is alive. */
+  host?: MissionHost;
+  /** The digest of the newest checkpoint. */
+  head?: string;
   /** The mission and point this one was forked from. */
-  forkedFrom?: { mission: string; point: string };
+  forkedFrom?: ForkOrigin;
   /** Why a paused mission is paused when no person paused it: "restored to p3", "forked at p2". */
   pauseNote?: string;
   usage?: MissionUsage;
+}
+
+export interface MissionHost {
+  hostId: string;
+  pid: number;
+  hostname: string;
+  alive: boolean;
+}
+
+export interface ForkOrigin {
+  mission: string;
+  point: string;
 }
 
 /** Tokens the mission's model calls used, their cost where a price is configured, the model that
@@ -77,6 +93,37 @@ export interface MissionDetail {
   mission: MissionSummary;
   goal: string;
   units: UnitInfo[];
+  /** The newest 50 events. */
+  events: MissionEvent[];
+}
+
+export interface MissionEvent {
+  seq: number;
+  kind: string;
+  at: number;
+  unit: string;
+  state: string;
+  message: string;
+}
+
+/** `keel/subagents`: one unit's lease in the subagent registry. */
+export interface Subagent {
+  unit: string;
+  lane: string;
+  state: "offered" | "running" | "expired" | "returned" | "orphaned" | "done";
+  epoch: number;
+  pid: number;
+  hostId: string;
+  hostname: string;
+  heartbeat: number;
+  leaseAge: number;
+  ttl: number;
+  sandbox: string;
+  branch: string;
+  lastCheckpoint: number;
+  merged: boolean;
+  worker: string;
+  why: string;
 }
 
 export interface RestorePoint {

@@ -7,25 +7,7 @@
 import * as vscode from "vscode";
 import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
-
-export interface Subagent {
-  unit: string;
-  lane: string;
-  state: "offered" | "running" | "expired" | "returned" | "orphaned" | "done";
-  epoch: number;
-  pid: number;
-  hostId: string;
-  hostname: string;
-  heartbeat: number;
-  leaseAge: number;
-  ttl: number;
-  sandbox: string;
-  branch: string;
-  lastCheckpoint: number;
-  merged: boolean;
-  worker: string;
-  why: string;
-}
+import type { Subagent } from "./protocol";
 
 export interface SubagentNode {
   readonly kind: "subagent";

@@ -22,8 +22,9 @@ from keel.protocol.states import TERMINAL_MISSION_STATES
 from keel.server import sandboxcopy, signing
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine import merge, places, registry, trees
+from keel.server.engine.files import merge, places, trees
 from keel.server.engine.hostlock import host_alive
+from keel.server.engine.units import registry
 from keel.server.exits import Exit
 from keel.storage import Store, Txn
 from keel.storage import bundle as b

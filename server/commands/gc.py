@@ -1,7 +1,7 @@
 """`keel gc [--keep-last N] [--keep POINT ...] [--dry-run] [--compact]`: remove what no mission reaches any more.
 
 The store's part is storage/gc.py's, in one write transaction; then the sandboxes and branches of finished,
-merged units go (server/engine/unitgc.py); with `--compact` the LMDB file is rewritten without its free
+merged units go (server/engine/units/unitgc.py); with `--compact` the LMDB file is rewritten without its free
 pages (`Store.compact`: LMDB reuses freed pages but never gives them back to the filesystem). This module
 parses the policy and prints.
 """
@@ -16,7 +16,7 @@ import msgspec
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine import unitgc
+from keel.server.engine.units import unitgc
 from keel.server.exits import Exit
 from keel.storage.errors import StoreBusyError
 from keel.storage.gc import GcReport, gc_txn

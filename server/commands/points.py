@@ -11,7 +11,7 @@ from typing import Any
 
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine import places
+from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
 from keel.server.engine.restore import restore_files, restore_txn
 from keel.server.exits import Exit

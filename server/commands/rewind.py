@@ -1,6 +1,6 @@
 """`keel fork ID POINT`, `keel diff ID POINT [POINT2]` and `keel apply ID [--branch NAME]`.
 
-Fork and diff work on restore points' file snapshots (server/engine/trees.py, restore.py); apply brings
+Fork and diff work on restore points' file snapshots (server/engine/files/trees.py, restore.py); apply brings
 a mission's result into the person's working tree (server/engine/apply.py). Each holds the mission's
 host lock while it reads or rewrites a sandbox, so no host runs meanwhile.
 """
@@ -14,8 +14,8 @@ from typing import Any
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.points import mission_lock
-from keel.server.engine import trees
 from keel.server.engine.apply import apply_result
+from keel.server.engine.files import trees
 from keel.server.engine.restore import SANDBOX, fork, point_files
 from keel.server.exits import Exit
 from keel.storage import missions as m

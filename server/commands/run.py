@@ -16,7 +16,7 @@ from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.server.engine.host import run_host_blocking
-from keel.server.engine.progress import Progress
+from keel.server.engine.step.progress import Progress
 from keel.server.exits import Exit
 from keel.storage import Store
 from keel.storage import missions as m

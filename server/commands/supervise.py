@@ -5,7 +5,7 @@ missions and their host leases (`control.needs_host`); a running mission whose h
 lease's ttl while this process could reach the store (its machine died, froze or lost the network; a store
 outage silences every host and is no evidence: storage/reach.py), or stopped without finishing it, gets a
 host on this machine (`keel resume` detached, which takes the lease over and makes the mission's sandboxes here from
-the store: server/engine/moving.py). When several supervisors see the same silent lease, the store lets one
+the store: server/engine/units/moving.py). When several supervisors see the same silent lease, the store lets one
 new host claim it; the others' hosts stop at once ("already running"). Starts for one mission are 10 s apart
 at least; a mission that three hosts started here in a row did not take over (each one crashed, say) is
 reported and left alone until it is seen with a live host again.

@@ -1,9 +1,9 @@
 """`keel worker [--store URL] [--units N] [--interval S] [--take-over]`: run units that missions offer, on this machine.
 
 A mission whose file says `workers = true` has its host offer its units in the store instead of running them
-(server/engine/remote.py). A worker on any machine sharing the store (PostgreSQL; or an LMDB store on this
+(server/engine/units/remote.py). A worker on any machine sharing the store (PostgreSQL; or an LMDB store on this
 machine) claims offered units of any mission, up to `--units` at once, each under a new lease epoch; makes
-each unit's sandbox here from the snapshots the store holds; and runs it (server/engine/workerhost.py): its
+each unit's sandbox here from the snapshots the store holds; and runs it (server/engine/units/workerhost.py): its
 agent here, its journal and completion into the store, fenced by the lease. A unit that needs its mission
 host (a question, `plan/add`, a provider stop, a full disk, a failure) is handed back to it. SIGTERM or
 Ctrl-C stops the running units at a consistent point (their leases read `orphaned`, and their hosts offer
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespace) -> int:
     from keel.server.commands.supervise import Supervisor
-    from keel.server.engine import moving
-    from keel.server.engine.registry import lease_ttl
-    from keel.server.engine.workerhost import UnitHost, claim_here, forget_sandbox, offered_units
+    from keel.server.engine.units import moving
+    from keel.server.engine.units.registry import lease_ttl
+    from keel.server.engine.units.workerhost import UnitHost, claim_here, forget_sandbox, offered_units
     from keel.storage.leases import StaleLeaseError
 
     worker, hostname, ttl = f"w-{uuid.uuid4().hex[:10]}", moving.here(), lease_ttl()

@@ -24,10 +24,10 @@ from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import SandboxTree
 from keel.protocol.states import MissionState
 from keel.server import gitrun
-from keel.server.engine import gitbase, places, trees
-from keel.server.engine.effects import is_cache
+from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files.sandbox import git_toplevel
 from keel.server.engine.hostlock import host_alive
-from keel.server.engine.sandbox import git_toplevel
+from keel.server.engine.step.effects import is_cache
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.record import content_digest

@@ -22,7 +22,7 @@ from keel.server.engine.journal import lane
 from keel.storage import DB, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 
 def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
@@ -108,7 +108,7 @@ def with_unit_trees(
             hwm, tree, base_tree = max(mark.journal_hwm, found.last_checkpoint), found.tree, found.base_tree
         else:
             continue
-        if is_tree_ref(tree) and is_tree_ref(base_tree):
+        if sandbox_kept(tree, base_tree):
             out[uid] = msgspec.structs.replace(mark, journal_hwm=hwm, tree=tree, base_tree=base_tree)
     return out
 

@@ -18,9 +18,9 @@ from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, N
 from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
 from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason
-from keel.server.engine import places
+from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive, lease_holder_dead
-from keel.server.engine.unitgc import remove_mission_sandbox
+from keel.server.engine.units.unitgc import remove_mission_sandbox
 from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir

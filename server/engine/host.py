@@ -29,22 +29,24 @@ from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
-from keel.server.engine import checkpoint, faultpoints, moving, offline, places
+from keel.server.engine import checkpoint, faultpoints, offline
 from keel.server.engine.control import spawn_host
+from keel.server.engine.files import places
+from keel.server.engine.files.sandbox import ensure_sandbox
+from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.server.engine.graph import Graph
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter
-from keel.server.engine.models import ModelCalls
-from keel.server.engine.policy import Policy
-from keel.server.engine.progress import Progress
 from keel.server.engine.recovery import apply_controls
-from keel.server.engine.registry import Registry
-from keel.server.engine.remote import RemoteUnit
-from keel.server.engine.sandbox import ensure_sandbox
-from keel.server.engine.toolcalls import mission_tool_env
-from keel.server.engine.trees import Scan, Snapshotter
-from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.server.engine.step.models import ModelCalls
+from keel.server.engine.step.policy import Policy
+from keel.server.engine.step.progress import Progress
+from keel.server.engine.step.toolcalls import mission_tool_env
+from keel.server.engine.units import moving
+from keel.server.engine.units.registry import Registry
+from keel.server.engine.units.remote import RemoteUnit
+from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.server.exits import Exit
 from keel.storage import Store, Txn, hostlease, leases
 from keel.storage import missions as m

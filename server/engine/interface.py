@@ -25,8 +25,8 @@ from keel.protocol.states import MissionState
 from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.graph import Graph
 from keel.server.engine.journal import JournalWriter
-from keel.server.engine.policy import Policy
-from keel.server.engine.progress import Progress
+from keel.server.engine.step.policy import Policy
+from keel.server.engine.step.progress import Progress
 from keel.storage import Store, Txn
 
 TxnFn = Callable[[Txn], object]  # more work for the transaction that records a step or a checkpoint
@@ -41,7 +41,7 @@ class Step:
     fingerprint: str  # of method and canonical params; a replay must match it
     begin: float  # time.monotonic() when the request was taken up
     intent: JournalEntry | None = None  # an intent an earlier run recorded at this number, without a result
-    effect: EffectMark | None = None  # an outside agent's effect: recorded with its entry (engine/effects.py)
+    effect: EffectMark | None = None  # an outside agent's effect: recorded with its entry (engine/step/effects.py)
 
     def wall_ms(self) -> float:
         return (time.monotonic() - self.begin) * 1000

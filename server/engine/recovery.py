@@ -13,7 +13,7 @@ import msgspec
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.records import Evidence, HostInfo, JournalEntry, MissionRecord, Question
-from keel.protocol.states import MissionState, PauseReason, StartDecision
+from keel.protocol.states import MissionState, PauseReason, QuestionKind, Resolution, StartDecision
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
@@ -63,12 +63,10 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     lane = question.lane or question.unit
     now = time.time()
     m.add_evidence(txn, mission_id, _answered(question, text, lane, now))
-    if question.kind in ("merge-conflict", "reexecute"):  # the registry acts on it when the unit is recovered
-        held = leases.get(txn, mission_id, question.unit)
-        if held is not None:
-            leases.put(txn, mission_id, msgspec.structs.replace(held, resolution=text))
+    if question.kind in (QuestionKind.MERGE_CONFLICT, QuestionKind.REEXECUTE):  # acted on when the unit is recovered
+        leases.resolve(txn, mission_id, question.unit, Resolution(text))
         return
-    if question.kind == "uncertain-effect":
+    if question.kind == QuestionKind.UNCERTAIN_EFFECT:
         intent = m.journal_get(txn, mission_id, lane, question.seq)
         if intent is None:
             return
@@ -81,10 +79,10 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
                 mission_id,
                 lane,
                 msgspec.structs.replace(
-                    intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped"
+                    intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped", skipped=True
                 ),
             )
-            _forget_tree(txn, mission_id, question.unit, lane)
+            leases.forget_tree(txn, mission_id, question.unit, lane)
         else:
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, rerun_approved=True))
         return
@@ -114,12 +112,3 @@ def _answered(question: Question, text: str, lane: str, now: float) -> Evidence:
         lane=lane,
         seq=question.seq,
     )
-
-
-def _forget_tree(txn: Txn, mission_id: str, unit: str, lane: str) -> None:
-    """After a person's "skip" the sandbox holds whatever the effect left there, which no digest recorded:
-    the lease's tree becomes unknown (the registry takes the sandbox as it is when the unit resumes), so
-    that recovery does not mistake the effect's files for tampering and run the unit again from scratch."""
-    held = leases.get(txn, mission_id, unit)
-    if held is not None and held.lane == lane and held.tree:
-        leases.put(txn, mission_id, msgspec.structs.replace(held, tree=""))

@@ -6,7 +6,7 @@ point's mark, so entries recorded after the point are never used on replay; the 
 was. The mission becomes paused: `keel resume` continues from there.
 
 With files (`restore_files`), the sandbox is first made equal to the point's file snapshot
-(server/engine/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
+(server/engine/files/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
 recorded. The new checkpoint says `files_restored`, so the host that resumes it checks the sandbox
 again before anything runs. A fork copies the records the point needs (journal lanes up to their marks,
 evidence up to the point) to a new mission id with its own sandbox (its own `keel/<id>` branch in a git
@@ -31,18 +31,18 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
     SandboxTree,
-    SubagentLease,
     UnitMark,
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server import gitrun
-from keel.server.engine import checkpoint, faultpoints, gitbase, places, trees
+from keel.server.engine import checkpoint, faultpoints
+from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.journal import fresh_epoch, lane
-from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 
@@ -115,22 +115,16 @@ def _place_reopened(
     files its replayed steps made."""
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
-    held = leases.get(txn, mission_id, unit_id)
-    kept = is_tree_ref(mark.tree) and is_tree_ref(mark.base_tree)
-    leases.put(
+    kept = sandbox_kept(mark.tree, mark.base_tree)
+    leases.reopen(
         txn,
         mission_id,
-        SubagentLease(
-            unit=unit_id,
-            lane=unit_lane,
-            epoch=(held.epoch if held else 0) + 1,
-            host_id="",
-            state=LeaseState.ORPHANED,
-            tree=mark.tree if kept else "",
-            base_tree=mark.base_tree if kept else "",
-            last_checkpoint=mark.journal_hwm,
-            why="" if kept else f"restore point {point} holds no snapshot of its sandbox",
-        ),
+        unit_id,
+        lane=unit_lane,
+        tree=mark.tree if kept else "",
+        base_tree=mark.base_tree if kept else "",
+        checkpoint=mark.journal_hwm,
+        why="" if kept else f"restore point {point} holds no snapshot of its sandbox",
     )
 
 

@@ -114,7 +114,7 @@ def test_sigkill_mid_prompt_then_resume(agent: str, strike: str, model: Scripted
         kill_host(proc)
         settle(agent, ws.root)
     if strike in ("worker", "bridge"):  # the host lives and starts the unit's worker or agent again
-        module = "keel.server.engine.subagent" if strike == "worker" else "keel.agents.acp"
+        module = "keel.server.engine.units.subagent" if strike == "worker" else "keel.agents.acp"
         assert len(kill_keel_process(module, ws.root)) == 1, f"exactly one {strike} must be running"
         settle(agent, ws.root)
     model.release()

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from keel.protocol.records import Event
-from keel.server.engine import places
+from keel.server.engine.files import places
 from keel.storage import DB, Store
 from keel.storage import bundle as b
 from keel.storage import missions as m

@@ -129,7 +129,9 @@ def test_a_killed_worker_takes_its_agent_and_the_agents_children_with_it(tmp_pat
             return [pid for pid, cmd in _processes_with(marker.encode()) if "time.sleep(300)" in cmd]
 
         wait_for(lambda: bool(children()), timeout=30)
-        workers = [pid for pid, cmd in _processes_with(str(store).encode()) if "keel.server.engine.subagent" in cmd]
+        workers = [
+            pid for pid, cmd in _processes_with(str(store).encode()) if "keel.server.engine.units.subagent" in cmd
+        ]
         assert len(children()) == 1 and len(workers) == 1, (children(), workers)
         os.kill(workers[0], signal.SIGKILL)
         _, err = host.communicate(timeout=60)

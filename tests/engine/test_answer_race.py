@@ -9,7 +9,7 @@ from pathlib import Path
 from engine_helpers import files, keel, mission_id_of, record, start_keel, wait_for, write_mission
 
 from keel.protocol.states import MissionState
-from keel.server.engine import places
+from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostLock
 
 

@@ -1,4 +1,4 @@
-"""The effect decision (server/engine/effects.py), case by case: what an outside agent's request is, and
+"""The effect decision (server/engine/step/effects.py), case by case: what an outside agent's request is, and
 whether keel runs it, answers it from the journal, asks a person, or refuses it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.effects import Effect, decide, effect_of, files_digest
+from keel.server.engine.step.effects import Effect, decide, effect_of, files_digest
 
 SANDBOX = "/work/sandbox"
 BEFORE, AFTER, EDITED = "f0", "f1", "f2"  # the files a command starts from, leaves, and after an edit
@@ -53,7 +53,7 @@ def _entry(seq: int, effect: Effect, phase: str = "done", after: str = AFTER, **
 EDIT = Effect("write_file", '{"path":"a.py"}')
 DONE = _entry(3, TEST)
 DOUBT = _entry(3, TEST, phase="intent")
-SKIPPED = _entry(3, TEST, summary="skipped", after="")
+SKIPPED = _entry(3, TEST, summary="skipped", skipped=True, after="")
 RERUN = _entry(3, TEST, phase="intent", rerun_approved=True)
 EDIT_AFTER = JournalEntry(seq=5, kind="tool/run", fingerprint="e", effect=EffectMark(EDIT.key, AFTER, EDITED))
 

@@ -13,7 +13,7 @@ import pytest
 
 from keel.protocol.spec import CheckpointPolicy
 from keel.server.engine.journal import JournalWriter, fingerprint, lane
-from keel.server.engine.policy import Policy
+from keel.server.engine.step.policy import Policy
 from keel.storage import DB, Store, Txn
 
 

@@ -1,4 +1,4 @@
-"""Replay in the worker (server/engine/replay.py), message by message: which entries the host hands over,
+"""Replay in the worker (server/engine/step/replay.py), message by message: which entries the host hands over,
 what the worker answers, and when it stops and says how many it answered."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from keel.protocol import rpc
 from keel.protocol.records import JournalEntry
 from keel.server.engine.journal import request_fingerprint
-from keel.server.engine.replay import REPLAY, REPLAYED, WorkerReplay, replay_notice, replayed_count
+from keel.server.engine.step.replay import REPLAY, REPLAYED, WorkerReplay, replay_notice, replayed_count
 
 
 def _entry(seq: int, method: str, params: Any, result: Any, **fields: Any) -> JournalEntry:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from keel.protocol import agent as ap
-from keel.server.engine.unitrun import HANDLERS, WAITS_FOR_A_PERSON
+from keel.server.engine.units.unitrun import HANDLERS, WAITS_FOR_A_PERSON
 
 
 def test_every_agent_method_has_exactly_one_handler() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.server.engine import trees
+from keel.server.engine.files import trees
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.record import content_digest
@@ -34,7 +34,7 @@ def _store(store: Store, snap: trees.Snapshotter, root: Path, paths: list[str] |
 
 
 def _files(store: Store, digest: str, repo: Path | None = None) -> dict[str, str]:
-    from keel.server.engine.gitbase import GitBase
+    from keel.server.engine.files.gitbase import GitBase
 
     tree = store.read(lambda t: load_tree(t.get_blob, digest, GitBase(repo) if repo else None))
     assert tree is not None

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from keel.protocol.states import UnitState
-from keel.server.engine import moving
+from keel.server.engine.units import moving
 from keel.storage import Store, leases
 from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record

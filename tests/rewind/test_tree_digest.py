@@ -1,6 +1,6 @@
 """One walker, one set of rules: the tree digest of a sandbox (subagent leases) and its snapshot.
 
-Rules (server/engine/trees.py): mode bits count; a file that cannot be read is an error naming it, never
+Rules (server/engine/files/trees.py): mode bits count; a file that cannot be read is an error naming it, never
 hashed as empty or left out; the digest is the name the snapshot's root folder has. A digest recorded by
 the keel before folder trees (32 hex digits, in leases written before an upgrade) is compared in its own
 form, so an intact sandbox is not mistaken for a tampered one.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.server.engine import trees
+from keel.server.engine.files import trees
 from keel.storage import Store
 
 
@@ -99,7 +99,7 @@ def test_a_digest_recorded_before_the_upgrade_still_matches_an_intact_sandbox(tm
 _CHECK = """
 import sys
 from pathlib import Path
-from keel.server.engine import trees
+from keel.server.engine.files import trees
 root = Path(sys.argv[1])
 for what in ("digest", "snapshot", "files"):
     try:

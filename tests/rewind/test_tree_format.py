@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from keel.protocol.records import SandboxTree, TreeEntry
-from keel.server.engine import trees
+from keel.server.engine.files import trees
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.errors import CorruptRecordError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from keel.protocol.records import SandboxTree
-from keel.server.engine import trees
+from keel.server.engine.files import trees
 from keel.storage import DB, Store
 from keel.storage.snapshots import load_tree
 

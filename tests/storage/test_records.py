@@ -107,6 +107,8 @@ SAMPLES: dict[type[Any], Any] = {
         mission_file="m.toml",
         control_seen=4,
         machine="build-7",
+        retired=("d" * 64,),
+        start_tree="t" * 64,
     ),
     records.StepCost: COST,
     records.JournalEntry: records.JournalEntry(
@@ -122,6 +124,7 @@ SAMPLES: dict[type[Any], Any] = {
         cost=COST,
         summary="s",
         rerun_approved=True,
+        skipped=True,
         effect=records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
     ),
     records.EffectMark: records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),

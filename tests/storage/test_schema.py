@@ -6,11 +6,13 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from keel.protocol.records import Event
+from keel.protocol.records import Event, JournalEntry
 from keel.storage import DB, Store, StoreTooNewError
 from keel.storage import migrations as mig
+from keel.storage import missions as m
 from keel.storage.migrations import SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn, decode_value
 from tests.storage.raw import raw_get, raw_keys
@@ -84,3 +86,28 @@ def test_migrations_run_in_order_inside_one_transaction(
     with Store.open(path) as store:
         assert ran == [0, 1, 2] and store.schema().version == 3
         assert store.read(lambda t: t.get(DB.META, b"migrated-2", SchemaInfo)) == SchemaInfo(version=2)
+
+
+def test_schema_1_answers_kept_in_summaries_become_typed_flags(
+    tmp_path: Path, store_folder: Callable[[Path], Path]
+) -> None:
+    """Schema 1 kept a person's answer to an uncertain effect as the entry's summary; schema 2 types it, and
+    a summary that merely reads alike (an agent's own words, an intent not answered) is left alone."""
+    path = store_folder(tmp_path / "s")
+    skipped_result = {"ok": True, "output": {"skipped": True, "note": "a person said the effect had already happened"}}
+    old = {
+        1: JournalEntry(seq=1, kind="tool/run", fingerprint="a", phase="intent", summary="rerun-approved"),
+        2: JournalEntry(seq=2, kind="tool/run", fingerprint="b", summary="skipped", result=skipped_result),
+        3: JournalEntry(seq=3, kind="tool/run", fingerprint="c", summary="skipped 3 files", result={"ok": True}),
+        4: JournalEntry(seq=4, kind="tool/run", fingerprint="d", phase="intent", summary="run make"),
+    }
+    write_schema_record(path, 1, "0.1.0")
+    with Store.open(path) as store:
+        store.write(lambda t: [m.journal_put(t, "m1", "a#2", entry) for entry in old.values()])
+    write_schema_record(path, 1, "0.1.0")  # (the line above reopened it at schema 2: back to 1)
+    with Store.open(path) as store:
+        assert store.schema().version == SCHEMA_VERSION
+        now = {e.seq: e for e in store.read(lambda t: m.journal_entries(t, "m1", "a#2"))}
+    assert now[1] == msgspec.structs.replace(old[1], rerun_approved=True)
+    assert now[2] == msgspec.structs.replace(old[2], skipped=True)
+    assert now[3] == old[3] and now[4] == old[4]

@@ -10,7 +10,7 @@ from pathlib import Path
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 from subagent_helpers import command_running, git, lease, wait_gone
 
-from keel.server.engine import places
+from keel.server.engine.files import places
 from keel.storage import missions as m
 
 

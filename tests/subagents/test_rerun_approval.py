@@ -1,5 +1,6 @@
 """A person's "rerun" of an uncertain effect is a typed flag on the intent, and a store written before the
-flag existed (the approval kept as the intent's summary "rerun-approved") is still honoured."""
+flag existed (schema 1: the approval kept as the intent's summary "rerun-approved") is still honoured: its
+migration to schema 2 sets the flag."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from keel.server.engine import control
 from keel.server.engine.recovery import apply_controls
 from keel.storage import Store, Txn
 from keel.storage import missions as m
+from keel.storage.base import SCHEMA_KEY
+from keel.storage.keys import DB
+from keel.storage.migrations import SchemaInfo
 
 
 def test_a_rerun_answer_sets_the_intents_flag_and_keeps_its_summary(tmp_path: Path) -> None:
@@ -58,6 +62,7 @@ def test_an_approval_recorded_as_a_summary_by_an_earlier_keel_reruns_the_effect(
         legacy = msgspec.structs.replace(intent, summary="rerun-approved")
         m.journal_put(txn, mid, question.lane, legacy)
         m.put_mission(txn, msgspec.structs.replace(m.get_mission(txn, mid), question=None))
+        txn.put(DB.META, SCHEMA_KEY, SchemaInfo(version=1, written_by="0.1.0"))
 
     with Store.open(store, create=False) as s:
         s.write(answered_by_an_earlier_keel)

@@ -40,7 +40,8 @@ from lsprotocol import types
 from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord
 from keel.protocol.states import MissionState
-from keel.server.engine import control, hostlock, offline, places
+from keel.server.engine import control, hostlock, offline
+from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostLock, host_ttl
 from keel.server.lsp.features.hostexits import HostExits
 from keel.server.lsp.server import KeelServer
@@ -206,7 +207,7 @@ def _elsewhere(record: MissionRecord) -> bool:
 
 def _takes_over(server: KeelServer) -> bool:
     """`initializationOptions.takeOver`: this server also starts hosts for running missions of other
-    machines whose host lease went silent (their sandboxes are then made here: server/engine/moving.py).
+    machines whose host lease went silent (their sandboxes are then made here: server/engine/units/moving.py).
     Off by default: a teammate's mission should not move to your machine because their laptop slept."""
     return server.options.get("takeOver") is True
 

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.trees import Snapshotter
+from keel.server.engine.files.trees import Snapshotter
 
-SKIPPED = "skipped"  # the summary recovery.apply_answer gives an effect a person said had happened
 # what a command leaves behind that is not what it does: build caches (docs/rewind.md)
 CACHE_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 CACHE_SUFFIXES = (".pyc", ".pyo")
@@ -89,7 +88,7 @@ def decide(journal: Iterable[JournalEntry], effect: Effect, files: str, refusal:
             if files == mark.before or not _files_changed(later):
                 return Decision("ask", entry, "it started and its outcome was never recorded")
             return Decision("run")
-        if entry.summary.startswith(SKIPPED):
+        if entry.skipped:
             if files == mark.before or not _files_changed(later):
                 return Decision(
                     "answer", entry, f"a person said this {effect.tool} already happened: do not make it again"
@@ -194,7 +193,7 @@ def effect_outcome(entry: JournalEntry) -> str:
     """What the journal holds of an effect's outcome, in words for the agent."""
     if entry.phase == "intent":
         return "It started and no outcome was recorded: it may or may not have happened."
-    if entry.summary.startswith(SKIPPED):
+    if entry.skipped:
         return "A person said it had already happened."
     if entry.error:
         return f"Its recorded outcome: failed: {entry.error[:300]}."

@@ -25,9 +25,9 @@ import msgspec
 
 from keel.protocol.records import MissionRecord, SubagentLease
 from keel.protocol.states import UnitState
-from keel.server.engine import merge, places
+from keel.server.engine.files import merge, places
+from keel.server.engine.files.sandbox import git_toplevel
 from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive
-from keel.server.engine.sandbox import git_toplevel
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 

@@ -31,17 +31,18 @@ from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMark
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
-from keel.server.engine import merge, moving, places
 from keel.server.engine.agentproc import AgentProcess, HandlerError
+from keel.server.engine.files import merge, places
 from keel.server.engine.graph import Graph
 from keel.server.engine.interface import TxnFn
 from keel.server.engine.journal import JournalWriter, lane_epoch
-from keel.server.engine.models import ModelCalls
-from keel.server.engine.policy import Policy
-from keel.server.engine.progress import Progress
-from keel.server.engine.registry import Placement
-from keel.server.engine.toolcalls import mission_tool_env
-from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.server.engine.step.models import ModelCalls
+from keel.server.engine.step.policy import Policy
+from keel.server.engine.step.progress import Progress
+from keel.server.engine.step.toolcalls import mission_tool_env
+from keel.server.engine.units import moving
+from keel.server.engine.units.registry import Placement
+from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 

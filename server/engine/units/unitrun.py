@@ -33,24 +33,24 @@ from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, SubagentLease
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
-from keel.server.engine import places
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
-from keel.server.engine.effects import Effect, decide, effect_of, effect_outcome, files_digest
+from keel.server.engine.files import places
+from keel.server.engine.files.sandbox import SandboxError
+from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.server.engine.interface import Host, Step, StepResult, answer
 from keel.server.engine.journal import NondeterminismError, lane, request_fingerprint
-from keel.server.engine.models import ModelCalls
-from keel.server.engine.registry import Placement
-from keel.server.engine.replay import REPLAYED, replay_notice, replayed_count
-from keel.server.engine.sandbox import SandboxError
-from keel.server.engine.subagent import EXIT_NO_STORE
-from keel.server.engine.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.server.engine.trees import Scan, Snapshotter
+from keel.server.engine.step.effects import Effect, decide, effect_of, effect_outcome, files_digest
+from keel.server.engine.step.models import ModelCalls
+from keel.server.engine.step.replay import REPLAYED, replay_notice, replayed_count
+from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
+from keel.server.engine.units.registry import Placement
+from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
-from keel.storage.snapshots import is_tree_ref
+from keel.storage.snapshots import sandbox_kept
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
@@ -178,7 +178,7 @@ class UnitSession:
         worker = (
             sys.executable,
             "-m",
-            "keel.server.engine.subagent",
+            "keel.server.engine.units.subagent",
             "--store",
             str(host.store_path),
             "--mission",
@@ -505,7 +505,7 @@ class UnitSession:
         if self._change.locked():
             return
         tree, base_tree, lease_hwm = self._lease
-        if not (is_tree_ref(tree) and is_tree_ref(base_tree)):  # an outside agent's sandbox: no snapshot
+        if not sandbox_kept(tree, base_tree):  # an outside agent's sandbox: no snapshot
             self.quiet = None
             return
         hwm = max(self.host.graph.mark(self.unit.id).journal_hwm, lease_hwm)

@@ -25,18 +25,21 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease, WorkerPlace
-from keel.protocol.states import LeaseState, UnitState
-from keel.server.engine import faultpoints, merge, moving, places, trees
+from keel.protocol.states import LeaseState, QuestionKind, Resolution, UnitState
+from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentProcess, kill_session
+from keel.server.engine.files import merge, places, trees
+from keel.server.engine.files.merge import MergeConflict
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import fresh_epoch, lane
-from keel.server.engine.merge import MergeConflict
 from keel.server.engine.restore import check_restored_files
+from keel.server.engine.units import moving
+from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
-from keel.storage.snapshots import is_tree_ref, snapshot_base
+from keel.storage.snapshots import sandbox_kept, snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -201,12 +204,7 @@ class Registry:
             ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.sandbox)
         here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id, ran_on=ran_on)
 
-        def write(txn: Txn) -> None:
-            current = leases.get(txn, self.mission_id, here.unit)
-            if current is not None and current.epoch == here.epoch:
-                leases.put(txn, self.mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1) if fence else here)
-
-        await self.host.writer.commit(write)
+        await self.host.writer.commit(lambda txn: leases.moved(txn, self.mission_id, here, fence=fence))
         return here
 
     async def recover(self) -> list[SubagentLease]:
@@ -217,43 +215,46 @@ class Registry:
         their effect after an answer was given). A unit is never started from scratch silently when its
         journal holds an effect: that is a question to the person (`reexecute`)."""
         finished = []
-        graph = self.host.graph
         await asyncio.to_thread(kill_leftovers, command_owner(self.mission_id))
         for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
-            uid = held.unit
-            if uid not in graph.units or graph.mark(uid).state == UnitState.SUCCEEDED:
-                continue
-            if held.lane != self.lane_of(uid):
-                continue
-            if held.state == LeaseState.OFFERED or (held.worker and held.state != LeaseState.DONE):
-                continue  # offered to `keel worker`s, or held by one: remote.py follows it
-            if held.worker:  # completed by a `keel worker`: its files come here from the store
+            decision = await self._decide(held)
+            if decision == Recovery.BRING_HERE:
                 held = await self.bring_here(held, fence=False)
-            elif not held.sandbox and is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
-                held = await self.bring_here(held, fence=False)  # reopened by a restore: the point's files
+                decision = await self._decide(held)
+            if decision in (Recovery.LEAVE, Recovery.FOLLOW):
+                continue
             await asyncio.to_thread(terminate, held, self.mission_id)
             if held.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
-            if held.resolution == "rerun":
-                why = "a person chose to run it again" + (
-                    " after a merge conflict" if held.state == LeaseState.DONE else ""
-                )
-                await self.reexecute(uid, held, why)
-            elif held.state == LeaseState.DONE and (
-                held.commit or held.merged or (held.sandbox and await asyncio.to_thread(Path(held.sandbox).exists))
-            ):
+            if decision == Recovery.FINISHED:
                 finished.append(held)
-            elif held.resolution == "fail":
-                self.graph_hold(uid)
-                graph.fail(uid, f"a person chose to fail unit {uid}: its sandbox {held.sandbox} is missing")
-                await self.host.writer.commit(self._resolved(uid, held))
-            elif held.resolution == "continue":
-                await self.host.writer.commit(self._resolved(uid, held, tree=""))
             else:
-                why = await asyncio.to_thread(self._sandbox_problem, held)
-                if why:
-                    await self.lost_sandbox(uid, held, why)
+                await self._act(decision, held)
         return finished
+
+    async def _decide(self, held: SubagentLease) -> Recovery:
+        graph, uid = self.host.graph, held.unit
+        exists = bool(held.sandbox) and await asyncio.to_thread(Path(held.sandbox).exists)
+        known = uid in graph.units
+        succeeded = not known or graph.mark(uid).state == UnitState.SUCCEEDED
+        current = known and held.lane == self.lane_of(uid)
+        return recovery(LeaseFacts(held, succeeded=succeeded, current_lane=current, sandbox_exists=exists))
+
+    async def _act(self, decision: Recovery, held: SubagentLease) -> None:
+        uid = held.unit
+        if decision == Recovery.RERUN:  # a person's answer
+            after = " after a merge conflict" if held.state == LeaseState.DONE else ""
+            await self.reexecute(uid, held, f"a person chose to run it again{after}")
+        elif decision == Recovery.FAIL:
+            self.graph_hold(uid)
+            self.host.graph.fail(uid, f"a person chose to fail unit {uid}: its sandbox {held.sandbox} is missing")
+            await self.host.writer.commit(self._resolved(uid, held))
+        elif decision == Recovery.CONTINUE:
+            await self.host.writer.commit(self._resolved(uid, held, forget_tree=True))
+        elif decision == Recovery.CHECK:
+            why = await asyncio.to_thread(self._sandbox_problem, held)
+            if why:
+                await self.lost_sandbox(uid, held, why)
 
     def _sandbox_problem(self, held: SubagentLease) -> str:
         path = Path(held.sandbox)
@@ -281,19 +282,19 @@ class Registry:
         """A sandbox that is gone or changed: a unit with no effect in its journal starts again from
         scratch by itself; one with effects asks the person, naming the effects a rerun would repeat."""
         effects = await asyncio.to_thread(self.effects_of, held.lane)
-        if not effects:
+        if checked(why, len(effects)) == Recovery.RERUN:
             await self.reexecute(uid, held, why)
             return
-        missing = not held.sandbox or not await asyncio.to_thread(Path(held.sandbox).exists)
-        choices = ("rerun", "fail") if missing else ("continue", "rerun")
-        keep = "fail the unit (fail)" if missing else "go on from its journal with the sandbox as it is (continue)"
+        exists = bool(held.sandbox) and await asyncio.to_thread(Path(held.sandbox).exists)
+        choices = tuple(ask_choices(exists))
+        keep = "go on from its journal with the sandbox as it is (continue)" if exists else "fail the unit (fail)"
         text = (
             f"unit {uid} cannot resume where it was: {why}. Run it again from scratch (rerun) — this repeats "
             f"{len(effects)} effect(s) it already made: {'; '.join(effects[:5])} — or {keep}?"
         )
         self.graph_hold(uid)
         await self.host.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=choices, kind="reexecute", lane=held.lane)
+            Question(unit=uid, seq=0, text=text, choices=choices, kind=QuestionKind.REEXECUTE, lane=held.lane)
         )
 
     def graph_hold(self, uid: str) -> None:
@@ -310,16 +311,10 @@ class Registry:
             ]
         )
 
-    def _resolved(self, uid: str, held: SubagentLease, **changes: object) -> TxnFn:
-        """A transaction function that clears the lease's applied resolution. `tree=""` for "continue": the
-        sandbox as it is becomes the lane's reference when the unit resumes."""
-
-        def write(txn: Txn) -> None:
-            current = leases.get(txn, self.mission_id, uid)
-            if current is not None and current.epoch == held.epoch:
-                leases.put(txn, self.mission_id, msgspec.structs.replace(current, resolution="", **changes))
-
-        return write
+    def _resolved(self, uid: str, held: SubagentLease, *, forget_tree: bool = False) -> TxnFn:
+        """A transaction function that clears the lease's applied resolution. `forget_tree` for "continue":
+        the sandbox as it is becomes the lane's reference when the unit resumes."""
+        return lambda txn: leases.resolved(txn, self.mission_id, uid, held.epoch, forget_tree=forget_tree)
 
     async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
         """Start the unit afresh on a new journal lane and sandbox; the evidence says why."""
@@ -376,7 +371,7 @@ class Registry:
         """Merge a finished unit into the mission sandbox; the caller holds `git_lock` (and records the
         unit's success under it, so that a checkpoint never sees one without the other)."""
         held = await asyncio.to_thread(self._lease, uid)
-        if held is None or held.merged or held.resolution == "skip":
+        if held is None or held.merged or held.resolution == Resolution.SKIP:
             return None
         try:
             await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(held.sandbox), uid, held.commit)
@@ -402,18 +397,13 @@ class Registry:
         )
         await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
         await self.host.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind="merge-conflict")
+            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind=QuestionKind.MERGE_CONFLICT)
         )
 
     def merged(self, uid: str) -> TxnFn:
         """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
 
-        def write(txn: Txn) -> None:
-            held = leases.get(txn, self.mission_id, uid)
-            if held is not None and not held.merged:
-                leases.put(txn, self.mission_id, msgspec.structs.replace(held, merged=True))
-
-        return write
+        return lambda txn: leases.mark_merged(txn, self.mission_id, uid)
 
 
 def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> list[str]:
@@ -432,14 +422,14 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
             mark is None
             or mark.state == UnitState.SUCCEEDED
             or held.merged
-            or held.resolution == "skip"
+            or held.resolution == Resolution.SKIP
             or held.lane != lane(held.unit, mark.epoch)
         ):
             continue
         if held.sandbox and Path(held.sandbox).is_dir():
             merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
             carried.append(held.unit)
-        elif is_tree_ref(held.tree) and is_tree_ref(held.base_tree):
+        elif sandbox_kept(held.tree, held.base_tree):
             with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
                 made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
                 merge.carry(mission_sandbox, Path(made.sandbox), held.unit)
@@ -455,7 +445,7 @@ def terminate(held: SubagentLease, mission_id: str) -> bool:
         cmdline = Path(f"/proc/{held.pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if b"keel.server.engine.subagent" not in cmdline or mission_id.encode() not in cmdline:
+    if b"keel.server.engine.units.subagent" not in cmdline or mission_id.encode() not in cmdline:
         return False
     kill_session(held.pid)  # the worker leads a session: its agent's process group goes with it
     deadline = time.monotonic() + 3

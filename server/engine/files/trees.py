@@ -38,8 +38,8 @@ import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry
-from keel.server.engine import gitbase
-from keel.server.engine.gitbase import Listed
+from keel.server.engine.files import gitbase
+from keel.server.engine.files.gitbase import Listed
 from keel.storage import DB, Txn
 from keel.storage.bundle import check_relative_path
 from keel.storage.record import content_digest

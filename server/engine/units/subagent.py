@@ -1,6 +1,6 @@
 """A subagent: the worker process that runs one unit's agent in the unit's own sandbox, under a lease.
 
-    python -m keel.server.engine.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T \
+    python -m keel.server.engine.units.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T \
         [--keep-files] -- AGENT...
 
 The host speaks the agent protocol to this process's stdin/stdout exactly as to an agent; the worker
@@ -13,7 +13,7 @@ of its own next to the agent:
   epoch — a stale worker's late completion is rejected, logged as an event, and never reaches the host;
 - replay: a restarted agent's requests that the journal recorded as done are answered here from the
   table the host sends before `unit/run`, while they match it; the first frame that does not goes to the
-  host, after a notice of how many were answered (server/engine/replay.py);
+  host, after a notice of how many were answered (server/engine/step/replay.py);
 - a store it cannot open (a password it was not given, a role the server refuses): it exits at once with
   EXIT_NO_STORE and the reason as its last line, which the host reports (unitrun.py);
 - parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
@@ -44,9 +44,9 @@ from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
 from keel.protocol.states import LeaseState
-from keel.server.engine.merge import clear_stale_locks, commit_unit
-from keel.server.engine.replay import REPLAYED, WorkerReplay, is_replay_notice
-from keel.server.engine.trees import Snapshotter
+from keel.server.engine.files.merge import clear_stale_locks, commit_unit
+from keel.server.engine.files.trees import Snapshotter
+from keel.server.engine.step.replay import REPLAYED, WorkerReplay, is_replay_notice
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.location import without_store_env

@@ -21,6 +21,7 @@ from keel.protocol import agent as ap
 from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.protocol.rpc import INVALID_PARAMS
 from keel.protocol.spec import MissionSpec
+from keel.protocol.states import QuestionKind
 from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
 from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
@@ -29,13 +30,6 @@ from keel.server.tools.writers import paths_written
 from keel.storage import missions as m
 
 RERUNNING = "rerunning"  # the summary of an intent recorded again to run an approved rerun
-LEGACY_RERUN_APPROVED = "rerun-approved"  # how keel before JournalEntry.rerun_approved stored the approval
-
-
-def rerun_approved(intent: JournalEntry) -> bool:
-    """A person answered "rerun" to this intent's uncertain effect: the typed flag, or (a store written by
-    an earlier keel, whose answer was recorded as the intent's summary) the summary "rerun-approved"."""
-    return intent.rerun_approved or intent.summary == LEGACY_RERUN_APPROVED
 
 
 def mission_tool_env(spec: MissionSpec, hide: frozenset[str]) -> dict[str, str]:
@@ -135,7 +129,7 @@ class ToolCalls:
         self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, intent: JournalEntry
     ) -> Any:
         s = self.session
-        if rerun_approved(intent):
+        if intent.rerun_approved:
             again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
             await s.record(step, again)
             return await self._finish(tool, ctx, call, step)
@@ -160,7 +154,7 @@ async def ask_rerun_or_skip(session: UnitSteps, step: Step, text: str) -> NoRetu
     question = Question(
         unit=session.unit_id,
         seq=step.seq,
-        kind="uncertain-effect",
+        kind=QuestionKind.UNCERTAIN_EFFECT,
         fingerprint=step.fingerprint,
         lane=session.lane,
         choices=("rerun", "skip"),

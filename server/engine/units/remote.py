@@ -33,11 +33,11 @@ from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, OutcomeKind
 from keel.server.engine.agentproc import AgentProcess
 from keel.server.engine.checkpoint import QuietMark
+from keel.server.engine.files.trees import Snapshotter
 from keel.server.engine.interface import Host
-from keel.server.engine.models import ModelCalls
-from keel.server.engine.registry import Registry, lease_ttl
-from keel.server.engine.trees import Snapshotter
-from keel.server.engine.unitrun import Outcome, UnitSession
+from keel.server.engine.step.models import ModelCalls
+from keel.server.engine.units.registry import Registry, lease_ttl
+from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for

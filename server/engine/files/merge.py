@@ -21,8 +21,8 @@ from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, says_no_space
 from keel.server import gitrun
-from keel.server.engine import trees
-from keel.server.engine.sandbox import SandboxError, _keel_files, worktree_git_dir
+from keel.server.engine.files import trees
+from keel.server.engine.files.sandbox import SandboxError, _keel_files, worktree_git_dir
 
 
 class MergeConflict(SandboxError):

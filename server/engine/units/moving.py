@@ -29,10 +29,10 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, SubagentLease
-from keel.server.engine import merge, places, trees
-from keel.server.engine.gitbase import GitBase, for_workspace
+from keel.server.engine.files import merge, places, trees
+from keel.server.engine.files.gitbase import GitBase, for_workspace
+from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.restore import blob_reader
-from keel.server.engine.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.snapshots import is_tree_ref, load_tree
