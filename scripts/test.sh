@@ -8,6 +8,7 @@ echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
 echo "== editor tools"; bash scripts/editor-tools.sh >/dev/null
 echo "== acp agents"; bash scripts/acp-agents.sh >/dev/null
-# every core (KEEL_TEST_WORKERS overrides); tests that share something beyond their own store, port and tmp
-# folder run on one worker (their xdist_group, tests/conftest.py)
-echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+# two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
+# processes it starts, so one worker per core leaves the cores half idle; tests that share something beyond
+# their own store, port and tmp folder run on one worker (their xdist_group, tests/conftest.py)
+echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup "$@"
