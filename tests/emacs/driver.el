@@ -88,9 +88,8 @@ What an :eval form gives is itself a mode-line construct: `%%' shows `%', and a 
          prompted)
     (driver-note 'mission id)
     (driver-wait-state id "running")
-    ;; the test says what the mode line showed instead, should it never show the unit
-    (ignore-errors (driver-wait "the running unit in the mode line"
-                                (lambda () (string-match-p "work Do the work" (driver-mode-line)))))
+    (driver-wait "keel/missionChanged to name the running unit"
+                 (lambda () (plist-get (gethash id keel-missions) :currentUnit)))
     (driver-note 'modeline-unit (driver-mode-line))
     (driver-note 'pause-state (plist-get (call-interactively #'keel-pause) :state))
     (driver-note 'pause-offered (vconcat (cadr (car driver-offered))))
