@@ -109,9 +109,10 @@ A server error is raised as a `user-error' with the server's message."
     missions))
 
 (cl-defmethod eglot-client-capabilities ((_server keel-eglot-server))
-  "Announce `window.showMessage': this file answers keel's questions.
-keel serve sends a question as `window/showMessageRequest' only to a client
-that says it can answer one; eglot answers them but does not say so."
+  "Announce `window.showMessage': this file asks keel's questions itself.
+keel serve shows a question to a client that does not say so as a plain
+message naming `keel answer'; to one that does, it sends the request that
+keel.el dismisses (eglot answers them but does not say so)."
   (let* ((caps (cl-call-next-method))
          (window (plist-get caps :window)))
     (plist-put caps :window
