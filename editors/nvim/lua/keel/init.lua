@@ -1,8 +1,9 @@
 -- keel for Neovim (0.7+): starts `keel serve` for mission files and talks to it.
 --
 -- Everything here is built on the protocol in keel's docs/lsp.md: the `keel/missions` and
--- `keel/restorePoints` requests, the `keel.*` commands, `keel/missionChanged` and `$/progress`.
--- It depends on nothing but Neovim's own LSP client, and runs on 0.7.2 as on current releases.
+-- `keel/restorePoints` requests, the `keel.*` commands and `keel/missionChanged` (the statusline, and a
+-- message when a mission ends). It depends on nothing but Neovim's own LSP client, and runs on 0.7.2 as
+-- on current releases.
 local M = {}
 
 M.config = {
@@ -13,9 +14,10 @@ M.config = {
 }
 
 M.missions = {} -- id -> MissionSummary, from keel/missions and keel/missionChanged
-M.progress = {} -- $/progress token -> last value (begin/report); ended ones are removed
+M.finished = nil -- the id of the mission last seen finishing (keel/missionChanged), for the statusline
 
 local ACTIVE = { running = true, pausing = true, waiting_input = true, paused = true, offline = true }
+local FINISHED = { completed = vim.log.levels.INFO, failed = vim.log.levels.ERROR, cancelled = vim.log.levels.WARN }
 
 local function has(version)
   return vim.fn.has("nvim-" .. version) == 1
@@ -136,7 +138,7 @@ local function describe(summary)
 end
 M.describe = describe
 
--- The newest mission that is not finished, for the statusline.
+-- The newest mission that is not finished, else the one last seen finishing: for the statusline.
 local function current_mission()
   local best
   for _, s in pairs(M.missions) do
@@ -144,33 +146,37 @@ local function current_mission()
       best = s
     end
   end
-  return best
+  return best or (M.finished and M.missions[M.finished])
 end
 
-local function progress_of(summary)
-  for token, value in pairs(M.progress) do
-    if token:find("keel/mission/" .. summary.id .. "/", 1, true) == 1 then
-      return value
-    end
+--- A mission's state in words with its units done of all: `running 2/5 40% · u3 Rewrite imports`,
+--- `waiting for an answer 2/5 40%`, `paused (operator) 2/5 40%`, `completed 5/5 100%`.
+function M.state_text(summary)
+  local units = summary.units or {}
+  local done, total = units.done or 0, units.total or 0
+  local count = string.format("%d/%d %d%%", done, total, total > 0 and math.floor(done * 100 / total) or 0)
+  local state = summary.state
+  if state == "running" or state == "pausing" then
+    local unit = vim.trim((summary.currentUnit or "") .. " " .. (summary.currentUnitTitle or ""))
+    return state .. " " .. count .. (unit ~= "" and (" · " .. unit) or "")
+  elseif state == "waiting_input" then
+    return "waiting for an answer " .. count
+  elseif state == "created" then
+    return "starting"
+  elseif summary.pauseReason and summary.pauseReason ~= state and (state == "paused" or state == "offline") then
+    return state .. " (" .. summary.pauseReason .. ") " .. count
   end
+  return state .. " " .. count
 end
 
---- A short statusline text: the newest unfinished mission, its state and progress ("" when none).
---- Works on every version; on 0.10+ `vim.lsp.status()` shows keel's $/progress as well.
+--- A short statusline text: the newest unfinished mission (else the one last seen finishing) and how far
+--- it is ("" when none). Works on every version; on 0.10+ `vim.lsp.status()` shows keel's $/progress too.
 function M.statusline()
   local summary = current_mission()
   if not summary then
     return ""
   end
-  local value = summary.state == "running" and progress_of(summary)
-  if value and value.message then
-    return string.format("keel %s %d%% %s", summary.name, value.percentage or summary.percentage or 0, value.message)
-  end
-  local text = string.format("keel %s %s %d%%", summary.name, summary.state, summary.percentage or 0)
-  if summary.state == "waiting_input" then
-    text = text .. " ?"
-  end
-  return text
+  return string.format("keel %s %s", summary.name, M.state_text(summary))
 end
 
 local function redraw()
@@ -215,20 +221,38 @@ local function ask(message, actions)
   end)
 end
 
+local announced = {} -- mission id -> the end this plugin announced
+
+-- A mission this client saw unfinished that now is: say how it ended.
+local function announce(before, summary)
+  local level = FINISHED[summary.state]
+  if before and not FINISHED[before.state] and level then
+    M.finished = summary.id
+    announced[summary.id] = summary.state
+    notify("keel: " .. describe(summary), level)
+  end
+end
+
+-- keel serve's own "keel: mission NAME (ID) failed: …" follows the keel/missionChanged that brought the
+-- failure (docs/lsp.md): dropped when the plugin said it already.
+local function show_message(err, result, ctx, config)
+  local text = type(result) == "table" and type(result.message) == "string" and result.message or ""
+  local id = text:match("^keel: mission .- %((m%w+)%) failed: ")
+  if id and announced[id] == "failed" then
+    return
+  end
+  return vim.lsp.handlers["window/showMessage"](err, result, ctx, config)
+end
+
 local function handlers()
-  local default_progress = vim.lsp.handlers["$/progress"]
   return {
     ["keel/missionChanged"] = function(_, summary)
+      local before = type(summary) == "table" and M.missions[summary.id]
       remember(summary)
+      announce(before, summary)
       redraw()
     end,
-    ["$/progress"] = function(err, params, ctx, config)
-      if type(params) == "table" and type(params.token) == "string" and type(params.value) == "table" then
-        M.progress[params.token] = params.value.kind ~= "end" and params.value or nil
-      end
-      redraw()
-      return default_progress(err, params, ctx, config)
-    end,
+    ["window/showMessage"] = show_message,
     -- A question is answered through keel.answer once picked: the request itself is answered at once
     -- (null, "dismissed"), so a pending pick never blocks the editor or the server.
     ["window/showMessageRequest"] = function(_, params)
