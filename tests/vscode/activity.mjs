@@ -37,7 +37,7 @@ async function titleAction(page, title, label) {
   const header = await expandPane(page, title);
   await header.hover();
   const action = header.locator(`.actions .action-label[aria-label^="${label}"]`).first();
-  await action.waitFor({ timeout: 10_000 });
+  await action.waitFor({ timeout: 60_000 });
   await action.click();
 }
 
@@ -122,7 +122,7 @@ export async function activity(page, h) {
   const patch = pane(page, "Activity").locator(".monaco-list-row", { hasText: "apply_diff" }).first();
   await patch.click();
   const fileRow = pane(page, "Activity").locator(".monaco-list-row", { hasText: "a.py" }).filter({ hasText: "modified" }).first();
-  await fileRow.waitFor({ timeout: 10_000 });
+  await fileRow.waitFor({ timeout: 60_000 });
   seen.patchDetails = await rows(page, "Activity");
   await fileRow.click();
   seen.diffTab = await h.waitUntil(page, "the diff editor opens", async () => {

@@ -56,7 +56,7 @@ async function statusText(page) {
   return (await item.count()) > 0 ? (await item.innerText()).trim() : "";
 }
 
-async function waitUntil(page, what, probe, timeoutMs = 30_000) {
+async function waitUntil(page, what, probe, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
@@ -92,12 +92,12 @@ async function inlineActions(page, text) {
 async function startFromPalette(page) {
   await page.keyboard.press("F1");
   const palette = page.locator(".quick-input-widget input").first();
-  await palette.waitFor({ state: "visible", timeout: 10_000 });
+  await palette.waitFor({ state: "visible", timeout: 60_000 });
   await palette.fill(">keel: Start Mission");
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 10_000 });
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: "Start Mission" }).first().waitFor({ timeout: 60_000 });
   await palette.press("Enter");
   const fileRow = page.locator(".quick-input-list .monaco-list-row", { hasText: config.missionFile }).first();
-  await fileRow.waitFor({ timeout: 10_000 });
+  await fileRow.waitFor({ timeout: 60_000 });
   const picked = (await fileRow.innerText()).trim();
   await palette.press("Enter");
   steps.push({ step: "started from the palette", ms: Date.now() - started });
@@ -153,7 +153,7 @@ async function ui(page) {
 
   await page.locator(".statusbar-item", { hasText: "keel:" }).first().click();
   const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 60_000 });
   seen.inputPrompt = (await page.locator(".quick-input-widget").first().innerText()).replace(/\s+/g, " ").trim();
   await input.fill(config.answer);
   shots.push(await shot(page, "4-answer-input"));

@@ -102,7 +102,7 @@ async function restoreDialogs() {
 async function paletteFork() {
   [seen.forkMissionPick, seen.forkPointPick] = await paletteWithPicks("Fork Mission from Point", config.running, "p2");
   const name = page.locator(".quick-input-widget input").first(); // the fork's name, defaulted: keep it
-  await name.waitFor({ state: "visible", timeout: 10_000 });
+  await name.waitFor({ state: "visible", timeout: 60_000 });
   await sleep(300);
   await name.press("Enter");
   const label = `${config.running} (fork of p2)`;
@@ -157,15 +157,15 @@ async function question() {
     }
     // the picker that asks this question, not a closing one: its title is the question
     await page.locator(".quick-input-widget").filter({ hasText: config.question }).first()
-      .waitFor({ state: "visible", timeout: 10_000 });
-    await input.waitFor({ state: "visible", timeout: 10_000 });
+      .waitFor({ state: "visible", timeout: 60_000 });
+    await input.waitFor({ state: "visible", timeout: 60_000 });
     await input.fill(config.answer);
     seen.questionWhileTyping = squash(await page.locator(".quick-input-widget").first().innerText());
     const file = join(config.shots, `vscode-question-title-${kind}.png`);
     await page.screenshot({ path: file });
     shots.push(file);
     await input.press(kind === "dark" ? "Escape" : "Enter");
-    await page.locator(".quick-input-widget").first().waitFor({ state: "hidden", timeout: 10_000 });
+    await page.locator(".quick-input-widget").first().waitFor({ state: "hidden", timeout: 60_000 });
   }
   await theme("dark");
   seen.answeredUnit = await waitUntil("the answered unit succeeded", async () => {
@@ -289,7 +289,7 @@ async function firstRunScene() {
   await palette("Choose Python Interpreter");
   await pick("Enter an interpreter path");
   const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 60_000 });
   await input.fill(config.python);
   await input.press("Enter");
   seen.fixedWelcome = await waitUntil("the running welcome", async () => {

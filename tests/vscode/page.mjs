@@ -83,7 +83,7 @@ async function asking() {
   await shot("vscode-page-question");
   await view().locator(".question button", { hasText: "Answer" }).first().click();
   const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 60_000 });
   seen.answerPrompt = squash(await page.locator(".quick-input-widget").first().innerText());
   await input.fill(config.answer);
   await input.press("Enter");
@@ -184,7 +184,7 @@ async function forkNamed() {
     // p3 (u2 done): after the restore, "restored to p2" also names p2
     await paletteWithPicks("Fork Mission from Point", name, "p3");
     const input = page.locator(".quick-input-widget input").first();
-    await input.waitFor({ state: "visible", timeout: 10_000 });
+    await input.waitFor({ state: "visible", timeout: 60_000 });
     await sleep(300);
     return input;
   };

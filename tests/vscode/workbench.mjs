@@ -18,7 +18,7 @@ export let page;
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export const squash = (text) => text.replace(/\s+/g, " ").trim();
 
-export async function waitUntil(what, probe, timeoutMs = 30_000) {
+export async function waitUntil(what, probe, timeoutMs = 60_000) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
@@ -50,9 +50,9 @@ export async function theme(kind) {
 export async function runPalette(text, rowText) {
   await page.keyboard.press("F1");
   const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 10_000 });
+  await input.waitFor({ state: "visible", timeout: 60_000 });
   await input.fill(text);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 10_000 });
+  await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 60_000 });
   await sleep(150);
   await input.press("Enter");
 }
@@ -96,7 +96,7 @@ export async function palette(title) {
 /** The visible quick pick: its title and rows. */
 export async function quickPick() {
   const widget = page.locator(".quick-input-widget").first();
-  await widget.waitFor({ state: "visible", timeout: 10_000 });
+  await widget.waitFor({ state: "visible", timeout: 60_000 });
   await sleep(300);
   const title = squash(await widget.locator(".quick-input-title").first().innerText().catch(() => ""));
   const rows = (await widget.locator(".quick-input-list .monaco-list-row").allInnerTexts()).map(squash);
@@ -105,7 +105,7 @@ export async function quickPick() {
 
 export async function pick(text) {
   const row = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: text }).first();
-  await row.waitFor({ timeout: 10_000 });
+  await row.waitFor({ timeout: 60_000 });
   await row.click();
 }
 
@@ -134,13 +134,13 @@ async function openFromRow(open) {
       return;
     }
     await page.keyboard.press("Escape");
-    await picker.waitFor({ state: "hidden", timeout: 10_000 });
+    await picker.waitFor({ state: "hidden", timeout: 60_000 });
   }
 }
 
 export async function dialog() {
   const box = page.locator(".monaco-dialog-box").first();
-  await box.waitFor({ state: "visible", timeout: 10_000 });
+  await box.waitFor({ state: "visible", timeout: 60_000 });
   await sleep(300);
   const buttons = (await box.locator(".monaco-button").allInnerTexts()).map(squash).filter((b) => b !== "");
   // the default button is the one the dialog focuses (Enter presses it)
@@ -150,10 +150,10 @@ export async function dialog() {
 
 export async function pressDialog(label) {
   await page.locator(".monaco-dialog-box .monaco-button", { hasText: label }).first().click();
-  await page.locator(".monaco-dialog-box").first().waitFor({ state: "hidden", timeout: 10_000 });
+  await page.locator(".monaco-dialog-box").first().waitFor({ state: "hidden", timeout: 60_000 });
 }
 
-export async function toast(text, timeoutMs = 30_000) {
+export async function toast(text, timeoutMs = 60_000) {
   const item = page.locator(".notification-toast", { hasText: text }).first();
   await waitUntil(`a toast saying ${text}`, () => item.isVisible(), timeoutMs);
   return item;
