@@ -84,11 +84,18 @@ Filled from `keel/missions' and `keel/missionChanged'.")
       (user-error "keel: no keel server is running (open a mission file, or M-x eglot in one)")))
 
 (defun keel--remember (summary)
-  "Store SUMMARY (a MissionSummary plist) and return it."
-  (when-let ((id (plist-get summary :id)))
-    (puthash id summary keel-missions)
-    (force-mode-line-update t))
-  summary)
+  "Store SUMMARY (a MissionSummary plist) unless its mission has a newer one.
+A command's answer can arrive after the notification of a later change (a
+pause acknowledged as pausing, after the one that says it is paused): the
+summary with the later `updatedAt' stays.  Return the one that stays."
+  (let* ((id (plist-get summary :id))
+         (stored (and id (gethash id keel-missions))))
+    (if (and stored (> (or (plist-get stored :updatedAt) 0) (or (plist-get summary :updatedAt) 0)))
+        stored
+      (when id
+        (puthash id summary keel-missions)
+        (force-mode-line-update t))
+      summary)))
 
 (defun keel-request (method &optional params)
   "Send METHOD (\"keel/missions\"…) with PARAMS to keel; return the result.

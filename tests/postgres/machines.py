@@ -25,6 +25,9 @@ import threading
 import uuid
 from pathlib import Path
 
+from engine_helpers import read, record, wait_for
+
+from keel.storage import missions as m
 from keel.storage.location import URL_FILE
 from tests.postgres.pgproxy import relay
 
@@ -187,3 +190,19 @@ def store_folder(ws: Path, url: str) -> Path:
 def markers(side: Path) -> list[str]:
     """The effects made so far: the side log's lines."""
     return side.read_text().split() if side.exists() else []
+
+
+def answer_from_side_log(machine: Machine, its_store: Path, store: Path, mid: str, side: Path) -> None:
+    """An effect whose outcome the strike left unknown: answered from the side log, as a person would."""
+    question = record(store, mid).question
+    assert question is not None and question.kind == "uncertain-effect", f"unexpected question: {question}"
+    entry = read(store, lambda t: m.journal_get(t, mid, question.lane, question.seq))
+    cmd = str(entry.result.get("cmd", ""))
+    marker = cmd.rsplit("echo ", 1)[1].split(" ")[0]
+    choice = "skip" if marker in markers(side) else "rerun"
+    answered = machine.keel(
+        "answer", mid, choice, "--store", str(its_store), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = answered.communicate(timeout=60)
+    assert answered.returncode == 0, f"keel answer: {out}{err}"
+    wait_for(lambda: record(store, mid).question != question, timeout=180)  # a host on B took the answer up

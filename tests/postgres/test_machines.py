@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import files, keel, read, record, unit_events, wait_for, write_mission
+from engine_helpers import files, keel, read, record, unit_events, write_mission
 from lsprotocol import types
 from pytest_lsp import make_test_lsp_client
 
@@ -40,7 +40,15 @@ from keel.protocol.states import MissionState
 from keel.storage import hostlease, leases
 from keel.storage import missions as m
 from tests.pgserver import PgServer
-from tests.postgres.machines import Machine, can_make_machines, git, git_workspace, markers, store_folder
+from tests.postgres.machines import (
+    Machine,
+    answer_from_side_log,
+    can_make_machines,
+    git,
+    git_workspace,
+    markers,
+    store_folder,
+)
 
 pytestmark = pytest.mark.skipif(bool(can_make_machines()), reason=can_make_machines() or "")
 
@@ -80,22 +88,6 @@ def _reference(folder: Path, server: PgServer) -> dict[str, Any]:
     done = keel("run", str(mission), "--json", store=store, timeout=120, check_rc=0)
     mid = json.loads(done.stdout.splitlines()[0])["mission"]
     return {"side": sorted(markers(side)), "files": files(Path(record(store, mid).sandbox))}
-
-
-def _answer(machine: Machine, its_store: Path, store: Path, mid: str, side: Path) -> None:
-    """An effect whose outcome the strike left unknown: answered from the side log, as a person would."""
-    question = record(store, mid).question
-    assert question is not None and question.kind == "uncertain-effect", f"unexpected question: {question}"
-    entry = read(store, lambda t: m.journal_get(t, mid, question.lane, question.seq))
-    cmd = str(entry.result.get("cmd", ""))
-    marker = cmd.rsplit("echo ", 1)[1].split(" ")[0]
-    choice = "skip" if marker in markers(side) else "rerun"
-    answered = machine.keel(
-        "answer", mid, choice, "--store", str(its_store), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out, err = answered.communicate(timeout=60)
-    assert answered.returncode == 0, f"keel answer: {out}{err}"
-    wait_for(lambda: record(store, mid).question != question, timeout=180)  # a host on B took the answer up
 
 
 class TwoMachines:
@@ -174,7 +166,7 @@ class TwoMachines:
             if moved_after is None and held is not None and held.hostname == "machine-b":
                 moved_after = time.monotonic() - struck_at
             if state == MissionState.WAITING_INPUT:
-                _answer(self.b, self.store_b, here, mid, side)
+                answer_from_side_log(self.b, self.store_b, here, mid, side)
             time.sleep(0.05)
         assert moved_after is not None or read(here, lambda t: hostlease.get(t, mid)).hostname == "machine-b"
 
