@@ -79,6 +79,7 @@ class Worker:
         self.replay = WorkerReplay()
         self.stopped_by_host = False  # the host sent `shutdown` (a pause, a question, the mission's end)
         self.completed = False  # the unit's completion is recorded (its lease is done)
+        self.agent_ended = False  # the agent closed its output: its exit is what this worker reports
         self.agent: subprocess.Popen[bytes] | None = None
 
     # -- the three loops ------------------------------------------------------------------------------
@@ -143,7 +144,8 @@ class Worker:
                 self._to_agent(body)
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"host connection ended: {exc}")
-        self._orphaned("its parent closed the pipe")
+        if not self.agent_ended:  # else the agent's own end is reported (_from_agent), not this one
+            self._orphaned("its parent closed the pipe")
 
     def _from_agent(self) -> None:
         assert self.agent is not None and self.agent.stdout is not None
@@ -180,6 +182,7 @@ class Worker:
                 self.out.flush()
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"agent connection ended: {exc}")
+        self.agent_ended = True
         if self.stopped_by_host and not self.completed:  # recorded as when the host goes away: not "running"
             self._orphaned("its host stopped it")
             return
