@@ -82,6 +82,7 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
     chains = {mission_id: _kept_chain(txn, found, floor=policy) for mission_id, found in roots.items()}
     manifests = {digest: manifest for chain in chains.values() for digest, manifest in chain.items()}
     records = {mission_id: m.get_mission(txn, mission_id) for mission_id in roots}
+    retiring = set()  # missions whose record this collection changes
     for mission_id, chain in chains.items():
         cut = {x.parent for x in chain.values() if x.parent and x.parent not in manifests}
         record = records[mission_id]
@@ -90,6 +91,7 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
             records[mission_id] = msgspec.structs.replace(
                 record, retired=tuple(sorted({*record.retired, *cut})), start_tree=start
             )
+            retiring.add(mission_id)
     stop = {parent for record in records.values() for parent in record.retired}
     live = reachable_blobs(txn.get_blob, [d for found in roots.values() for d in found], stop=stop)
     for mission_id in roots:  # units' sandbox snapshots (a shared store keeps them, server/engine/units/moving.py)
@@ -109,9 +111,8 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
     if not dry_run:
         for db, key in doomed:
             txn.delete(db, key)
-        for mission_id, record in records.items():
-            if record.retired != m.get_mission(txn, mission_id).retired:
-                m.put_mission(txn, record)
+        for mission_id in retiring:
+            m.put_mission(txn, records[mission_id])
     return report
 
 
