@@ -75,6 +75,7 @@ def resume_mission(args: argparse.Namespace) -> int:
             control.resume(path, mission_id, detach=True)
             print(mission_id)
             return Exit.OK
+        control.wait_for_stopping_host(store, path, mission_id)
         return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain), store, args.wait_online)
 
 

@@ -167,11 +167,39 @@ def pause_all(store: Store, source: str) -> list[str]:
     return ids
 
 
+STOPPING_WAIT_S = 30.0
+
+
+def stopping(txn: Txn, record: MissionRecord) -> bool:
+    """Whether the mission's host, if one runs, is on its way out: it has left `running` (paused,
+    waiting for an answer, finished) or a pause it has not acted on yet is recorded."""
+    if record.state not in (MissionState.RUNNING, MissionState.CREATED):
+        return True
+    return any(c.action == "pause" for _, c in m.controls_after(txn, record.id, record.control_seen))
+
+
+def wait_for_stopping_host(store: Store, store_path: Path, mission_id: str, timeout: float = STOPPING_WAIT_S) -> None:
+    """Let a host that is stopping finish stopping, so `keel pause ID; keel resume ID` resumes instead of
+    finding the lock still held for the host's last milliseconds. Returns at once when no host runs or
+    the one that runs is not stopping (the caller then refuses as before), and after `timeout` at most."""
+    lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record, held = store.read(lambda t: (m.get_mission(t, mission_id), hostlease.live(t, mission_id)))
+        busy = lock.held_elsewhere() or (held is not None and not lease_holder_dead(held))
+        if not busy or not store.read(lambda t: stopping(t, record)):
+            return
+        time.sleep(0.05)
+
+
 def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
-    """Continue a paused, failed or crashed mission in a detached host; returns its pid."""
+    """Continue a paused, failed or crashed mission in a detached host; returns its pid. A host still
+    stopping (paused a moment ago) is waited out first."""
     _detached_only(detach)
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
+        wait_for_stopping_host(store, store_path, record.id)
+        record = store.read(lambda t: m.get_mission(t, record.id))
         held, now = store.read(lambda t: (hostlease.live(t, record.id), t.clock()))
     if held is not None and not lease_holder_dead(held):  # a host on another machine sharing the store
         raise hostlease.HostLeaseHeldError(held, now - held.heartbeat)
