@@ -185,9 +185,9 @@ def wait_for_stopping_host(store: Store, store_path: Path, mission_id: str, time
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        record, held = store.read(lambda t: (m.get_mission(t, mission_id), hostlease.live(t, mission_id)))
+        held, leaving = store.read(lambda t: (hostlease.live(t, mission_id), stopping(t, m.get_mission(t, mission_id))))
         busy = lock.held_elsewhere() or (held is not None and not lease_holder_dead(held))
-        if not busy or not store.read(lambda t: stopping(t, record)):
+        if not busy or not leaving:
             return
         time.sleep(0.05)
 
