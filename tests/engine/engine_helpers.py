@@ -117,6 +117,22 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.communicate(timeout=10)
 
 
+def stop_process(pid: int) -> None:
+    """SIGSTOP `pid` and return once every thread of it has stopped: the signal is delivered when each
+    thread next runs, so a process checked right after `kill` may still take a lock before it stops."""
+
+    def stopped() -> bool:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks]
+        except (FileNotFoundError, ProcessLookupError):
+            return True  # gone: nothing of it runs
+        return all(state in ("T", "t") for state in states)
+
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(stopped, timeout=30, step=0.001)
+
+
 def unit_events(store: Path, mission_id: str) -> list[tuple[str, str]]:
     events = read(store, lambda t: m.events_after(t, mission_id))
     return [(e.unit, e.state) for _, e in events if e.kind == "unit"]

@@ -18,6 +18,7 @@ from engine_helpers import (
     record,
     sandbox_of,
     start_keel,
+    stop_process,
     wait_for,
     write_mission,
 )
@@ -257,7 +258,7 @@ def _freeze_outside_a_write(pid: int, store: Path) -> None:
     """SIGSTOP the host at a moment it holds neither byte of the LMDB store's writer lock: frozen inside a
     write it would make every other writer give up (exit 7, naming it), which is tested elsewhere."""
     for _ in range(200):
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         lock = store / LOCK_NAME
         if not lock.exists():
             return

@@ -24,8 +24,10 @@ def _git_workspace(folder: Path) -> None:
 
 
 def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_path: Path) -> None:
-    side = tmp_path / "side.log"
-    units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"sleep 1.5; echo a-1 >> {side}"}}]}}]
+    side, hold = tmp_path / "side.log", tmp_path / "hold"
+    hold.touch()  # the command makes its effect only once the hold is gone: never before the test says so
+    command = f"while [ -e {hold} ]; do sleep 0.05; done; echo a-1 >> {side}"
+    units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": command}}]}}]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
@@ -36,11 +38,12 @@ def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_p
             and command_running(str(side))  # its command line names the side log: this test's alone
         )
     )
-    kill(host)  # the command's process group lives on: it would append its marker in a moment
+    kill(host)  # the command's process group lives on: it would append its marker once the hold goes
     keel("resume", mid, store=store, check_rc=3)
     question = record(store, mid).question
     assert question is not None and question.kind == "uncertain-effect", question
-    wait_for(lambda: not command_running(str(side)), timeout=120)  # stopped by recovery, or ended by itself
+    assert not command_running(str(side)), "recovery judged the effect while the killed host's command still ran"
+    hold.unlink()
     assert not side.exists(), "the killed host's command made its effect after recovery had judged it"
     keel("answer", mid, "rerun", "--no-resume", store=store, check_rc=0)
     keel("resume", mid, store=store, check_rc=0)

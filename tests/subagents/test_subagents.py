@@ -19,6 +19,7 @@ from engine_helpers import (
     read,
     record,
     start_keel,
+    stop_process,
     unit_events,
     wait_for,
     write_mission,
@@ -51,7 +52,7 @@ def _evidence(store: Path, mid: str, kind: str) -> list[Any]:
 def _stop_outside_a_commit(store: Path, pid: int) -> None:
     """SIGSTOP the worker, but not while it holds LMDB's write lock (that would stop every writer)."""
     for _ in range(50):
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         if not writes_blocked_by(store, pid):
             return
         os.kill(pid, signal.SIGCONT)

@@ -61,14 +61,13 @@ _READ_BUFFER = 64 * 1024
 
 
 class Worker:
-    def __init__(self, store: Store, args: argparse.Namespace) -> None:
+    def __init__(self, store: Store, args: argparse.Namespace, agent: subprocess.Popen[bytes]) -> None:
         self.store = store
         self.mission: str = args.mission
         self.unit: str = args.unit
         self.epoch: int = args.epoch
         self.sandbox = Path(args.sandbox)
         self.ttl: float = args.ttl
-        self.command: list[str] = args.agent
         self.out: BinaryIO = sys.stdout.buffer
         self.parent = os.getppid()
         self.run_id: Any = None
@@ -80,10 +79,12 @@ class Worker:
         self.stopped_by_host = False  # the host sent `shutdown` (a pause, a question, the mission's end)
         self.completed = False  # the unit's completion is recorded (its lease is done)
         self.agent_ended = False  # the agent closed its output: its exit is what this worker reports
-        self.agent: subprocess.Popen[bytes] | None = None
+        self.agent: subprocess.Popen[bytes] | None = agent
 
     # -- the three loops ------------------------------------------------------------------------------
     def run(self) -> int:
+        """Take the lease (pid, machine, heartbeat) under its epoch, then pass frames both ways until the
+        unit ends. The agent, started before the store was opened, has had nothing from the host yet."""
         try:
             self.store.write(
                 lambda t: leases.update(
@@ -96,28 +97,15 @@ class Worker:
                     heartbeat=t.clock(),
                 )
             )
+            for target in (self._from_host, self._from_agent, self._heartbeat):
+                threading.Thread(target=target, daemon=True).start()
+            self.finished.wait()
         except leases.StaleLeaseError as exc:
             self._log(exc.message)
             return EXIT_LEASE_LOST
         except DiskFullError as exc:  # the host sees the full disk when this worker dies (unitrun.py)
             self._log(exc.message)
             return EXIT_DISK_FULL
-        clear_stale_locks(self.sandbox)  # a worker killed in `git commit` here left its index.lock
-        # Its own process group, inside this worker's session: _stop_agent kills the group (the agent and
-        # whatever it started), and a host that kills this worker kills the session, agent included.
-        self.agent = subprocess.Popen(
-            self.command,
-            cwd=str(self.sandbox),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=without_store_env(os.environ),  # the store's settings are this process's, never its agent's
-            bufsize=0,  # stdin unbuffered: each frame is one write; stdout is read buffered (_from_agent)
-            process_group=0,
-        )
-        try:
-            for target in (self._from_host, self._from_agent, self._heartbeat):
-                threading.Thread(target=target, daemon=True).start()
-            self.finished.wait()
         finally:
             self._stop_agent()
         return self.exit_code or 0
@@ -298,6 +286,24 @@ class Worker:
             sys.stderr.flush()
 
 
+def start_agent(command: list[str], sandbox: Path) -> subprocess.Popen[bytes]:
+    """The unit's agent, working in its sandbox. It gets nothing from the host until this worker holds
+    the lease (Worker.run), so it may start while the store opens; a worker that does not get the lease
+    stops it."""
+    clear_stale_locks(sandbox)  # a worker killed in `git commit` here left its index.lock
+    # Its own process group, inside this worker's session: _stop_agent kills the group (the agent and
+    # whatever it started), and a host that kills this worker kills the session, agent included.
+    return subprocess.Popen(
+        command,
+        cwd=str(sandbox),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=without_store_env(os.environ),  # the store's settings are this process's, never its agent's
+        bufsize=0,  # stdin unbuffered: each frame is one write; stdout is read buffered (_from_agent)
+        process_group=0,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel-subagent")
     for name in ("store", "mission", "unit", "sandbox"):
@@ -309,14 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
     if not args.agent:
         parser.error("no agent command after --")
+    agent = start_agent(args.agent, Path(args.sandbox))  # its start overlaps the store's opening
     try:
         store = Store.open(args.store, create=False)
     except KeelError as exc:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(agent.pid, signal.SIGKILL)
         sys.stderr.write(f"keel subagent {args.mission}/{args.unit}: cannot open the store: {exc.message}\n")
         sys.stderr.flush()
         os._exit(EXIT_NO_STORE)
     try:
-        worker = Worker(store, args)
+        worker = Worker(store, args, agent)
         store.wait_out_outages(worker._log)  # a store that is away is a pause for this unit, never a failure
         code = worker.run()
     finally:
