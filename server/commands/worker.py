@@ -19,12 +19,16 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
+
+QUICK_LOOK_S = 0.02  # how often to look for offers for QUICK_FOR_S after a unit was claimed or ended
+QUICK_FOR_S = 2.0
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -72,6 +76,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
         loop.add_signal_handler(sig, stopping.set)
     _say(f"{worker} on {hostname} takes units offered in {store.describe()}")
     supervisor = Supervisor(path, _say, args.interval) if args.take_over else None
+    quick_until = 0.0  # until then, look for offers every QUICK_LOOK_S
     while not stopping.is_set():
         if supervisor is not None:
             await asyncio.to_thread(supervisor.look, store)
@@ -90,12 +95,19 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
             unit_host = UnitHost(store, path, mission_id, claimed, workspace, ttl)
             _say(f"{mission_id}/{offered.unit}: claimed (epoch {claimed.epoch}), sandbox {claimed.sandbox}")
             running[asyncio.create_task(unit_host.run())] = unit_host
+            quick_until = time.monotonic() + QUICK_FOR_S
+        # A mission host offers its next unit a moment after one ends or is claimed: look again soon then,
+        # and every --interval when nothing has happened for a while.
+        quick = time.monotonic() < quick_until and len(running) < args.units  # (a full worker waits for an end)
+        pause = QUICK_LOOK_S if quick else args.interval
         if running:
-            done, _ = await asyncio.wait([*running], timeout=args.interval)
+            done, _ = await asyncio.wait([*running], timeout=pause)
         else:
             done = set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), args.interval)
+                await asyncio.wait_for(stopping.wait(), pause)
+        if done:
+            quick_until = time.monotonic() + QUICK_FOR_S
         for task in done:
             unit_host = running.pop(task)
             await asyncio.to_thread(forget_sandbox, unit_host.sandbox)  # what it did is in the store
