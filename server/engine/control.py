@@ -179,15 +179,15 @@ def stopping(txn: Txn, record: MissionRecord) -> bool:
 
 
 def wait_for_stopping_host(store: Store, store_path: Path, mission_id: str, timeout: float = STOPPING_WAIT_S) -> None:
-    """Let a host that is stopping finish stopping, so `keel pause ID; keel resume ID` resumes instead of
-    finding the lock still held for the host's last milliseconds. Returns at once when no host runs or
-    the one that runs is not stopping (the caller then refuses as before), and after `timeout` at most."""
+    """Let a host of this machine that is stopping finish stopping, so `keel pause ID; keel resume ID`
+    resumes instead of finding the lock still held for the host's last milliseconds. Returns at once when
+    no host of this machine holds the mission's lock or the one that does is not stopping (the caller
+    then refuses as before), and after `timeout` at most. Another machine's host is never waited for:
+    its live lease refuses at once, as it says who holds it."""
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        held, leaving = store.read(lambda t: (hostlease.live(t, mission_id), stopping(t, m.get_mission(t, mission_id))))
-        busy = lock.held_elsewhere() or (held is not None and not lease_holder_dead(held))
-        if not busy or not leaving:
+    while time.monotonic() < deadline and lock.held_elsewhere():
+        if not store.read(lambda t: stopping(t, m.get_mission(t, mission_id))):
             return
         time.sleep(0.05)
 
