@@ -88,7 +88,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
                 refused.add((mission_id, offered.unit, offered.epoch))
                 continue
             unit_host = UnitHost(store, path, mission_id, claimed, workspace, ttl)
-            _say(f"{mission_id}/{offered.unit}: claimed (epoch {claimed.epoch}), sandbox {claimed.sandbox}")
+            _say(f"{mission_id}/{offered.unit}: claimed (epoch {claimed.epoch}), sandbox {claimed.place.sandbox}")
             running[asyncio.create_task(unit_host.run())] = unit_host
         if running:
             done, _ = await asyncio.wait([*running], timeout=args.interval)
