@@ -62,6 +62,7 @@ _PLACEMENT_FIELDS = (
     "ran_on",
 )
 _OFFER_FIELDS = ("worker", "spec", "why")
+_FLAT_FIELDS = frozenset(_PLACEMENT_FIELDS + _OFFER_FIELDS)
 
 
 def _from_2(txn: Txn) -> None:
@@ -70,7 +71,7 @@ def _from_2(txn: Txn) -> None:
     lease (keyed by the mission id alone, storage/hostlease.py) is left as it is."""
     moved = []
     for key, flat in txn.scan(DB.LEASES, b"", dict):
-        if b"\x00" in key:
+        if b"\x00" in key and not flat.keys().isdisjoint(_FLAT_FIELDS):  # a lease already nested stays as it is
             moved.append((key, _nested_lease(flat)))
     for key, lease in moved:
         txn.put(DB.LEASES, key, lease)

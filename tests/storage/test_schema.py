@@ -119,7 +119,8 @@ def test_schema_1_answers_kept_in_summaries_become_typed_flags(
 def test_schema_2_flat_leases_are_nested_in_place(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
     """Schema 2 stored a unit's lease as one flat map of 23 fields; schema 3 keeps the same record with its
     placement (`place`) and its worker offer (`offer`) nested. Every field is found in its new place; a
-    lease that set none of them gets an empty placement and no offer; a host's lease is left as it is."""
+    lease that set none of them gets an empty placement and no offer; a lease already nested (a store marked
+    older than the records it holds) and a host's lease are left as they are."""
     path = store_folder(tmp_path / "s")
     unit = UnitSpec(id="a", kind="shell", title="build", params={"cmd": "make"})
     ran_on = WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/a.3")
@@ -151,12 +152,14 @@ def test_schema_2_flat_leases_are_nested_in_place(tmp_path: Path, store_folder: 
     }
     bare = {"unit": "b", "lane": "b", "epoch": 1, "host_id": "h1"}  # every other field at its default
     host = HostLease(mission="m1", epoch=4, host_id="h1", pid=7, hostname="vm", heartbeat=1.0, ttl_s=2.0)
+    nested = UnitLease(unit="c", lane="c", epoch=2, host_id="h1", place=Placement(sandbox="/s/c", tree="t" * 64))
     write_schema_record(path, 2, "0.1.0")
     with Store.open(path) as store:
         store.write(
             lambda t: (
                 t.put(DB.LEASES, unit_prefix("m1", "a")[:-1], flat),
                 t.put(DB.LEASES, unit_prefix("m1", "b")[:-1], bare),
+                t.put(DB.LEASES, unit_prefix("m1", "c")[:-1], nested),
                 t.put(DB.LEASES, b"m1", host),
             )
         )
@@ -192,3 +195,4 @@ def test_schema_2_flat_leases_are_nested_in_place(tmp_path: Path, store_folder: 
         offer=WorkerOffer(worker="w-1", spec=unit, why="a question for a person"),
     )
     assert now["b"] == UnitLease(unit="b", lane="b", epoch=1, host_id="h1", place=Placement(), offer=None)
+    assert now["c"] == nested
