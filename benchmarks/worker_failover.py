@@ -73,7 +73,7 @@ def _round(folder: Path, server: PgServer, ttl: float) -> dict[str, float]:
 
         def struck() -> bool:  # the unit's effect ran on A and its last step is journaled
             x = held()
-            return bool(markers(side)) and x is not None and x.hostname == "worker-a" and x.last_checkpoint >= 3
+            return bool(markers(side)) and x is not None and x.hostname == "worker-a" and x.place.last_checkpoint >= 3
 
         while not struck():
             time.sleep(0.005)

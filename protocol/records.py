@@ -1,7 +1,8 @@
 """Stored record types: mission records, journal entries, checkpoints, restore points, control, events.
 
 Every type here is written to the store inside a sealed record (storage/record.py). Schema evolution:
-new fields get defaults; a field never changes its type.
+new fields get defaults; a field never changes its type; a record that changes shape is rewritten by a
+schema migration (storage/migrations.py).
 """
 
 from __future__ import annotations
@@ -85,15 +86,66 @@ class WorkerPlace(msgspec.Struct, frozen=True, omit_defaults=True):
     sandbox: str = ""
 
 
-class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A running unit's lease in the subagent registry (storage/leases.py): who runs it, and the fencing
-    token (`epoch`) every journal write and the completion of that unit must match.
+class Placement(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Where a unit's files are: its sandbox and branch, the stored snapshots that can make the sandbox again
+    (on another machine, from a restore point), and what its run left there (its commit, its result)."""
+
+    sandbox: str = ""
+    branch: str = ""
+    base: str = ""  # the mission-branch commit (or tree digest, for copies) the sandbox started from
+    tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
+    base_tree: str = ""  # on a shared store: the stored snapshot the sandbox started from (see `tree`)
+    last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
+    commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
+    merged: bool = False
+    result: Any = None
+    ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
+
+    def started_in(self, sandbox: str, base: str) -> Placement:
+        """Where a new worker of the unit's lane works: in `sandbox`, started from `base`, going on from the
+        lane's snapshots and journal mark (nothing of a finished run: no branch, commit, result)."""
+        return Placement(
+            sandbox=sandbox, base=base, tree=self.tree, base_tree=self.base_tree, last_checkpoint=self.last_checkpoint
+        )
+
+    def kept(self) -> bool:
+        """The sandbox can be made again from the store, anywhere (an outside agent's has no snapshot)."""
+        return sandbox_kept(self.tree, self.base_tree)
+
+
+def is_tree_ref(value: str) -> bool:
+    """A sandbox_tree naming a snapshot blob (checkpoints of older keels hold a 32-hex digest of the
+    files instead, which names no blob: those points restore state but not files)."""
+    return len(value) == 64
+
+
+def sandbox_kept(tree: str, base_tree: str) -> bool:
+    """A unit's sandbox can be made again from the store: both its snapshot and the snapshot of the
+    sandbox it started from (its base) are stored, not only digests of them (a lease's `Placement`, a
+    checkpoint's unit mark)."""
+    return is_tree_ref(tree) and is_tree_ref(base_tree)
+
+
+class WorkerOffer(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A unit's dealings with `keel worker`s (server/engine/units/remote.py): the worker holding it, the spec
+    it was offered with, and why it came back to its mission host."""
+
+    worker: str = ""  # the `keel worker` holding an offered unit; "" = none (yet)
+    spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
+    why: str = ""  # why its mission host runs it: what a returned unit needs of it, or a restore left no sandbox
+
+
+class UnitLease(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A unit's lease in the subagent registry (storage/leases.py): who runs it, and the fencing token
+    (`epoch`) every journal write and the completion of that unit must match. Stored as one record with
+    where its files are (`place`) and, for a unit offered to `keel worker`s, the offer (`offer`; None for a
+    unit its host runs with nothing to say why), so one write changes all three.
 
     `state`: its lifecycle (protocol/states.LeaseState, moves checked by storage/leases.update):
     offered (waiting for a `keel worker`), running (heartbeating), returned (a worker handed it back),
     orphaned (the worker saw its parent die and stopped), expired (taken over: the
-    heartbeat went stale), done (completion recorded: `result`, `commit`). Stored as the same strings as
-    before it was an enum.
+    heartbeat went stale), done (completion recorded: `place.result`, `place.commit`). Stored as the same
+    strings as before it was an enum.
     """
 
     unit: str
@@ -106,20 +158,19 @@ class SubagentLease(msgspec.Struct, frozen=True, omit_defaults=True):
     heartbeat: float = 0.0
     ttl_s: float = 15.0
     started_at: float = 0.0
-    sandbox: str = ""
-    branch: str = ""
-    base: str = ""  # the mission-branch commit (or tree digest, for copies) the sandbox started from
-    tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
-    base_tree: str = ""  # on a shared store: the stored snapshot the sandbox started from (see `tree`)
-    last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
-    result: Any = None
-    commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
-    merged: bool = False
     resolution: Resolution = Resolution.NONE  # a person's answer about this run, not yet acted on
-    worker: str = ""  # the `keel worker` holding an offered unit (server/engine/units/remote.py); "" = its mission host
-    spec: UnitSpec | None = None  # an offered unit's spec, for the worker that claims it
-    why: str = ""  # what a returned unit needs of its mission host
-    ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
+    place: Placement = Placement()
+    offer: WorkerOffer | None = None
+
+    @property
+    def worker(self) -> str:
+        """The `keel worker` holding the unit; "" = its mission host."""
+        return self.offer.worker if self.offer is not None else ""
+
+    @property
+    def why(self) -> str:
+        """Why its mission host runs the unit (`WorkerOffer.why`); "" = nothing to say."""
+        return self.offer.why if self.offer is not None else ""
 
 
 class StepCost(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -37,7 +37,7 @@ class UnitState(enum.StrEnum):
 
 
 class LeaseState(enum.StrEnum):
-    """A subagent lease (records.SubagentLease). A new worker gets a new lease (a new epoch), `running`."""
+    """A subagent lease (records.UnitLease). A new worker gets a new lease (a new epoch), `running`."""
 
     OFFERED = "offered"  # waiting for a `keel worker` on any machine to claim it (a new epoch, running)
     RUNNING = "running"  # its worker heartbeats
@@ -76,7 +76,7 @@ class QuestionKind(enum.StrEnum):
 
 
 class Resolution(enum.StrEnum):
-    """A person's answer about a unit's run (records.SubagentLease.resolution), acted on when the unit is
+    """A person's answer about a unit's run (records.UnitLease.resolution), acted on when the unit is
     next recovered (engine/units/unitrecovery.py) and cleared once it is."""
 
     NONE = ""

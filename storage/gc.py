@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, RestorePoint
+from keel.protocol.records import CheckpointManifest, RestorePoint, is_tree_ref
 from keel.storage import leases
 from keel.storage.bundle import reachable_blobs
 from keel.storage.keys import DB, mission_prefix
-from keel.storage.snapshots import is_tree_ref, tree_refs
+from keel.storage.snapshots import tree_refs
 from keel.storage.txn import Txn
 
 _MISSION_DBS = (DB.HEADS, DB.POINTS, DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.LEASES)
@@ -96,7 +96,7 @@ def gc_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = ()
     live = reachable_blobs(txn.get_blob, [d for found in roots.values() for d in found], stop=stop)
     for mission_id in roots:  # units' sandbox snapshots (a shared store keeps them, server/engine/units/moving.py)
         for held in leases.list_leases(txn, mission_id):
-            for tree in (held.tree, held.base_tree):
+            for tree in (held.place.tree, held.place.base_tree):
                 if is_tree_ref(tree) and tree not in live:
                     live.update(tree_refs(txn.get_blob, tree, skip=live))
     for record in records.values():  # what `keel apply` compares with

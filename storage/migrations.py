@@ -7,17 +7,17 @@ store runs; a failure aborts it and leaves the store as it was.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from keel.protocol.records import JournalEntry
+from keel.protocol.records import JournalEntry, UnitLease
 from keel.storage.keys import DB
 
 if TYPE_CHECKING:
     from keel.storage.txn import Txn
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class SchemaInfo(msgspec.Struct, frozen=True):
@@ -48,4 +48,40 @@ def _said_skipped(result: object) -> bool:
     return isinstance(output, dict) and output.get("skipped") is True
 
 
-MIGRATIONS: dict[int, Callable[[Txn], None]] = {0: _from_0, 1: _from_1}
+# the fields of a schema 2 unit lease that schema 3 keeps in its `place` and its `offer`
+_PLACEMENT_FIELDS = (
+    "sandbox",
+    "branch",
+    "base",
+    "tree",
+    "base_tree",
+    "last_checkpoint",
+    "commit",
+    "merged",
+    "result",
+    "ran_on",
+)
+_OFFER_FIELDS = ("worker", "spec", "why")
+_FLAT_FIELDS = frozenset(_PLACEMENT_FIELDS + _OFFER_FIELDS)
+
+
+def _from_2(txn: Txn) -> None:
+    """Schema 2 kept a unit's lease as one flat record; schema 3 nests where the unit's files are
+    (UnitLease.place) and its dealings with `keel worker`s (UnitLease.offer) in the same record. A host's
+    lease (keyed by the mission id alone, storage/hostlease.py) is left as it is."""
+    moved = []
+    for key, flat in txn.scan(DB.LEASES, b"", dict):
+        if b"\x00" in key and not flat.keys().isdisjoint(_FLAT_FIELDS):  # a lease already nested stays as it is
+            moved.append((key, _nested_lease(flat)))
+    for key, lease in moved:
+        txn.put(DB.LEASES, key, lease)
+
+
+def _nested_lease(flat: dict[str, Any]) -> UnitLease:
+    """A schema 2 unit lease (its fields as stored) in the schema 3 form."""
+    place = {name: flat.pop(name) for name in _PLACEMENT_FIELDS if name in flat}
+    offer = {name: flat.pop(name) for name in _OFFER_FIELDS if name in flat}
+    return msgspec.convert({**flat, "place": place, "offer": offer or None}, UnitLease)
+
+
+MIGRATIONS: dict[int, Callable[[Txn], None]] = {0: _from_0, 1: _from_1, 2: _from_2}

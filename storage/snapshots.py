@@ -31,6 +31,7 @@ from keel.protocol.records import (
     SandboxFolder,
     SandboxTree,
     TreeEntry,
+    is_tree_ref,
 )
 from keel.storage.errors import CorruptRecordError
 from keel.storage.keys import DB
@@ -54,18 +55,6 @@ class BaseFiles(Protocol):
     """The files of a commit, as snapshot entries (keel's content digests): a repository's reader."""
 
     def files(self, commit: str) -> list[TreeEntry]: ...
-
-
-def is_tree_ref(value: str) -> bool:
-    """A sandbox_tree naming a snapshot blob (checkpoints of older keels hold a 32-hex digest of the
-    files instead, which names no blob: those points restore state but not files)."""
-    return len(value) == 64
-
-
-def sandbox_kept(tree: str, base_tree: str) -> bool:
-    """A unit's sandbox can be made again from the store: both its snapshot and the snapshot of the
-    sandbox it started from (its base) are stored, not only digests of them."""
-    return is_tree_ref(tree) and is_tree_ref(base_tree)
 
 
 def manifest_trees(manifest: CheckpointManifest) -> list[str]:

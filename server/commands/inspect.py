@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from keel.protocol.records import Evidence, SubagentLease, WorkerPlace
+from keel.protocol.records import Evidence, UnitLease, WorkerPlace
 from keel.protocol.states import LeaseState
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
@@ -96,15 +96,16 @@ def _print_subagents(held: list[Any]) -> None:
         state = "expired" if leases.expired(lease, now) else lease.state
         print(
             f"    {lease.unit:<12} {state:<9} epoch {lease.epoch:<3} heartbeat {ago(lease.heartbeat)}  "
-            f"journal {lease.last_checkpoint}  {where_it_runs(lease)}"
+            f"journal {lease.place.last_checkpoint}  {where_it_runs(lease)}"
             + (f"  handed back: {lease.why}" if lease.why else "")
         )
 
 
-def where_it_runs(lease: SubagentLease) -> str:
+def where_it_runs(lease: UnitLease) -> str:
     """The process that runs (or ran) a unit and its sandbox, named by the machine they are on."""
-    place = lease.ran_on or (
-        WorkerPlace(lease.worker, lease.hostname, lease.pid, lease.sandbox) if lease.worker else None
+    sandbox = lease.place.sandbox
+    place = lease.place.ran_on or (
+        WorkerPlace(lease.worker, lease.hostname, lease.pid, sandbox) if lease.worker else None
     )
     if place is not None:
         pid = f"pid {place.pid}" if place.pid else "not started yet"
@@ -112,4 +113,4 @@ def where_it_runs(lease: SubagentLease) -> str:
     if lease.state == LeaseState.OFFERED:
         return "offered to workers"
     pid = f"pid {lease.pid}" if lease.pid else "not started"
-    return f"host ({pid}) on {lease.hostname or 'this machine'}, sandbox {lease.sandbox or '-'}"
+    return f"host ({pid}) on {lease.hostname or 'this machine'}, sandbox {sandbox or '-'}"

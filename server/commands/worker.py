@@ -93,7 +93,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
                 refused.add((mission_id, offered.unit, offered.epoch))
                 continue
             unit_host = UnitHost(store, path, mission_id, claimed, workspace, ttl)
-            _say(f"{mission_id}/{offered.unit}: claimed (epoch {claimed.epoch}), sandbox {claimed.sandbox}")
+            _say(f"{mission_id}/{offered.unit}: claimed (epoch {claimed.epoch}), sandbox {claimed.place.sandbox}")
             running[asyncio.create_task(unit_host.run())] = unit_host
             quick_until = time.monotonic() + QUICK_FOR_S
         # A mission host offers its next unit a moment after one ends or is claimed: look again soon then,

@@ -21,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
-from keel.protocol.records import SandboxTree
+from keel.protocol.records import SandboxTree, is_tree_ref
 from keel.protocol.states import MissionState
 from keel.server import gitrun
 from keel.server.engine.files import gitbase, places, trees
@@ -31,7 +31,7 @@ from keel.server.engine.step.effects import is_cache
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.record import content_digest
-from keel.storage.snapshots import BaseFiles, is_tree_ref, load_tree
+from keel.storage.snapshots import BaseFiles, load_tree
 
 _GIT_MODES = {"f": "100644", "x": "100755", "l": "120000"}
 

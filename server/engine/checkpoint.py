@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, RestorePoint, SubagentLease, UnitMark
+from keel.protocol.records import CheckpointManifest, RestorePoint, UnitLease, UnitMark, sandbox_kept
 from keel.protocol.spec import MissionSpec, UnitSpec
 from keel.protocol.states import MissionState, UnitState
 from keel.server.engine import faultpoints
@@ -22,7 +22,6 @@ from keel.server.engine.journal import lane
 from keel.storage import DB, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix
-from keel.storage.snapshots import sandbox_kept
 
 
 def config_of(spec: MissionSpec, active_model: str = "") -> dict[str, Any]:
@@ -83,7 +82,7 @@ class QuietMark(msgspec.Struct, frozen=True):
 
 
 def with_unit_trees(
-    marks: dict[str, UnitMark], held: list[SubagentLease], quiet: dict[str, QuietMark] | None = None
+    marks: dict[str, UnitMark], held: list[UnitLease], quiet: dict[str, QuietMark] | None = None
 ) -> dict[str, UnitMark]:
     """The marks of units that had not finished, with the snapshots of their own sandboxes, so that a
     restore to the checkpoint makes those sandboxes again.
@@ -105,7 +104,8 @@ def with_unit_trees(
         if mark.state == UnitState.RUNNING and calm is not None and calm.lane == lane(uid, mark.epoch):
             hwm, tree, base_tree = calm.journal_hwm, calm.tree, calm.base_tree
         elif (found := leases.get(uid)) is not None and found.lane == lane(uid, mark.epoch):
-            hwm, tree, base_tree = max(mark.journal_hwm, found.last_checkpoint), found.tree, found.base_tree
+            place = found.place
+            hwm, tree, base_tree = max(mark.journal_hwm, place.last_checkpoint), place.tree, place.base_tree
         else:
             continue
         if sandbox_kept(tree, base_tree):

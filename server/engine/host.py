@@ -195,11 +195,13 @@ class MissionHost:
         if manifest is None or manifest.files_restored:
             await self.checkpoint("started" if manifest is None else "resumed on the restored files")
         for held in await self.registry.recover():  # finished by a subagent after the last checkpoint
-            if held.last_checkpoint > self.graph.mark(held.unit).journal_hwm:
-                self.graph.update(held.unit, journal_hwm=held.last_checkpoint)
+            if held.place.last_checkpoint > self.graph.mark(held.unit).journal_hwm:
+                self.graph.update(held.unit, journal_hwm=held.place.last_checkpoint)
             self.graph.start(held.unit)
             await self._unit_finished(
-                held.unit, Outcome(K.SUCCEEDED, result=held.result), note=f"recovered from subagent epoch {held.epoch}"
+                held.unit,
+                Outcome(K.SUCCEEDED, result=held.place.result),
+                note=f"recovered from subagent epoch {held.epoch}",
             )
         return None
 

@@ -32,6 +32,7 @@ from keel.protocol.records import (
     RestorePoint,
     SandboxTree,
     UnitMark,
+    sandbox_kept,
 )
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
 from keel.server import gitrun
@@ -42,7 +43,6 @@ from keel.server.engine.journal import fresh_epoch, lane
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
-from keel.storage.snapshots import sandbox_kept
 
 _ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
 

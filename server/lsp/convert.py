@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from keel.protocol.records import Event, RestorePoint, SubagentLease
+from keel.protocol.records import Event, RestorePoint, UnitLease
 from keel.protocol.states import UnitState
 from keel.server.lsp.snapshot import MissionView
 
@@ -141,7 +141,7 @@ class SubagentPayload(msgspec.Struct, frozen=True, rename="camel"):
     why: str = ""  # what a returned unit needs of its mission host
 
 
-def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
+def subagent(lease: UnitLease, now: float) -> SubagentPayload:
     from keel.storage.leases import expired
 
     return SubagentPayload(
@@ -155,10 +155,10 @@ def subagent(lease: SubagentLease, now: float) -> SubagentPayload:
         heartbeat=lease.heartbeat,
         lease_age=round(max(0.0, now - lease.heartbeat), 3),
         ttl=lease.ttl_s,
-        sandbox=lease.sandbox,
-        branch=lease.branch,
-        last_checkpoint=lease.last_checkpoint,
-        merged=lease.merged,
+        sandbox=lease.place.sandbox,
+        branch=lease.place.branch,
+        last_checkpoint=lease.place.last_checkpoint,
+        merged=lease.place.merged,
         worker=lease.worker,
         why=lease.why,
     )

@@ -6,19 +6,22 @@ from typing import Any
 
 import pytest
 
-from keel.protocol.records import SubagentLease
+from keel.protocol.records import Placement, UnitLease, WorkerOffer
 from keel.protocol.states import LeaseState, Resolution
 from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, files_elsewhere, recovery
 
-TREE = "t" + "1" * 63  # snapshot refs (storage/snapshots.is_tree_ref)
+TREE = "t" + "1" * 63  # snapshot refs (protocol/records.is_tree_ref)
 BASE = "t" + "2" * 63
 S = LeaseState
 R = Resolution
 
 
-def _lease(**fields: Any) -> SubagentLease:
-    base: dict[str, Any] = {"unit": "a", "lane": "a", "epoch": 3, "host_id": "h", "sandbox": "/sb/a"}
-    return SubagentLease(**{**base, **fields})
+def _lease(**fields: Any) -> UnitLease:
+    """A lease from flat fields: those of its placement go to `place`, `worker` to its offer."""
+    place = {"sandbox": "/sb/a"} | {k: v for k, v in fields.items() if k in Placement.__struct_fields__}
+    offer = WorkerOffer(worker=fields["worker"]) if "worker" in fields else None
+    own = {k: v for k, v in fields.items() if k not in place and k != "worker"}
+    return UnitLease(unit="a", lane="a", epoch=3, host_id="h", place=Placement(**place), offer=offer, **own)
 
 
 # (lease fields, succeeded, current lane, sandbox on disk) -> decision

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from keel.protocol.records import SubagentLease, UnitMark
+from keel.protocol.records import Placement, UnitLease, UnitMark
 from keel.protocol.states import UnitState
 from keel.server.engine.checkpoint import QuietMark, with_unit_trees
 
@@ -14,8 +14,9 @@ T0, T1, T2, B = "0" * 64, "1" * 64, "2" * 64, "b" * 64  # tree digests (snapshot
 U = UnitState
 
 
-def _lease(lane: str = "u", hwm: int = 7, tree: str = T2) -> SubagentLease:
-    return SubagentLease(unit="u", lane=lane, epoch=3, host_id="h", tree=tree, base_tree=B, last_checkpoint=hwm)
+def _lease(lane: str = "u", hwm: int = 7, tree: str = T2) -> UnitLease:
+    place = Placement(tree=tree, base_tree=B, last_checkpoint=hwm)
+    return UnitLease(unit="u", lane=lane, epoch=3, host_id="h", place=place)
 
 
 # (the graph's mark, the unit's quiet moment, its lease now) -> (journal_hwm, tree) recorded
@@ -46,7 +47,7 @@ CASES = [
 
 @pytest.mark.parametrize(("why", "mark", "quiet", "lease", "recorded"), CASES, ids=[c[0] for c in CASES])
 def test_which_moment_of_a_unit_a_checkpoint_records(
-    why: str, mark: UnitMark, quiet: QuietMark | None, lease: SubagentLease | None, recorded: tuple[int, str]
+    why: str, mark: UnitMark, quiet: QuietMark | None, lease: UnitLease | None, recorded: tuple[int, str]
 ) -> None:
     out = with_unit_trees({"u": mark}, [lease] if lease else [], {"u": quiet} if quiet else {})["u"]
     assert (out.journal_hwm, out.tree) == recorded, why

@@ -153,7 +153,9 @@ class TwoMachines:
 
         if self.mover_mark is not None:  # B's first host is killed half-way through moving the mission
             pid = int(_until_text(self.mover_mark))
-            moved = [x for x in read(here, lambda t: leases.list_leases(t, mid)) if str(self.root / "b") in x.sandbox]
+            moved = [
+                x for x in read(here, lambda t: leases.list_leases(t, mid)) if str(self.root / "b") in x.place.sandbox
+            ]
             assert record(here, mid).machine == "machine-a" and moved, "B's host is not in the middle of a move"
             os.kill(pid, signal.SIGKILL)
             self.mover_mark.unlink()

@@ -120,7 +120,7 @@ def test_a_cut_workers_unit_completes_on_another_machine_and_its_late_completion
 
         def struck_unit() -> str:  # a unit on A whose effect ran and whose last step is journaled
             for held in _held_on(store, mid, "worker-a"):
-                if f"{held.unit}-1" in markers(side) and held.last_checkpoint >= 3:
+                if f"{held.unit}-1" in markers(side) and held.place.last_checkpoint >= 3:
                     return held.unit
             return ""
 

@@ -69,7 +69,10 @@ def test_a_restore_to_every_point_gives_each_unit_its_files_at_its_mark(tmp_path
         for uid in midway:
             mark = manifest.units[uid]
             held = read(store, lambda t, u=uid: leases.get(t, mid, u))
-            assert held is not None and held.tree and held.last_checkpoint == mark.journal_hwm, (point, held)
+            assert held is not None and held.place.tree and held.place.last_checkpoint == mark.journal_hwm, (
+                point,
+                held,
+            )
             made = tmp_path / "made" / f"{point['id']}-{uid}"
             with Store.open(store, create=False) as s:
                 moving.rebuild_unit_sandbox(s, store, mid, held, made)

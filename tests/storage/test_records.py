@@ -78,6 +78,20 @@ MARK = records.UnitMark(
 )
 TOOL = agent.ToolCallSpec(name="read_file", description="d", parameters={"type": "object"})
 
+PLACE = records.Placement(
+    sandbox="/s/u1",
+    branch="keel/u1",
+    base="a" * 40,
+    tree="t" * 64,
+    base_tree="b" * 64,
+    last_checkpoint=7,
+    commit="c" * 40,
+    merged=True,
+    result={"ok": 1},
+    ran_on=records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
+)
+OFFER = records.WorkerOffer(worker="w-1", spec=UNIT, why="a question for a person")
+
 SAMPLES: dict[type[Any], Any] = {
     spec.UnitSpec: UNIT,
     spec.Requirements: MISSION_SPEC.models.require,
@@ -149,7 +163,7 @@ SAMPLES: dict[type[Any], Any] = {
     records.FolderEntry: records.FolderEntry(name="é.py", mode="d", blob=bytes(range(32))),
     records.SandboxFolder: records.SandboxFolder(entries=(records.FolderEntry(name="a", mode="x", blob=b"\xff" * 32),)),
     records.SandboxBased: records.SandboxBased(base="c" * 40, files="d" * 64, removed=("gone.txt",)),
-    records.SubagentLease: records.SubagentLease(
+    records.UnitLease: records.UnitLease(
         unit="u1",
         lane="l2",
         epoch=3,
@@ -160,21 +174,12 @@ SAMPLES: dict[type[Any], Any] = {
         heartbeat=9.0,
         ttl_s=5.0,
         started_at=8.0,
-        sandbox="/s/u1",
-        branch="keel/u1",
-        base="a" * 40,
-        tree="t" * 64,
-        base_tree="b" * 64,
-        last_checkpoint=7,
-        result={"ok": 1},
-        commit="c" * 40,
-        merged=True,
         resolution="rerun",
-        worker="w-1",
-        spec=UNIT,
-        why="a question for a person",
-        ran_on=records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
+        place=PLACE,
+        offer=OFFER,
     ),
+    records.Placement: PLACE,
+    records.WorkerOffer: OFFER,
     records.WorkerPlace: records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
     records.RestorePoint: records.RestorePoint(
         id="p4", mission_id="m1", checkpoint="a" * 64, reason="paused", created_at=5.0, label="before failover"

@@ -9,10 +9,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from keel.protocol.records import Event, JournalEntry
-from keel.storage import DB, Store, StoreTooNewError
+from keel.protocol.records import Event, HostLease, JournalEntry, Placement, UnitLease, WorkerOffer, WorkerPlace
+from keel.protocol.spec import UnitSpec
+from keel.protocol.states import LeaseState, Resolution
+from keel.storage import DB, Store, StoreTooNewError, hostlease, leases
 from keel.storage import migrations as mig
 from keel.storage import missions as m
+from keel.storage.keys import unit_prefix
 from keel.storage.migrations import SCHEMA_VERSION, SchemaInfo
 from keel.storage.txn import Txn, decode_value
 from tests.storage.raw import raw_get, raw_keys
@@ -111,3 +114,85 @@ def test_schema_1_answers_kept_in_summaries_become_typed_flags(
     assert now[1] == msgspec.structs.replace(old[1], rerun_approved=True)
     assert now[2] == msgspec.structs.replace(old[2], skipped=True)
     assert now[3] == old[3] and now[4] == old[4]
+
+
+def test_schema_2_flat_leases_are_nested_in_place(tmp_path: Path, store_folder: Callable[[Path], Path]) -> None:
+    """Schema 2 stored a unit's lease as one flat map of 23 fields; schema 3 keeps the same record with its
+    placement (`place`) and its worker offer (`offer`) nested. Every field is found in its new place; a
+    lease that set none of them gets an empty placement and no offer; a lease already nested (a store marked
+    older than the records it holds) and a host's lease are left as they are."""
+    path = store_folder(tmp_path / "s")
+    unit = UnitSpec(id="a", kind="shell", title="build", params={"cmd": "make"})
+    ran_on = WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/a.3")
+    flat = {  # the schema 2 record of a done unit a worker ran, its fields in the order that keel wrote them
+        "unit": "a",
+        "lane": "a#2",
+        "epoch": 3,
+        "host_id": "h1",
+        "state": "done",
+        "pid": 42,
+        "hostname": "vm",
+        "heartbeat": 9.5,
+        "ttl_s": 5.0,
+        "started_at": 8.5,
+        "sandbox": "/s/a",
+        "branch": "keel/m1-units/a",
+        "base": "c" * 40,
+        "tree": "t" * 64,
+        "base_tree": "b" * 64,
+        "last_checkpoint": 7,
+        "result": {"ok": 1},
+        "commit": "d" * 40,
+        "merged": True,
+        "resolution": "rerun",
+        "worker": "w-1",
+        "spec": unit,
+        "why": "a question for a person",
+        "ran_on": ran_on,
+    }
+    bare = {"unit": "b", "lane": "b", "epoch": 1, "host_id": "h1"}  # every other field at its default
+    host = HostLease(mission="m1", epoch=4, host_id="h1", pid=7, hostname="vm", heartbeat=1.0, ttl_s=2.0)
+    nested = UnitLease(unit="c", lane="c", epoch=2, host_id="h1", place=Placement(sandbox="/s/c", tree="t" * 64))
+    write_schema_record(path, 2, "0.1.0")
+    with Store.open(path) as store:
+        store.write(
+            lambda t: (
+                t.put(DB.LEASES, unit_prefix("m1", "a")[:-1], flat),
+                t.put(DB.LEASES, unit_prefix("m1", "b")[:-1], bare),
+                t.put(DB.LEASES, unit_prefix("m1", "c")[:-1], nested),
+                t.put(DB.LEASES, b"m1", host),
+            )
+        )
+    write_schema_record(path, 2, "0.1.0")  # (the line above reopened it at the current schema: back to 2)
+    with Store.open(path) as store:
+        assert store.schema().version == SCHEMA_VERSION
+        now = {x.unit: x for x in store.read(lambda t: leases.list_leases(t, "m1"))}
+        assert store.read(lambda t: hostlease.get(t, "m1")) == host
+    assert now["a"] == UnitLease(
+        unit="a",
+        lane="a#2",
+        epoch=3,
+        host_id="h1",
+        state=LeaseState.DONE,
+        pid=42,
+        hostname="vm",
+        heartbeat=9.5,
+        ttl_s=5.0,
+        started_at=8.5,
+        resolution=Resolution.RERUN,
+        place=Placement(
+            sandbox="/s/a",
+            branch="keel/m1-units/a",
+            base="c" * 40,
+            tree="t" * 64,
+            base_tree="b" * 64,
+            last_checkpoint=7,
+            commit="d" * 40,
+            merged=True,
+            result={"ok": 1},
+            ran_on=ran_on,
+        ),
+        offer=WorkerOffer(worker="w-1", spec=unit, why="a question for a person"),
+    )
+    assert now["b"] == UnitLease(unit="b", lane="b", epoch=1, host_id="h1", place=Placement(), offer=None)
+    assert now["c"] == nested

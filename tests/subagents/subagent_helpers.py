@@ -11,16 +11,16 @@ from typing import Any
 
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 
-from keel.protocol.records import SubagentLease
+from keel.protocol.records import UnitLease
 from keel.storage import Store, leases
 from keel.storage.writelock import LOCK_NAME, holder_pid
 
 
-def lease(store: Path, mid: str, unit: str) -> SubagentLease | None:
+def lease(store: Path, mid: str, unit: str) -> UnitLease | None:
     return read(store, lambda t: leases.get(t, mid, unit))  # type: ignore[no-any-return]
 
 
-def all_leases(store: Path, mid: str) -> list[SubagentLease]:
+def all_leases(store: Path, mid: str) -> list[UnitLease]:
     return read(store, lambda t: leases.list_leases(t, mid))  # type: ignore[no-any-return]
 
 

@@ -74,7 +74,7 @@ def test_a_stale_index_lock_in_a_unit_worktree_is_cleared(tmp_path: Path) -> Non
     assert held is not None
     kill(host)
     wait_gone(held.pid, timeout=3.0)
-    gitdir = Path((Path(held.sandbox) / ".git").read_text().split(":", 1)[1].strip())
+    gitdir = Path((Path(held.place.sandbox) / ".git").read_text().split(":", 1)[1].strip())
     (gitdir / "index.lock").write_text("")  # what a worker killed inside `git add`/`git commit` leaves
     keel("resume", mid, store=store, check_rc=0)
     assert side.read_text().split() == ["a-1"]

@@ -21,10 +21,10 @@ def test_a_new_grant_fences_the_old_epoch_and_completion_happens_once(tmp_path: 
         with pytest.raises(leases.StaleLeaseError, match="epoch 1 was taken over"):
             store.write(lambda t: leases.complete(t, "m1", "a", 1, result="old", commit="", tree=""))
         done = store.write(lambda t: leases.complete(t, "m1", "a", 2, result="new", commit="c", tree="t"))
-        assert (done.state, done.result) == ("done", "new")
+        assert (done.state, done.place.result) == ("done", "new")
         with pytest.raises(leases.StaleLeaseError, match="already completed"):
             store.write(lambda t: leases.complete(t, "m1", "a", 2, result="again", commit="", tree=""))
-        assert store.read(lambda t: leases.get(t, "m1", "a")).result == "new"  # nothing overwritten
+        assert store.read(lambda t: leases.get(t, "m1", "a")).place.result == "new"  # nothing overwritten
 
 
 def test_expiry_and_the_registry_listing(tmp_path: Path) -> None:

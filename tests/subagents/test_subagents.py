@@ -79,7 +79,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=FAST_LEASES)
     try:
         mid = mission_id_of(host)
-        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.pid > 0 and x.last_checkpoint >= 2)
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.pid > 0 and x.place.last_checkpoint >= 2)
         zombie = lease(store, mid, "slow")
         assert zombie is not None
         _stop_outside_a_commit(store, zombie.pid)
@@ -110,7 +110,9 @@ def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mid = mission_id_of(host)
     wait_for(  # one read: `all` over a read made before the leases were granted is true
-        lambda: len(found := all_leases(store, mid)) == 2 and all(x.pid > 0 and x.last_checkpoint >= 1 for x in found)
+        lambda: (
+            len(found := all_leases(store, mid)) == 2 and all(x.pid > 0 and x.place.last_checkpoint >= 1 for x in found)
+        )
     )
     workers = [x.pid for x in all_leases(store, mid)]
     kill(host)
@@ -131,7 +133,7 @@ def test_a_pause_leaves_no_unit_lease_reading_running(tmp_path: Path) -> None:
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units, max_parallel=3)), store=store)
     mid = mission_id_of(host)
-    wait_for(lambda: len(found := all_leases(store, mid)) == 3 and all(x.last_checkpoint >= 1 for x in found))
+    wait_for(lambda: len(found := all_leases(store, mid)) == 3 and all(x.place.last_checkpoint >= 1 for x in found))
     try:
         keel("pause", mid, store=store, check_rc=0)
         host.communicate(timeout=30)
@@ -166,7 +168,7 @@ def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_re
     assert held is not None
     kill(host)
     wait_gone(held.pid, timeout=2.0)
-    sandbox = Path(held.sandbox)
+    sandbox = Path(held.place.sandbox)
     if damage == "deleted":
         shutil.rmtree(sandbox)
     else:
@@ -210,7 +212,7 @@ def test_a_tampered_sandbox_the_person_keeps_resumes_from_the_journal(tmp_path: 
     assert held is not None
     kill(host)
     wait_gone(held.pid, timeout=2.0)
-    (Path(held.sandbox) / "a.txt").write_text("edited by someone else\n")
+    (Path(held.place.sandbox) / "a.txt").write_text("edited by someone else\n")
     keel("resume", mid, store=store, check_rc=3)
     keel("answer", mid, "continue", "--no-resume", store=store, check_rc=0)
     keel("resume", mid, store=store, check_rc=0)
@@ -229,7 +231,7 @@ def test_a_lost_sandbox_without_effects_starts_again_by_itself(tmp_path: Path) -
     assert held is not None
     kill(host)
     wait_gone(held.pid, timeout=2.0)
-    shutil.rmtree(held.sandbox)
+    shutil.rmtree(held.place.sandbox)
     resumed = start_keel("resume", mid, store=store)
     wait_for(lambda: bool(_evidence(store, mid, "reexecuted")))
     kill(resumed)
@@ -295,7 +297,7 @@ def test_the_persons_checkout_is_unchanged_and_units_merge_in_dependency_order(t
     }
     merges = git(sandbox, "log", "--merges", "--format=%s", f"keel/{mid}").splitlines()
     assert merges[0] == "keel: merge unit c" and sorted(merges[1:]) == ["keel: merge unit a", "keel: merge unit b"]
-    assert {x.unit: x.merged for x in all_leases(store, mid)} == {"a": True, "b": True, "c": True}
+    assert {x.unit: x.place.merged for x in all_leases(store, mid)} == {"a": True, "b": True, "c": True}
 
 
 def test_a_merge_conflict_asks_the_person_and_rerun_resolves_it(tmp_path: Path) -> None:
@@ -353,9 +355,9 @@ def test_a_sandbox_removed_under_a_running_unit_fails_it_and_records_nothing_for
     wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
     held = lease(store, mid, "a")
     assert held is not None
-    shutil.rmtree(held.sandbox)
+    shutil.rmtree(held.place.sandbox)
     out, err = host.communicate(timeout=60)
-    assert host.returncode != 0 and f"sandbox {held.sandbox} is gone" in out + err, out + err
+    assert host.returncode != 0 and f"sandbox {held.place.sandbox} is gone" in out + err, out + err
     journal = read(store, lambda t: m.journal_entries(t, mid, "a"))
     assert not [e for e in journal if "again" in e.summary], journal  # the last call left no entry
     assert side.read_text().split() == ["ran"]

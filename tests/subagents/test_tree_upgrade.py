@@ -42,14 +42,14 @@ def test_a_lease_digest_from_before_the_upgrade(tmp_path: Path, tampered: bool) 
     mid = mission_id_of(host)
     wait_for(lambda: (e := read(store, lambda t: m.journal_get(t, mid, "a", 2))) is not None and e.phase == "done")
     held = lease(store, mid, "a")
-    assert held is not None and len(held.tree) == 64
+    assert held is not None and len(held.place.tree) == 64
     kill(host)
     wait_gone(held.pid, timeout=2.0)
-    sandbox = Path(held.sandbox)
+    sandbox = Path(held.place.sandbox)
     assert (sandbox / ".git").is_file()  # a worktree: the old digest counted this file
     old = digest_recorded_by_the_previous_keel(sandbox)
     with Store.open(store) as s:
-        s.write(lambda t: leases.update(t, mid, "a", held.epoch, tree=old))
+        s.write(lambda t: leases.update(t, mid, "a", held.epoch, place={"tree": old}))
     if tampered:
         (sandbox / "a.txt").write_text("edited by someone else\n")
         keel("resume", mid, store=store, check_rc=3)

@@ -52,7 +52,7 @@ def test_gc_removes_finished_unit_sandboxes_and_branches_and_keeps_the_result(tm
     keel("run", str(write_mission(tmp_path, units)), store=store, check_rc=0)
     mid = read(store, m.list_missions)[0].id
     sandbox = Path(record(store, mid).sandbox)
-    sandboxes = sorted(Path(x.sandbox) for x in all_leases(store, mid))
+    sandboxes = sorted(Path(x.place.sandbox) for x in all_leases(store, mid))
     assert len(sandboxes) == 3 and all(p.is_dir() for p in sandboxes)
     assert len(_unit_branches(ws)) == 3
     result, mission_tree = files(sandbox), git(ws, "rev-parse", f"keel/{mid}^{{tree}}")
@@ -95,15 +95,15 @@ def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> 
         wait_for(
             lambda: (
                 (a := lease(store, mid, "a")) is not None
-                and a.merged
+                and a.place.merged
                 and (b := lease(store, mid, "b")) is not None
-                and b.last_checkpoint >= 1
+                and b.place.last_checkpoint >= 1
             ),
             timeout=30,
         )
         running = _gc(store)  # its host is alive: not even the finished unit's sandbox is touched
         assert running["removed"] == [] and running["running"] == [mid], running
-        assert Path(lease(store, mid, "a").sandbox).is_dir() and len(_unit_branches(ws)) == 2  # type: ignore[union-attr]
+        assert Path(lease(store, mid, "a").place.sandbox).is_dir() and len(_unit_branches(ws)) == 2  # type: ignore[union-attr]
         keel("pause", mid, store=store, check_rc=0)
         assert host.wait(timeout=30) == 3
     finally:
@@ -117,8 +117,8 @@ def test_a_paused_missions_unfinished_unit_keeps_its_sandbox(tmp_path: Path) -> 
     report = _gc(store)
     assert sorted((x["unit"], x["kind"]) for x in report["removed"]) == [("a", "branch"), ("a", "sandbox")]
     assert sorted((x["unit"], x["kind"]) for x in report["kept"]) == [("b", "branch"), ("b", "sandbox")]
-    assert not Path(a.sandbox).exists() and _unit_branches(ws) == [b.branch]
-    assert (Path(b.sandbox) / "b.txt").read_text() == "b\n"
+    assert not Path(a.place.sandbox).exists() and _unit_branches(ws) == [b.place.branch]
+    assert (Path(b.place.sandbox) / "b.txt").read_text() == "b\n"
 
     keel("resume", mid, store=store, check_rc=0)  # b resumes in its own sandbox, from its journal
     assert record(store, mid).state == MissionState.COMPLETED
@@ -135,11 +135,13 @@ def test_gc_removes_a_finished_units_copy_in_a_plain_folder(tmp_path: Path) -> N
     )
     mid = read(store, m.list_missions)[0].id
     held = lease(store, mid, "a")
-    assert held is not None and (Path(held.sandbox) / ".git").exists() is False and Path(held.sandbox).is_dir()
+    assert (
+        held is not None and (Path(held.place.sandbox) / ".git").exists() is False and Path(held.place.sandbox).is_dir()
+    )
     report = _gc(store)
     assert [(x["kind"], x["name"]) for x in report["removed"]] == [
-        ("sandbox", held.sandbox),
-        ("base record", held.sandbox + ".base.json"),  # the digests the copy started from: listed as it goes
+        ("sandbox", held.place.sandbox),
+        ("base record", held.place.sandbox + ".base.json"),  # the digests the copy started from: listed as it goes
     ]
-    assert not Path(held.sandbox).parent.exists()  # the copy and its record of digests are gone
+    assert not Path(held.place.sandbox).parent.exists()  # the copy and its record of digests are gone
     assert files(Path(record(store, mid).sandbox)) == {"a.txt": b"a\n"}

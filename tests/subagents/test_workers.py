@@ -314,7 +314,7 @@ def _worker_at(store: Path, mid: str, unit: str, entries: int) -> bool:
     """A worker holds the unit, which has journaled at least `entries` entries."""
     held = lease(store, mid, unit)
     running = held is not None and held.state == LeaseState.RUNNING and held.worker != ""
-    return running and held is not None and held.last_checkpoint >= entries
+    return running and held is not None and held.place.last_checkpoint >= entries
 
 
 CHAOS_ITERATIONS = int(os.environ.get("KEEL_WORKER_CHAOS_ITERATIONS", "6"))
@@ -387,7 +387,7 @@ def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(tmp_
     worker = _worker(store, units=2)
     try:
         held_by = functools.partial(_worker_at, store, mid, "a", 3) if run_by == "workers" else None
-        wait_for(held_by or (lambda: (held := lease(store, mid, "a")) is not None and held.last_checkpoint >= 3))
+        wait_for(held_by or (lambda: (held := lease(store, mid, "a")) is not None and held.place.last_checkpoint >= 3))
         keel("pause", mid, store=store, check_rc=0)
         host.communicate(timeout=60)
         assert record(store, mid).state == MissionState.PAUSED and "a-2" not in side.read_text().split()

@@ -37,13 +37,13 @@ from typing import NamedTuple
 import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
-from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry
+from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry, is_tree_ref
 from keel.server.engine.files import gitbase
 from keel.server.engine.files.gitbase import Listed
 from keel.storage import DB, Txn
 from keel.storage.bundle import check_relative_path
 from keel.storage.record import content_digest
-from keel.storage.snapshots import BaseFiles, based_blob, folder_blob, is_tree_ref, load_tree
+from keel.storage.snapshots import BaseFiles, based_blob, folder_blob, load_tree
 
 SKIP = frozenset({".git", ".keel"})
 Files = dict[str, tuple[str, str]]  # path -> (mode, blob digest)

@@ -7,7 +7,7 @@ mission's files again in this machine's workspace from what the store holds:
 
 - the mission sandbox from the newest checkpoint with a file snapshot (every merge is followed by one),
   committed on a fresh mission branch `keel/<id>` made from this workspace's HEAD;
-- each unfinished unit's sandbox from the snapshot its lease names (`SubagentLease.tree`: stored with every
+- each unfinished unit's sandbox from the snapshot its lease names (`Placement.tree`: stored with every
   journal entry that changed files, and with the completion), as a plain folder whose base file holds the
   digests of the snapshot it started from (`base_tree`), so its work merges file by file like a copy
   sandbox's (merge.py). A unit without both snapshots stored (an appending agent's, or a lease written by a
@@ -28,14 +28,14 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, SubagentLease
+from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, UnitLease, is_tree_ref
 from keel.server.engine.files import merge, places, trees
 from keel.server.engine.files.gitbase import GitBase, for_workspace
 from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.restore import blob_reader
 from keel.storage import Store, Txn
 from keel.storage import missions as m
-from keel.storage.snapshots import is_tree_ref, load_tree
+from keel.storage.snapshots import load_tree
 
 
 def here() -> str:
@@ -103,8 +103,8 @@ def rebuild_mission_sandbox(
 
 
 def rebuild_unit_sandbox(
-    store: Store, store_path: Path, mission_id: str, held: SubagentLease, target: Path | None = None
-) -> SubagentLease:
+    store: Store, store_path: Path, mission_id: str, held: UnitLease, target: Path | None = None
+) -> UnitLease:
     """The lease as it is here: its sandbox made again (at `target`, by default the unit's sandbox path of this
     store) from the stored snapshots when both are there (a plain folder merged file by file), else pointing
     at a folder that does not exist here (lost)."""
@@ -112,14 +112,15 @@ def rebuild_unit_sandbox(
     if target.exists():
         shutil.rmtree(target)
     merge.base_file(target).unlink(missing_ok=True)
-    moved_here = msgspec.structs.replace(held, sandbox=str(target), branch="", base="", commit="", pid=0, hostname="")
+    place = msgspec.structs.replace(held.place, sandbox=str(target), branch="", base="", commit="")
+    moved_here = msgspec.structs.replace(held, place=place, pid=0, hostname="")
     get = store.read
     # the repository holding the commit a git sandbox's snapshots are relative to: the mission's workspace
     # (its own machine), else the one the store belongs to (a `keel worker` elsewhere)
     workspace = Path(get(lambda t: m.get_mission(t, mission_id)).workspace or workspace_of(store_path))
     repo = for_workspace(workspace) or for_workspace(workspace_of(store_path))
-    tree = get(lambda t: load_tree(t.get_blob, held.tree, repo)) if is_tree_ref(held.tree) else None
-    base = get(lambda t: load_tree(t.get_blob, held.base_tree, repo)) if is_tree_ref(held.base_tree) else None
+    tree = get(lambda t: load_tree(t.get_blob, place.tree, repo)) if is_tree_ref(place.tree) else None
+    base = get(lambda t: load_tree(t.get_blob, place.base_tree, repo)) if is_tree_ref(place.base_tree) else None
     if tree is None or base is None:
         return moved_here
     blob = blob_reader(store, repo)
@@ -127,4 +128,4 @@ def rebuild_unit_sandbox(
     trees.materialize(target, tree, blob)
     digests = {e.path: trees.file_digest(blob(e.blob)) for e in base.entries if merge.counts(e.path)}
     merge.base_file(target).write_text(json.dumps(digests, sort_keys=True))
-    return msgspec.structs.replace(moved_here, base="copy")
+    return msgspec.structs.replace(moved_here, place=msgspec.structs.replace(place, base="copy"))

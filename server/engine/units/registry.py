@@ -24,7 +24,16 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import CheckpointManifest, Event, Evidence, Question, SubagentLease, WorkerPlace
+from keel.protocol.records import (
+    CheckpointManifest,
+    Event,
+    Evidence,
+    Placement,
+    Question,
+    UnitLease,
+    WorkerOffer,
+    WorkerPlace,
+)
 from keel.protocol.states import LeaseState, QuestionKind, Resolution, UnitState
 from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentProcess, kill_session
@@ -39,7 +48,7 @@ from keel.server.tools.shell import command_owner, kill_leftovers, process_runni
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
-from keel.storage.snapshots import sandbox_kept, snapshot_base
+from keel.storage.snapshots import snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -49,7 +58,9 @@ def lease_ttl() -> float:
     return float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
 
 
-class Placement(msgspec.Struct, frozen=True):
+class PreparedSandbox(msgspec.Struct, frozen=True):
+    """The sandbox a worker of the unit starts in, before its lease names it."""
+
     sandbox: str
     branch: str
     base: str
@@ -77,57 +88,49 @@ class Registry:
     def lane_of(self, uid: str) -> str:
         return lane(uid, self.host.graph.mark(uid).epoch)
 
-    def _lease(self, uid: str) -> SubagentLease | None:
+    def _lease(self, uid: str) -> UnitLease | None:
         return self.host.store.read(lambda t: leases.get(t, self.mission_id, uid))
 
     # -- starting a worker --------------------------------------------------------------------------
-    async def prepare(self, uid: str) -> Placement:
+    async def prepare(self, uid: str) -> PreparedSandbox:
         """The unit's sandbox: the one its lane already has, or a fresh one from the mission branch."""
         unit_lane = self.lane_of(uid)
         lease = await asyncio.to_thread(self._lease, uid)
         path = places.unit_sandbox_path(self.host.store_path, self.mission_id, unit_lane)
         branch = merge.unit_branch(self.mission_id, unit_lane)
-        if lease and lease.lane == unit_lane and lease.state != LeaseState.DONE and path.exists() and lease.base:
+        was = lease.place if lease else Placement()
+        if lease and lease.lane == unit_lane and lease.state != LeaseState.DONE and path.exists() and was.base:
             # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
-            tree = lease.tree or await asyncio.to_thread(trees.tree_digest, path)
-            return Placement(str(path), branch, lease.base, tree)
+            tree = was.tree or await asyncio.to_thread(trees.tree_digest, path)
+            return PreparedSandbox(str(path), branch, was.base, tree)
         async with self.git_lock:
             base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
         await asyncio.to_thread(merge.check_out, path)
         # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
         files = trees.Snapshotter()
         scan = await asyncio.to_thread(lambda: files.scan(path, keep_bytes=False, checked_out=True))  # read when stored
-        return Placement(str(path), branch, base, "", scan, files)
+        return PreparedSandbox(str(path), branch, base, "", scan, files)
 
-    async def grant(self, uid: str, where: Placement) -> SubagentLease:
+    async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease:
         unit_lane = self.lane_of(uid)
 
-        def write(txn: Txn) -> SubagentLease:
+        def write(txn: Txn) -> UnitLease:
             old = leases.get(txn, self.mission_id, uid)
-            same = old is not None and old.lane == unit_lane and old.sandbox == where.sandbox
+            was = old.place if old is not None and old.lane == unit_lane else Placement()
+            same = old is not None and old.lane == unit_lane and was.sandbox == where.sandbox
             # a worker started again on the same lane keeps the digest of the lane's last recorded change:
-            # the placement's digest is from before this run's steps and would make the sandbox look tampered
-            tree = old.tree if same and old is not None else where.tree
-            base_tree = old.base_tree if same and old is not None else ""
+            # the prepared digest is from before this run's steps and would make the sandbox look tampered
+            tree = was.tree if same else where.tree
+            base_tree = was.base_tree if same else ""
             if where.scan is not None:
                 tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
-            mark = old.last_checkpoint if same and old is not None else 0
+            mark = was.last_checkpoint if same else 0
+            place = Placement(where.sandbox, where.branch, where.base, tree, base_tree, mark)
             return leases.grant(
-                txn,
-                self.mission_id,
-                uid,
-                lane=unit_lane,
-                host_id=self.host.host_id,
-                ttl_s=self.ttl,
-                sandbox=where.sandbox,
-                branch=where.branch,
-                base=where.base,
-                tree=tree,
-                base_tree=base_tree,
-                last_checkpoint=mark,
+                txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id, ttl_s=self.ttl, place=place
             )
 
-        lease: SubagentLease = await self.host.writer.commit(write)
+        lease: UnitLease = await self.host.writer.commit(write)
         return lease
 
     # -- while the host runs --------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class Registry:
                 if held and held.epoch == session.epoch and live and leases.expired(held, now, since):
                     await self._take_over(session, held, now - held.heartbeat)
 
-    async def _take_over(self, session: LeasedWorker, held: SubagentLease, silent_s: float) -> None:
+    async def _take_over(self, session: LeasedWorker, held: UnitLease, silent_s: float) -> None:
         proc = session.expire()
         if proc is not None:
             self.zombies.append(proc)
@@ -192,22 +195,24 @@ class Registry:
             await self.bring_here(held, fence=True)
             faultpoints.pause_here("MOVE_UNIT")  # crash tests: a mission half moved
 
-    async def bring_here(self, held: SubagentLease, *, fence: bool) -> SubagentLease:
+    async def bring_here(self, held: UnitLease, *, fence: bool) -> UnitLease:
         """The unit's sandbox made on this machine from the snapshots its lease names, and the lease pointing
         at it, held by this host. `fence`: under the next epoch, so that whoever ran it elsewhere (a lost
         machine's worker, a `keel worker`), should it come back, can neither heartbeat nor complete it."""
         store, path = self.host.store, self.host.store_path
         async with self.git_lock:
             here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
-        ran_on = held.ran_on
+        ran_on = held.place.ran_on
         if held.worker:  # `keel status` goes on saying where it ran
-            ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.sandbox)
-        here = msgspec.structs.replace(here, worker="", host_id=self.host.host_id, ran_on=ran_on)
+            ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.place.sandbox)
+        place = msgspec.structs.replace(here.place, ran_on=ran_on)
+        offer = WorkerOffer(why=held.why) if held.why else None  # its host runs it; why it came back stays said
+        here = msgspec.structs.replace(here, host_id=self.host.host_id, place=place, offer=offer)
 
         await self.host.writer.commit(lambda txn: leases.moved(txn, self.mission_id, here, fence=fence))
         return here
 
-    async def recover(self) -> list[SubagentLease]:
+    async def recover(self) -> list[UnitLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
 
         Before anything is decided, what an earlier host left running is stopped: its workers, and the
@@ -224,30 +229,30 @@ class Registry:
             if decision in (Recovery.LEAVE, Recovery.FOLLOW):
                 continue
             await asyncio.to_thread(terminate, held, self.mission_id)
-            if held.sandbox:
-                await asyncio.to_thread(merge.clear_stale_locks, Path(held.sandbox))
+            if held.place.sandbox:
+                await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
             if decision == Recovery.FINISHED:
                 finished.append(held)
             else:
                 await self._act(decision, held)
         return finished
 
-    async def _decide(self, held: SubagentLease) -> Recovery:
+    async def _decide(self, held: UnitLease) -> Recovery:
         graph, uid = self.host.graph, held.unit
-        exists = bool(held.sandbox) and await asyncio.to_thread(Path(held.sandbox).exists)
+        exists = bool(held.place.sandbox) and await asyncio.to_thread(Path(held.place.sandbox).exists)
         known = uid in graph.units
         succeeded = not known or graph.mark(uid).state == UnitState.SUCCEEDED
         current = known and held.lane == self.lane_of(uid)
         return recovery(LeaseFacts(held, succeeded=succeeded, current_lane=current, sandbox_exists=exists))
 
-    async def _act(self, decision: Recovery, held: SubagentLease) -> None:
+    async def _act(self, decision: Recovery, held: UnitLease) -> None:
         uid = held.unit
         if decision == Recovery.RERUN:  # a person's answer
             after = " after a merge conflict" if held.state == LeaseState.DONE else ""
             await self.reexecute(uid, held, f"a person chose to run it again{after}")
         elif decision == Recovery.FAIL:
             self.graph_hold(uid)
-            self.host.graph.fail(uid, f"a person chose to fail unit {uid}: its sandbox {held.sandbox} is missing")
+            self.host.graph.fail(uid, f"a person chose to fail unit {uid}: its sandbox {held.place.sandbox} is missing")
             await self.host.writer.commit(self._resolved(uid, held))
         elif decision == Recovery.CONTINUE:
             await self.host.writer.commit(self._resolved(uid, held, forget_tree=True))
@@ -256,36 +261,37 @@ class Registry:
             if why:
                 await self.lost_sandbox(uid, held, why)
 
-    def _sandbox_problem(self, held: SubagentLease) -> str:
-        path = Path(held.sandbox)
-        if not held.sandbox:
+    def _sandbox_problem(self, held: UnitLease) -> str:
+        place = held.place
+        path = Path(place.sandbox)
+        if not place.sandbox:
             return held.why or "it has no sandbox"
         if not path.exists():
-            return f"its sandbox {held.sandbox} is missing"
+            return f"its sandbox {place.sandbox} is missing"
         in_doubt = self.host.store.read(
             lambda t: any(e.phase == "intent" for e in m.journal_scan(t, self.mission_id, held.lane))
         )
-        if held.tree and not in_doubt:
+        if place.tree and not in_doubt:
             try:
-                base = self.host.store.read(lambda t: snapshot_base(t.get_blob, held.tree))
-                found = trees.digest_as_recorded(path, held.tree, base, self.host.sandbox)
+                base = self.host.store.read(lambda t: snapshot_base(t.get_blob, place.tree))
+                found = trees.digest_as_recorded(path, place.tree, base, self.host.sandbox)
             except trees.SandboxUnreadableError as exc:
                 return exc.message
-            if found != held.tree:
+            if found != place.tree:
                 return (
                     f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
-                    f"entry (recorded {held.tree[:12]}, found {found[:12]})"
+                    f"entry (recorded {place.tree[:12]}, found {found[:12]})"
                 )
         return ""
 
-    async def lost_sandbox(self, uid: str, held: SubagentLease, why: str) -> None:
+    async def lost_sandbox(self, uid: str, held: UnitLease, why: str) -> None:
         """A sandbox that is gone or changed: a unit with no effect in its journal starts again from
         scratch by itself; one with effects asks the person, naming the effects a rerun would repeat."""
         effects = await asyncio.to_thread(self.effects_of, held.lane)
         if checked(why, len(effects)) == Recovery.RERUN:
             await self.reexecute(uid, held, why)
             return
-        exists = bool(held.sandbox) and await asyncio.to_thread(Path(held.sandbox).exists)
+        exists = bool(held.place.sandbox) and await asyncio.to_thread(Path(held.place.sandbox).exists)
         choices = tuple(ask_choices(exists))
         keep = "go on from its journal with the sandbox as it is (continue)" if exists else "fail the unit (fail)"
         text = (
@@ -311,12 +317,12 @@ class Registry:
             ]
         )
 
-    def _resolved(self, uid: str, held: SubagentLease, *, forget_tree: bool = False) -> TxnFn:
+    def _resolved(self, uid: str, held: UnitLease, *, forget_tree: bool = False) -> TxnFn:
         """A transaction function that clears the lease's applied resolution. `forget_tree` for "continue":
         the sandbox as it is becomes the lane's reference when the unit resumes."""
         return lambda txn: leases.resolved(txn, self.mission_id, uid, held.epoch, forget_tree=forget_tree)
 
-    async def reexecute(self, uid: str, held: SubagentLease, why: str) -> None:
+    async def reexecute(self, uid: str, held: UnitLease, why: str) -> None:
         """Start the unit afresh on a new journal lane and sandbox; the evidence says why."""
         graph = self.host.graph
         named = graph.mark(uid).epoch
@@ -324,9 +330,10 @@ class Registry:
         if graph.mark(uid).state == UnitState.RUNNING:
             graph.suspend(uid)
         graph.update(uid, epoch=epoch, journal_hwm=0, agent_state="")
-        if held.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
+        place = held.place
+        if place.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
             async with self.git_lock:
-                await asyncio.to_thread(merge.discard, self.host.sandbox, Path(held.sandbox), held.branch)
+                await asyncio.to_thread(merge.discard, self.host.sandbox, Path(place.sandbox), place.branch)
         item = Evidence(
             kind="reexecuted",
             at=time.time(),
@@ -336,8 +343,8 @@ class Registry:
                 "reason": why,
                 "lane": held.lane,
                 "epoch": held.epoch,
-                "sandbox": held.sandbox,
-                "recorded_tree": held.tree,
+                "sandbox": place.sandbox,
+                "recorded_tree": place.tree,
             },
         )
         self.host.progress.line(item.summary)
@@ -371,10 +378,11 @@ class Registry:
         """Merge a finished unit into the mission sandbox; the caller holds `git_lock` (and records the
         unit's success under it, so that a checkpoint never sees one without the other)."""
         held = await asyncio.to_thread(self._lease, uid)
-        if held is None or held.merged or held.resolution == Resolution.SKIP:
+        if held is None or held.place.merged or held.resolution == Resolution.SKIP:
             return None
         try:
-            await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(held.sandbox), uid, held.commit)
+            place = held.place
+            await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(place.sandbox), uid, place.commit)
         except merge.MergeConflict as conflict:
             return conflict
         return None
@@ -421,23 +429,23 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
         if (
             mark is None
             or mark.state == UnitState.SUCCEEDED
-            or held.merged
+            or held.place.merged
             or held.resolution == Resolution.SKIP
             or held.lane != lane(held.unit, mark.epoch)
         ):
             continue
-        if held.sandbox and Path(held.sandbox).is_dir():
-            merge.carry(mission_sandbox, Path(held.sandbox), held.unit, held.commit)
+        if held.place.sandbox and Path(held.place.sandbox).is_dir():
+            merge.carry(mission_sandbox, Path(held.place.sandbox), held.unit, held.place.commit)
             carried.append(held.unit)
-        elif sandbox_kept(held.tree, held.base_tree):
+        elif held.place.kept():
             with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
                 made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
-                merge.carry(mission_sandbox, Path(made.sandbox), held.unit)
+                merge.carry(mission_sandbox, Path(made.place.sandbox), held.unit)
             carried.append(held.unit)
     return carried
 
 
-def terminate(held: SubagentLease, mission_id: str) -> bool:
+def terminate(held: UnitLease, mission_id: str) -> bool:
     """Kill a worker of an earlier host that is still alive on this machine; True if one was."""
     if not held.pid or held.hostname != os.uname().nodename or held.pid == os.getpid():
         return False

@@ -28,7 +28,7 @@ import time
 
 import msgspec
 
-from keel.protocol.records import Event, SubagentLease
+from keel.protocol.records import Event, Placement, UnitLease, WorkerOffer
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import LeaseState, OutcomeKind
 from keel.server.engine.agentproc import AgentProcess
@@ -112,7 +112,7 @@ class RemoteUnit:
             if held.state == L.OFFERED or (held.worker and held.state == L.RUNNING):
                 self._epoch = held.epoch  # an earlier host's offer, or a worker still at it: followed as it is
                 return await self._follow(held.worker)
-            if not (held.tree and held.base_tree):  # work on this lane the store holds no snapshot of
+            if not held.place.kept():  # work on this lane the store holds no snapshot of
                 return await self._run_here(None)
         await self._offer(held if held is not None and held.lane == self.lane else None)
         return await self._follow("")
@@ -154,20 +154,20 @@ class RemoteUnit:
             await self._event("expired", f"worker {held.worker} ({held.hostname}) epoch {held.epoch}: {why}")
             self._lapses += 1
             if self._lapses >= MAX_LAPSES:  # a unit that workers keep losing (or that keeps killing them)
-                return await self._run_here(msgspec.structs.replace(held, why=f"{self._lapses} workers lost it"))
-            if not (held.tree and held.base_tree):  # an appending agent's sandbox: no snapshot to offer again
-                return await self._run_here(msgspec.structs.replace(held, why=f"worker {held.worker} lost it"))
+                return await self._run_here(_saying(held, f"{self._lapses} workers lost it"))
+            if not held.place.kept():  # an appending agent's sandbox: no snapshot to offer again
+                return await self._run_here(_saying(held, f"worker {held.worker} lost it"))
             await self._offer(held)
             worker = ""
 
-    def _note_progress(self, held: SubagentLease) -> None:
+    def _note_progress(self, held: UnitLease) -> None:
         """The worker's journal high-water mark (written with each of its entries) goes into the host's
         checkpoints, as a local unit's does: a restore point or a bundle then carries the unit's journal."""
         graph = self.host.graph
-        if held.last_checkpoint > graph.mark(self.unit.id).journal_hwm:
-            graph.update(self.unit.id, journal_hwm=held.last_checkpoint)
+        if held.place.last_checkpoint > graph.mark(self.unit.id).journal_hwm:
+            graph.update(self.unit.id, journal_hwm=held.place.last_checkpoint)
 
-    async def _offer(self, held: SubagentLease | None) -> None:
+    async def _offer(self, held: UnitLease | None) -> None:
         """Offer the unit under the next epoch: from its lane's snapshots, or the mission sandbox's files."""
         host, uid = self.host, self.unit.id
         scan = None
@@ -175,13 +175,14 @@ class RemoteUnit:
             async with self.registry.git_lock:
                 scan = await asyncio.to_thread(self._files.scan, host.sandbox)
 
-        def write(txn: Txn) -> SubagentLease:
+        def write(txn: Txn) -> UnitLease:
             if scan is not None:
                 tree = base_tree = self._files.store_txn(txn, host.sandbox, scan)
                 mark = 0
             else:
                 assert held is not None
-                tree, base_tree, mark = held.tree, held.base_tree, held.last_checkpoint
+                tree, base_tree, mark = held.place.tree, held.place.base_tree, held.place.last_checkpoint
+            place = Placement(base="copy", tree=tree, base_tree=base_tree, last_checkpoint=mark)
             return leases.offer(
                 txn,
                 host.mission_id,
@@ -190,17 +191,14 @@ class RemoteUnit:
                 host_id=host.host_id,
                 ttl_s=self.registry.ttl,
                 spec=self.unit,
-                base="copy",
-                tree=tree,
-                base_tree=base_tree,
-                last_checkpoint=mark,
+                place=place,
             )
 
-        offered: SubagentLease = await host.writer.commit(write)
+        offered: UnitLease = await host.writer.commit(write)
         self._epoch = offered.epoch
         host.progress.line(f"unit {uid} is offered to workers (epoch {offered.epoch})")
 
-    async def _withdraw(self, held: SubagentLease) -> None:
+    async def _withdraw(self, held: UnitLease) -> None:
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.host.mission_id, self.unit.id)
             if current is not None and current.epoch == held.epoch and current.state == L.OFFERED:
@@ -208,18 +206,18 @@ class RemoteUnit:
 
         await self.host.writer.commit(write)
 
-    async def _done(self, held: SubagentLease) -> Outcome:
+    async def _done(self, held: UnitLease) -> Outcome:
         """A worker's completion: its files come here from the store, for the host's merge."""
         self._note_progress(held)
         if held.worker:
             await self.registry.bring_here(held, fence=False)
-        return Outcome(K.SUCCEEDED, result=held.result)
+        return Outcome(K.SUCCEEDED, result=held.place.result)
 
-    async def _run_here(self, held: SubagentLease | None) -> Outcome:
+    async def _run_here(self, held: UnitLease | None) -> Outcome:
         if held is not None:
             self.host.progress.line(f"unit {self.unit.id} runs on its mission host: {held.why or held.state}")
             here = await self.registry.bring_here(held, fence=True)
-            if here.base != "copy":  # the sandbox stayed on the worker's machine: as any lost sandbox
+            if here.place.base != "copy":  # the sandbox stayed on the worker's machine: as any lost sandbox
                 where = f"worker {held.worker or '?'} ({held.hostname or '?'})"
                 why = f"its sandbox was on {where}, and the store holds no snapshot of it"
                 await self.registry.lost_sandbox(self.unit.id, here, why)
@@ -228,7 +226,7 @@ class RemoteUnit:
         self.local.stopping = self.stopping
         return await self.local.run()
 
-    async def _read(self) -> SubagentLease | None:
+    async def _read(self) -> UnitLease | None:
         return await asyncio.to_thread(
             self.host.store.read, lambda t: leases.get(t, self.host.mission_id, self.unit.id)
         )
@@ -237,3 +235,8 @@ class RemoteUnit:
         event = Event(kind="lease", at=time.time(), unit=self.unit.id, state=state, message=message[:500])
         self.host.progress.line(f"unit {self.unit.id}: {state} {message}")
         await self.host.writer.commit(lambda txn: m.add_event(txn, self.host.mission_id, event))
+
+
+def _saying(held: UnitLease, why: str) -> UnitLease:
+    """The lease as read, with why its mission host runs the unit now (for `_run_here` to say and keep)."""
+    return msgspec.structs.replace(held, offer=msgspec.structs.replace(held.offer or WorkerOffer(), why=why))

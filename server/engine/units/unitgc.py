@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgspec
 
-from keel.protocol.records import MissionRecord, SubagentLease
+from keel.protocol.records import MissionRecord, UnitLease
 from keel.protocol.states import UnitState
 from keel.server.engine.files import merge, places
 from keel.server.engine.files.sandbox import git_toplevel
@@ -85,7 +85,7 @@ def collect(store: Store, store_path: Path, *, dry_run: bool = False) -> UnitGcR
 
 
 def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
-    def read(txn: Txn) -> tuple[MissionRecord, dict[str, UnitState], list[SubagentLease]]:
+    def read(txn: Txn) -> tuple[MissionRecord, dict[str, UnitState], list[UnitLease]]:
         head = m.head_checkpoint(txn, mission_id)
         marks = {uid: mark.state for uid, mark in (head.units.items() if head else ())}
         return m.get_mission(txn, mission_id), marks, leases.list_leases(txn, mission_id)
@@ -95,9 +95,9 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
     units_root = places.unit_sandbox_path(store_path, mission_id, "x").parent
     plan = _Plan(repo)
     for lease in held:
-        sandbox = Path(lease.sandbox) if lease.sandbox else None
+        sandbox = Path(lease.place.sandbox) if lease.place.sandbox else None
         sandbox = sandbox if sandbox is not None and (sandbox.exists() or sandbox.is_symlink()) else None
-        branch = lease.branch if lease.branch.startswith(f"keel/{mission_id}-units/") else ""
+        branch = lease.place.branch if lease.place.branch.startswith(f"keel/{mission_id}-units/") else ""
         tip = _tip(repo, branch) if repo is not None and branch else ""
         items = (_sandbox_items(mission_id, lease.unit, sandbox) if sandbox else []) + (
             [UnitGcItem(mission_id, lease.unit, "branch", branch)] if tip else []
@@ -113,12 +113,12 @@ def _plan(store: Store, store_path: Path, mission_id: str) -> _Plan:
     return plan
 
 
-def _superseded(plan: _Plan, mission_id: str, units_root: Path, held: list[SubagentLease]) -> None:
+def _superseded(plan: _Plan, mission_id: str, units_root: Path, held: list[UnitLease]) -> None:
     """Sandboxes, base records and branches of lanes no lease names: a restore, a fork's parent or a
     re-execution started their unit on a new lane, and nothing reads an old lane's folder again (a point
     inside the unit gets its files from the lane's snapshots in the store)."""
-    named = {Path(lease.sandbox).name for lease in held if lease.sandbox}
-    branches = {lease.branch for lease in held}
+    named = {Path(lease.place.sandbox).name for lease in held if lease.place.sandbox}
+    branches = {lease.place.branch for lease in held}
     for path in sorted(units_root.iterdir()) if units_root.is_dir() else ():
         sandbox = path.name.removesuffix(".base.json")
         if sandbox in named or (path.name != sandbox and (units_root / sandbox).exists()):
@@ -148,7 +148,7 @@ def _sandbox_items(mission_id: str, unit: str, sandbox: Path) -> list[UnitGcItem
 
 
 def _needed(
-    lease: SubagentLease,
+    lease: UnitLease,
     state: UnitState | None,
     sandbox: Path | None,
     units_root: Path,
@@ -159,7 +159,7 @@ def _needed(
     """Why a unit's sandbox and branch must stay ('' when nothing needs them any more)."""
     if state != UnitState.SUCCEEDED:
         return f"unit {lease.unit} is {state.value if state else 'not in the mission'}, not finished"
-    if lease.state != "done" or not lease.merged:
+    if lease.state != "done" or not lease.place.merged:
         return f"unit {lease.unit}'s work is not merged into the mission branch"
     if sandbox is not None and not sandbox.resolve().is_relative_to(units_root.resolve()):
         return f"{sandbox} is not inside the mission's units folder {units_root}"

@@ -10,9 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from keel.protocol.records import SubagentLease
+from keel.protocol.records import UnitLease
 from keel.protocol.states import LeaseState, Resolution
-from keel.storage.snapshots import sandbox_kept
 
 
 class Recovery(enum.StrEnum):
@@ -32,18 +31,18 @@ class Recovery(enum.StrEnum):
 class LeaseFacts:
     """What the decision needs of one unit's lease, read by the caller."""
 
-    lease: SubagentLease
+    lease: UnitLease
     succeeded: bool  # the graph has the unit succeeded, or does not know the unit
     current_lane: bool  # the lease is on the lane the graph runs the unit on
     sandbox_exists: bool  # its sandbox folder is on this machine's disk
 
 
-def files_elsewhere(lease: SubagentLease) -> bool:
+def files_elsewhere(lease: UnitLease) -> bool:
     """Its files are only in the store: completed by a `keel worker` (possibly on another machine), or
     reopened by a restore with the point's snapshots and no sandbox yet."""
     if lease.worker:
         return True
-    return not lease.sandbox and sandbox_kept(lease.tree, lease.base_tree)
+    return not lease.place.sandbox and lease.place.kept()
 
 
 def recovery(facts: LeaseFacts) -> Recovery:
@@ -56,7 +55,7 @@ def recovery(facts: LeaseFacts) -> Recovery:
         return Recovery.BRING_HERE
     if held.resolution == Resolution.RERUN:
         return Recovery.RERUN
-    if held.state == LeaseState.DONE and (held.commit or held.merged or facts.sandbox_exists):
+    if held.state == LeaseState.DONE and (held.place.commit or held.place.merged or facts.sandbox_exists):
         return Recovery.FINISHED
     if held.resolution == Resolution.FAIL:
         return Recovery.FAIL

@@ -30,7 +30,7 @@ from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.errors import DiskFullError, KeelError
-from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, SubagentLease
+from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
@@ -44,13 +44,12 @@ from keel.server.engine.step.effects import Effect, decide, effect_of, effect_ou
 from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.server.engine.units.registry import Placement
+from keel.server.engine.units.registry import PreparedSandbox
 from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
-from keel.storage.snapshots import sandbox_kept
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
@@ -71,8 +70,8 @@ class UnitPlaces(Protocol):
     @property
     def ttl(self) -> float: ...
 
-    async def prepare(self, uid: str) -> Placement: ...
-    async def grant(self, uid: str, where: Placement) -> SubagentLease: ...
+    async def prepare(self, uid: str) -> PreparedSandbox: ...
+    async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease: ...
 
 
 class UnitSession:
@@ -126,7 +125,7 @@ class UnitSession:
             try:
                 granted = await self.registry.grant(self.unit.id, placement)
                 self.epoch = granted.epoch
-                self._lease = (granted.tree, granted.base_tree, granted.last_checkpoint)
+                self._lease = (granted.place.tree, granted.place.base_tree, granted.place.last_checkpoint)
                 self._note_quiet()
                 placement = msgspec.structs.replace(placement, scan=None)  # a fresh sandbox's base: stored once
                 return await self._run_once(start)
@@ -565,7 +564,7 @@ class UnitSession:
         def write(txn: Txn) -> None:
             if scan is not None:
                 changes["tree"] = self._tree.store_txn(txn, self.sandbox, scan)
-            leases.update(txn, mission_id, self.unit.id, epoch, **changes)  # the fence: a stale worker stops here
+            leases.update(txn, mission_id, self.unit.id, epoch, place=changes)  # the fence: a stale worker stops here
             m.journal_put(txn, mission_id, self.lane, entry)
             for item in result.evidence:
                 m.add_evidence(txn, mission_id, msgspec.structs.replace(item, lane=self.lane, seq=step.seq))

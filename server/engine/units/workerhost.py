@@ -28,9 +28,9 @@ import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol.errors import KeelError
-from keel.protocol.records import MissionRecord, Question, SubagentLease, UnitMark
+from keel.protocol.records import MissionRecord, Question, UnitLease, UnitMark, WorkerOffer
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import LeaseState, MissionState, OutcomeKind, UnitState
+from keel.protocol.states import MissionState, OutcomeKind, UnitState
 from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.files import merge, places
 from keel.server.engine.graph import Graph
@@ -41,7 +41,7 @@ from keel.server.engine.step.policy import Policy
 from keel.server.engine.step.progress import Progress
 from keel.server.engine.step.toolcalls import mission_tool_env
 from keel.server.engine.units import moving
-from keel.server.engine.units.registry import Placement
+from keel.server.engine.units.registry import PreparedSandbox
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -55,26 +55,26 @@ class WorkerPlaces:
     """The unit's sandbox (made at the claim) and its lease: the claimed one for the first agent start, a
     new epoch for each start after it, so that an earlier worker process is fenced off."""
 
-    def __init__(self, unit_host: UnitHost, claimed: SubagentLease, ttl: float) -> None:
+    def __init__(self, unit_host: UnitHost, claimed: UnitLease, ttl: float) -> None:
         self.unit_host = unit_host
         self.lease = claimed
         self.ttl = ttl
         self._first = True
 
-    async def prepare(self, uid: str) -> Placement:
+    async def prepare(self, uid: str) -> PreparedSandbox:
         held = self.lease
-        return Placement(sandbox=held.sandbox, branch="", base=held.base, tree=held.tree)
+        return PreparedSandbox(sandbox=held.place.sandbox, branch="", base=held.place.base, tree=held.place.tree)
 
-    async def grant(self, uid: str, where: Placement) -> SubagentLease:
+    async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease:
         if self._first:
             self._first = False
             return self.lease
         host = self.unit_host
         epoch = self.lease.epoch
 
-        def write(txn: Txn) -> SubagentLease:
+        def write(txn: Txn) -> UnitLease:
             held = leases.check(txn, host.mission_id, uid, epoch)
-            kept = {f: getattr(held, f) for f in ("sandbox", "base", "tree", "base_tree", "last_checkpoint", "spec")}
+            place = held.place.started_in(held.place.sandbox, held.place.base)
             return leases.grant(
                 txn,
                 host.mission_id,
@@ -82,9 +82,9 @@ class WorkerPlaces:
                 lane=held.lane,
                 host_id=held.host_id,
                 ttl_s=self.ttl,
-                worker=held.worker,
+                place=place,
+                offer=WorkerOffer(worker=held.worker, spec=held.offer.spec if held.offer else None),
                 hostname=held.hostname,
-                **kept,
             )
 
         self.lease = await host.writer.commit(write)
@@ -95,23 +95,25 @@ class UnitHost:
     """The `interface.Host` of one claimed unit on a `keel worker`."""
 
     def __init__(
-        self, store: Store, store_path: Path, mission_id: str, claimed: SubagentLease, workspace: Path, ttl: float
+        self, store: Store, store_path: Path, mission_id: str, claimed: UnitLease, workspace: Path, ttl: float
     ) -> None:
-        assert claimed.spec is not None, "an offered lease names its unit's spec"
+        assert claimed.offer is not None and claimed.offer.spec is not None, "an offered lease names its unit's spec"
         self.store = store
         self.store_path = store_path
         self.mission_id = mission_id
         self.host_id = claimed.worker
         record = store.read(lambda t: m.get_mission(t, mission_id))
         # provider settings are this machine's (its workspace, its keyring); the sandbox is the unit's
-        self.record: MissionRecord = msgspec.structs.replace(record, workspace=str(workspace), sandbox=claimed.sandbox)
+        self.record: MissionRecord = msgspec.structs.replace(
+            record, workspace=str(workspace), sandbox=claimed.place.sandbox
+        )
         self.spec = record.spec
-        self.unit: UnitSpec = claimed.spec
+        self.unit: UnitSpec = claimed.offer.spec
         self.policy = Policy(self.spec.checkpoint)
         self.writer = JournalWriter(store, self.policy.window_s)
         mark = UnitMark(state=UnitState.RUNNING, epoch=lane_epoch(claimed.lane))
         self.graph = Graph([self.unit], {self.unit.id: mark})
-        self.sandbox = Path(claimed.sandbox)
+        self.sandbox = Path(claimed.place.sandbox)
         self.progress = Progress("plain")
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
         self.models = ModelCalls(self)
@@ -191,8 +193,7 @@ class UnitHost:
         epoch, why = self.session.epoch, self.returned
 
         def write(txn: Txn) -> None:
-            changes = {"state": LeaseState.RETURNED, "why": why[:2000], "heartbeat": txn.clock()}
-            leases.update(txn, self.mission_id, self.unit.id, epoch, **changes)
+            leases.hand_back(txn, self.mission_id, self.unit.id, epoch, why[:2000])
 
         try:
             await self.writer.commit(write)
@@ -239,20 +240,20 @@ def forget_sandbox(sandbox: Path) -> None:
     merge.base_file(sandbox).unlink(missing_ok=True)
 
 
-def offered_units(txn: Txn) -> list[tuple[str, SubagentLease]]:
+def offered_units(txn: Txn) -> list[tuple[str, UnitLease]]:
     """Every unit that a running mission of the store offers to workers, as (mission id, lease)."""
     running = [record.id for record in m.list_missions(txn) if record.state == MissionState.RUNNING]
     return leases.offers(txn, running)
 
 
 def claim_here(
-    store: Store, store_path: Path, mission_id: str, offered: SubagentLease, worker: str, hostname: str, ttl: float
-) -> SubagentLease:
+    store: Store, store_path: Path, mission_id: str, offered: UnitLease, worker: str, hostname: str, ttl: float
+) -> UnitLease:
     """Claim an offered unit for this worker; its sandbox is made here from the snapshots the lease names.
     Raises StaleLeaseError when another worker took it first or its host withdrew it."""
     sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane, offered.epoch + 1)
 
-    def write(txn: Txn) -> SubagentLease:
+    def write(txn: Txn) -> UnitLease:
         if (state := m.get_mission(txn, mission_id).state) != MissionState.RUNNING:  # a pause came first
             raise leases.StaleLeaseError(f"mission {mission_id} is {state}: its offers are closed")
         return leases.claim(
@@ -267,18 +268,14 @@ def claim_here(
             hostname=hostname,
         )
 
-    claimed: SubagentLease = store.write(write)
-    assert Path(claimed.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
+    claimed: UnitLease = store.write(write)
+    assert Path(claimed.place.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
     try:
         built = moving.rebuild_unit_sandbox(store, store_path, mission_id, claimed, sandbox)
-        if built.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
+        if built.place.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
             raise KeelError(f"mission {mission_id} unit {offered.unit}: the store holds no snapshot of its sandbox")
     except Exception as exc:
         why = f"worker {worker} could not make its sandbox: {exc}"[:2000]
-        store.write(
-            lambda t: leases.update(
-                t, mission_id, offered.unit, claimed.epoch, state=LeaseState.RETURNED, why=why, heartbeat=t.clock()
-            )
-        )
+        store.write(lambda t: leases.hand_back(t, mission_id, offered.unit, claimed.epoch, why))
         raise
     return claimed
