@@ -77,6 +77,7 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     ]
     store = tmp_path / "store"
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=FAST_LEASES)
+    zombie = None
     try:
         mid = mission_id_of(host)
         wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.pid > 0 and x.place.last_checkpoint >= 2)
@@ -95,6 +96,8 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
         assert host.returncode == 0
     finally:
         kill(host)
+        if zombie is not None and alive(zombie.pid):  # a failed check left it stopped: it must not linger
+            os.kill(zombie.pid, signal.SIGKILL)
     rejected = _events(store, mid, "lease")
     assert any(e.state == "expired" and e.unit == "slow" for e in rejected), rejected
     assert any(e.state == "rejected" and f"epoch {zombie.epoch}" in e.message for e in rejected), rejected
