@@ -194,7 +194,8 @@ def test_an_agent_unit_a_lost_worker_held_is_asked_about_never_run_again_silentl
         wait_for("the model to stall mid-answer", model.stalled.is_set)
         mission = ws.mission_id()
         units = json.loads(ws.keel("status", mission, "--json").stdout)["subagents"]
-        assert [(u["unit"], bool(u.get("worker"))) for u in units] == [("u1", True)], units  # a worker runs it
+        worked = [(u["unit"], bool((u.get("offer") or {}).get("worker"))) for u in units]
+        assert worked == [("u1", True)], units  # a worker runs it
         edits = [i for i in journal(ws, mission) if i["kind"] == "tool" and i.get("effect") == "done"]
         assert edits, "the strike must come after the agent's edits"
         assert kill_tree([first.pid])

@@ -18,8 +18,8 @@ WAIT_TICKS = 2400  # of 0.05 s (2 minutes): how long a command waits for the oth
 
 def _command(side: Path, me: str, other: str) -> str:
     mine, theirs = side / f"{me}.started", side / f"{other}.started"
-    return (
-        f"date +%s.%N > {mine}; i=0; "
+    return (  # the start time is written before its file appears (mv), so a seen start is an earlier one
+        f"date +%s.%N > {mine}.tmp && mv {mine}.tmp {mine}; i=0; "
         f"while [ ! -e {theirs} ] && [ $i -lt {WAIT_TICKS} ]; do sleep 0.05; i=$((i+1)); done; "
         f"date +%s.%N > {side / me}.ended"
     )
