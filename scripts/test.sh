@@ -11,4 +11,4 @@ echo "== acp agents"; bash scripts/acp-agents.sh >/dev/null
 # two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
 # processes it starts, so one worker per core leaves the cores half idle; tests that share something beyond
 # their own store, port and tmp folder run on one worker (their xdist_group, tests/conftest.py)
-echo "== pytest"; python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup --durations=25 "$@"
+echo "== pytest (from $(date +%T))"; python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup --durations=25 "$@"
