@@ -88,6 +88,18 @@ def test_agent_dying_at_start_fails_its_unit_with_a_clear_error(tmp_path: Path) 
     assert "exited (code 3)" in error and "gave up after 3 starts" in error
 
 
+def test_an_agent_that_closes_its_input_is_reported_by_its_own_exit(tmp_path: Path) -> None:
+    """The host's first frame finds the agent's input closed while the agent still runs: the unit's worker
+    reports the agent's exit (code 3), never its own stop as if its host had gone (code 70)."""
+    store = tmp_path / "store"
+    agent = ["python", "-c", "import os, sys, time; os.close(0); time.sleep(0.5); sys.exit(3)"]
+    mission = write_mission(tmp_path, [{"id": "x"}], agent=agent)
+    keel("run", str(mission), store=store, check_rc=4)
+    mid = read(store, m.list_missions)[0].id
+    error = read(store, lambda t: m.head_checkpoint(t, mid)).units["x"].error
+    assert "exited (code 3)" in error and "gave up after 3 starts" in error, error
+
+
 def test_agent_dying_mid_unit_is_started_again_and_replays(tmp_path: Path) -> None:
     side = tmp_path / "side.log"
     units = [

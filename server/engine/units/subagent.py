@@ -129,7 +129,11 @@ class Worker:
                     self.run_id = message.id
                 if isinstance(message, rpc.Notification) and message.method == "shutdown":
                     self.stopped_by_host = True  # the agent's exit that follows is this worker's stop
-                self._to_agent(body)
+                try:
+                    self._to_agent(body)
+                except OSError as exc:  # the agent's end, not the host's: its exit is what is reported
+                    self._agent_stopped_reading(exc)
+                    return
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"host connection ended: {exc}")
         if not self.agent_ended:  # else the agent's own end is reported (_from_agent), not this one
@@ -175,6 +179,15 @@ class Worker:
             self._orphaned("its host stopped it")
             return
         self._finish(self._agent_exit_code())
+
+    def _agent_stopped_reading(self, exc: OSError) -> None:
+        """The agent's input is closed (it exited, or closed its stdin): let it exit by itself for a moment,
+        then stop it, so that `_from_agent` sees its output end and reports its own exit code."""
+        assert self.agent is not None
+        self._log(f"the agent stopped reading its input: {exc}")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.agent.wait(timeout=1.0)
+        self._kill_agent_group()
 
     def _agent_exit_code(self) -> int:
         """The agent's own exit code, so that the host reports what the agent did."""
