@@ -4,10 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --system
 source .venv/bin/activate
+# the editor tools and the ACP agents install (network and disk) while ruff and mypy run (CPU)
+echo "== editor tools and acp agents (installing in the background)"
+bash scripts/editor-tools.sh >/dev/null & tools=$!
+bash scripts/acp-agents.sh >/dev/null & agents=$!
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
-echo "== editor tools"; bash scripts/editor-tools.sh >/dev/null
-echo "== acp agents"; bash scripts/acp-agents.sh >/dev/null
+wait "$tools" || { echo "test: installing the editor tools failed" >&2; exit 1; }
+wait "$agents" || { echo "test: installing the ACP agents failed" >&2; exit 1; }
 # two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
 # processes it starts, so one worker per core leaves the cores half idle; tests that share something beyond
 # their own store, port and tmp folder run on one worker (their xdist_group, tests/conftest.py)
