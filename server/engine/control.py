@@ -170,7 +170,7 @@ def pause_all(store: Store, source: str) -> list[str]:
 STOPPING_WAIT_S = 30.0
 
 
-def stopping(txn: Txn, record: MissionRecord) -> bool:
+def _stopping(txn: Txn, record: MissionRecord) -> bool:
     """Whether the mission's host, if one runs, is on its way out: it has left `running` (paused,
     waiting for an answer, finished) or a pause it has not acted on yet is recorded."""
     if record.state not in (MissionState.RUNNING, MissionState.CREATED):
@@ -187,7 +187,7 @@ def wait_for_stopping_host(store: Store, store_path: Path, mission_id: str, time
     lock = HostLock(places.lock_path(store_path, mission_id), mission_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and lock.held_elsewhere():
-        if not store.read(lambda t: stopping(t, m.get_mission(t, mission_id))):
+        if not store.read(lambda t: _stopping(t, m.get_mission(t, mission_id))):
             return
         time.sleep(0.05)
 

@@ -79,7 +79,7 @@ class Worker:
         self.stopped_by_host = False  # the host sent `shutdown` (a pause, a question, the mission's end)
         self.completed = False  # the unit's completion is recorded (its lease is done)
         self.agent_ended = False  # the agent closed its output: its exit is what this worker reports
-        self.agent: subprocess.Popen[bytes] | None = agent
+        self.agent = agent
 
     # -- the three loops ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -116,7 +116,7 @@ class Worker:
         self.finished.set()
 
     def _from_host(self) -> None:
-        assert self.agent is not None and self.agent.stdin is not None
+        assert self.agent.stdin is not None
         stdin = sys.stdin.buffer
         try:
             while (body := read_frame(stdin)) is not None:
@@ -140,7 +140,7 @@ class Worker:
             self._orphaned("its parent closed the pipe")
 
     def _from_agent(self) -> None:
-        assert self.agent is not None and self.agent.stdout is not None
+        assert self.agent.stdout is not None
         # Buffered: a frame's headers and body come in a read(2) or two, not a read(2) per header byte.
         stdout = io.BufferedReader(cast(io.RawIOBase, self.agent.stdout), buffer_size=_READ_BUFFER)
         try:
@@ -183,7 +183,6 @@ class Worker:
     def _agent_stopped_reading(self, exc: OSError) -> None:
         """The agent's input is closed (it exited, or closed its stdin): let it exit by itself for a moment,
         then stop it, so that `_from_agent` sees its output end and reports its own exit code."""
-        assert self.agent is not None
         self._log(f"the agent stopped reading its input: {exc}")
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.agent.wait(timeout=1.0)
@@ -191,7 +190,6 @@ class Worker:
 
     def _agent_exit_code(self) -> int:
         """The agent's own exit code, so that the host reports what the agent did."""
-        assert self.agent is not None
         try:
             code = self.agent.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
@@ -261,8 +259,6 @@ class Worker:
         """Let the agent end by itself (stdin closed) for a moment, then kill its process group: also what
         it started and left behind, on every way out of this worker."""
         agent = self.agent
-        if agent is None:
-            return
         if agent.stdin is not None:
             with contextlib.suppress(OSError):
                 agent.stdin.close()
@@ -273,7 +269,7 @@ class Worker:
             agent.wait(timeout=5)
 
     def _to_agent(self, body: bytes) -> None:
-        assert self.agent is not None and self.agent.stdin is not None
+        assert self.agent.stdin is not None
         with self._in_lock:
             self.agent.stdin.write(frame(body))
             self.agent.stdin.flush()
@@ -289,9 +285,7 @@ class Worker:
             self.out.flush()
 
     def _kill_agent_group(self) -> None:
-        if self.agent is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.agent.pid, signal.SIGKILL)
+        kill_group(self.agent)
 
     def _log(self, text: str) -> None:
         with contextlib.suppress(OSError):  # the log's own disk may be the full one
@@ -317,6 +311,12 @@ def start_agent(command: list[str], sandbox: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def kill_group(agent: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the agent's process group: the agent and whatever it started."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(agent.pid, signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="keel-subagent")
     for name in ("store", "mission", "unit", "sandbox"):
@@ -332,8 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = Store.open(args.store, create=False)
     except KeelError as exc:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(agent.pid, signal.SIGKILL)
+        kill_group(agent)
         sys.stderr.write(f"keel subagent {args.mission}/{args.unit}: cannot open the store: {exc.message}\n")
         sys.stderr.flush()
         os._exit(EXIT_NO_STORE)
