@@ -173,7 +173,7 @@ class MissionHost:
             self.graph.retry_failed()
         workspace = Path(self.record.workspace)
         if moving.moved(self.record, self.store):  # its machine is gone: the sandboxes are made here from the store
-            origin, workspace = self.record.machine, moving.workspace_of(self.store_path)
+            origin, workspace = self.record.machine, places.workspace_of(self.store_path)
             self.sandbox = places.sandbox_path(self.store_path, self.mission_id)
             self.progress.line(f"mission {self.mission_id} moves here from {origin}: its files come from the store")
             await asyncio.to_thread(

@@ -4,7 +4,7 @@ Two independent units run at the same time, each writing files and running comma
 with a snapshot checkpoint after every step: checkpoints are taken while the other unit's command is
 running. A restore with files to every point gives the mission sandbox the files of the units finished
 at that point, and each unfinished unit exactly the files its journal up to the point's mark says it
-made (its sandbox as the resuming host makes it from what the restore left: `moving.rebuild_unit_sandbox`,
+made (its sandbox as the resuming host makes it from what the restore left: `placement.make_here`,
 which `registry.recover` calls): a unit's mark is from a moment when none of its changes was half-made,
 whatever the other unit was doing then."""
 
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from keel.protocol.states import UnitState
-from keel.server.engine.units import moving
+from keel.server.engine.units import placement
 from keel.storage import Store, leases
 from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record
@@ -75,6 +75,6 @@ def test_a_restore_to_every_point_gives_each_unit_its_files_at_its_mark(tmp_path
             )
             made = tmp_path / "made" / f"{point['id']}-{uid}"
             with Store.open(store, create=False) as s:
-                moving.rebuild_unit_sandbox(s, store, mid, held, made)
+                placement.make_here(s, store, mid, held, made)
             assert files(made) == {**BASE, **_own_files(uid, mark.journal_hwm)}, f"unit {uid} at {point}"
     assert both_midway, "no point was taken while both units were half-way: they did not run side by side"

@@ -1,7 +1,7 @@
 """A lease tree digest recorded by the keel before folder trees, compared after an upgrade.
 
 The host compares a unit sandbox with the digest recorded with its lane's last change when it takes the
-unit up again (registry._sandbox_problem). Leases written before the upgrade hold the old 32-hex digest;
+unit up again (placement.problem). Leases written before the upgrade hold the old 32-hex digest;
 an intact sandbox must not look tampered because of it, and a changed one must still be noticed.
 """
 

@@ -25,6 +25,11 @@ def keel_dir(store_path: Path) -> Path:
     return store_path.parent
 
 
+def workspace_of(store_path: Path) -> Path:
+    """The workspace a store folder belongs to (`<workspace>/.keel/<store>`)."""
+    return keel_dir(store_path).parent
+
+
 def log_path(store_path: Path, mission_id: str) -> Path:
     return keel_dir(store_path) / "logs" / f"{mission_id}.log"
 

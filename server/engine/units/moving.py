@@ -10,9 +10,10 @@ mission's files again in this machine's workspace from what the store holds:
 - each unfinished unit's sandbox from the snapshot its lease names (`Placement.tree`: stored with every
   journal entry that changed files, and with the completion), as a plain folder whose base file holds the
   digests of the snapshot it started from (`base_tree`), so its work merges file by file like a copy
-  sandbox's (merge.py). A unit without both snapshots stored (an appending agent's, or a lease written by a
-  keel that kept only digests) gets no sandbox here: recovery then re-executes it when its journal holds no
-  effect, and otherwise asks the person, as for any lost sandbox.
+  sandbox's (placement.make_here, called for each unit by the host's registry). A unit without both
+  snapshots stored (an appending agent's, or a lease written by a keel that kept only digests) gets no
+  sandbox here: recovery then re-executes it when its journal holds no effect, and otherwise asks the
+  person, as for any lost sandbox.
 
 Every step is idempotent, and the record names the new machine only after all of them, so a host killed
 midway simply moves the mission again. Depends on storage and the engine's merge, places, restore, sandbox
@@ -21,15 +22,12 @@ and trees modules.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
-import msgspec
-
-from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, UnitLease, is_tree_ref
-from keel.server.engine.files import merge, places, trees
+from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, is_tree_ref
+from keel.server.engine.files import merge, trees
 from keel.server.engine.files.gitbase import GitBase, for_workspace
 from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.restore import blob_reader
@@ -48,11 +46,6 @@ def moved(record: MissionRecord, store: Store) -> bool:
     is on this machine's disk with its sandboxes, whatever this machine is called now (a container gets a
     new name each time it starts). A record that names no machine is taken as this one's."""
     return store.shared and bool(record.machine) and record.machine != here()
-
-
-def workspace_of(store_path: Path) -> Path:
-    """The workspace a store folder belongs to (`<workspace>/.keel/<store>`)."""
-    return places.keel_dir(store_path).parent
 
 
 def _latest_tree(
@@ -100,32 +93,3 @@ def rebuild_mission_sandbox(
             message = f"keel: mission files of checkpoint {point.number}, carried over from {origin}"
             merge.commit_all(sandbox, message)
     return sandbox
-
-
-def rebuild_unit_sandbox(
-    store: Store, store_path: Path, mission_id: str, held: UnitLease, target: Path | None = None
-) -> UnitLease:
-    """The lease as it is here: its sandbox made again (at `target`, by default the unit's sandbox path of this
-    store) from the stored snapshots when both are there (a plain folder merged file by file), else pointing
-    at a folder that does not exist here (lost)."""
-    target = target or places.unit_sandbox_path(store_path, mission_id, held.lane)
-    if target.exists():
-        shutil.rmtree(target)
-    merge.base_file(target).unlink(missing_ok=True)
-    place = msgspec.structs.replace(held.place, sandbox=str(target), branch="", base="", commit="")
-    moved_here = msgspec.structs.replace(held, place=place, pid=0, hostname="")
-    get = store.read
-    # the repository holding the commit a git sandbox's snapshots are relative to: the mission's workspace
-    # (its own machine), else the one the store belongs to (a `keel worker` elsewhere)
-    workspace = Path(get(lambda t: m.get_mission(t, mission_id)).workspace or workspace_of(store_path))
-    repo = for_workspace(workspace) or for_workspace(workspace_of(store_path))
-    tree = get(lambda t: load_tree(t.get_blob, place.tree, repo)) if is_tree_ref(place.tree) else None
-    base = get(lambda t: load_tree(t.get_blob, place.base_tree, repo)) if is_tree_ref(place.base_tree) else None
-    if tree is None or base is None:
-        return moved_here
-    blob = blob_reader(store, repo)
-    target.mkdir(parents=True)
-    trees.materialize(target, tree, blob)
-    digests = {e.path: trees.file_digest(blob(e.blob)) for e in base.entries if merge.counts(e.path)}
-    merge.base_file(target).write_text(json.dumps(digests, sort_keys=True))
-    return msgspec.structs.replace(moved_here, place=msgspec.structs.replace(place, base="copy"))

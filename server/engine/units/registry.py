@@ -1,15 +1,16 @@
 """The host's side of the subagent registry: unit sandboxes, leases, takeover, recovery and merging.
 
 Each running unit gets a lease (storage/leases.py) with a new epoch every time a worker starts for it,
-and its own sandbox (merge.py). While the host runs, `watch` turns a lease whose heartbeat went stale
-into `resumable` and the unit is started again under a new epoch; the old worker is left alone, fenced.
+and its own sandbox (placement.py: where it is, and making it). While the host runs, `watch` turns a
+lease whose heartbeat went stale into `resumable` and the unit is started again under a new epoch; the
+old worker is left alone, fenced.
 When a host starts, `recover` looks at every unfinished unit's lease: a stale worker still alive on this
 machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
 sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
 re-executed from scratch on a new journal lane, with evidence saying why. Before that, the mission
 sandbox is settled (what a kill left of a merge; files a restore put there). A finished unit that does not
-merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, places, journal,
-restore and interface modules; sees the host only through interface.Host and never imports the host or
+merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, trees, placement,
+journal, restore and interface modules; sees the host only through interface.Host and never imports the host or
 unitrun modules.
 """
 
@@ -37,18 +38,18 @@ from keel.protocol.records import (
 from keel.protocol.states import LeaseState, QuestionKind, Resolution, UnitState
 from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentProcess, kill_session
-from keel.server.engine.files import merge, places, trees
+from keel.server.engine.files import merge, trees
 from keel.server.engine.files.merge import MergeConflict
 from keel.server.engine.interface import Host, LeasedWorker, TxnFn
 from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.restore import check_restored_files
-from keel.server.engine.units import moving
+from keel.server.engine.units import placement
+from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
 from keel.server.tools.shell import command_owner, kill_leftovers, process_running
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
-from keel.storage.snapshots import snapshot_base
 
 DEFAULT_TTL_S = 10.0
 
@@ -56,19 +57,6 @@ DEFAULT_TTL_S = 10.0
 def lease_ttl() -> float:
     """Unit leases' ttl: KEEL_LEASE_TTL_S, or DEFAULT_TTL_S."""
     return float(os.environ.get("KEEL_LEASE_TTL_S", DEFAULT_TTL_S))
-
-
-class PreparedSandbox(msgspec.Struct, frozen=True):
-    """The sandbox a worker of the unit starts in, before its lease names it."""
-
-    sandbox: str
-    branch: str
-    base: str
-    tree: str
-    # a fresh sandbox: its snapshot, stored with its first lease (the unit's base_tree);
-    # a worker started again in it keeps the lease's trees
-    scan: trees.Scan | None = None
-    files: trees.Snapshotter | None = None  # the scanner that made `scan`: the unit's steps go on with it
 
 
 class Registry:
@@ -94,22 +82,16 @@ class Registry:
     # -- starting a worker --------------------------------------------------------------------------
     async def prepare(self, uid: str) -> PreparedSandbox:
         """The unit's sandbox: the one its lane already has, or a fresh one from the mission branch."""
-        unit_lane = self.lane_of(uid)
+        unit_lane, store_path = self.lane_of(uid), self.host.store_path
         lease = await asyncio.to_thread(self._lease, uid)
-        path = places.unit_sandbox_path(self.host.store_path, self.mission_id, unit_lane)
-        branch = merge.unit_branch(self.mission_id, unit_lane)
-        was = lease.place if lease else Placement()
-        if lease and lease.lane == unit_lane and lease.state != LeaseState.DONE and path.exists() and was.base:
-            # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
-            tree = was.tree or await asyncio.to_thread(trees.tree_digest, path)
-            return PreparedSandbox(str(path), branch, was.base, tree)
+        kept = await asyncio.to_thread(placement.reuse, store_path, self.mission_id, unit_lane, lease)
+        if kept is not None:
+            return kept
         async with self.git_lock:
-            base = await asyncio.to_thread(merge.create, self.host.sandbox, path, branch)
-        await asyncio.to_thread(merge.check_out, path)
-        # kept, so that the unit's work can be made again elsewhere: another machine, a restore point
-        files = trees.Snapshotter()
-        scan = await asyncio.to_thread(lambda: files.scan(path, keep_bytes=False, checked_out=True))  # read when stored
-        return PreparedSandbox(str(path), branch, base, "", scan, files)
+            base = await asyncio.to_thread(
+                placement.branch_off, self.host.sandbox, store_path, self.mission_id, unit_lane
+            )
+        return await asyncio.to_thread(placement.fill, store_path, self.mission_id, unit_lane, base)
 
     async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease:
         unit_lane = self.lane_of(uid)
@@ -182,7 +164,7 @@ class Registry:
     # -- after a restart ------------------------------------------------------------------------------
     async def move_here(self) -> None:
         """The mission moved to this machine: every unfinished unit's lease points at a sandbox made here
-        from the store (moving.py), or at a folder that does not exist here when that cannot be done. A unit
+        from the store (placement.make_here), or at a folder that does not exist here when that cannot be done. A unit
         offered to `keel worker`s, or held by one, is not on the lost machine: remote.py follows it."""
         graph = self.host.graph
         held_all = await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
@@ -201,7 +183,7 @@ class Registry:
         machine's worker, a `keel worker`), should it come back, can neither heartbeat nor complete it."""
         store, path = self.host.store, self.host.store_path
         async with self.git_lock:
-            here = await asyncio.to_thread(moving.rebuild_unit_sandbox, store, path, self.mission_id, held)
+            here = await asyncio.to_thread(placement.make_here, store, path, self.mission_id, held)
         ran_on = held.place.ran_on
         if held.worker:  # `keel status` goes on saying where it ran
             ran_on = WorkerPlace(held.worker, held.hostname, held.pid, held.place.sandbox)
@@ -257,32 +239,9 @@ class Registry:
         elif decision == Recovery.CONTINUE:
             await self.host.writer.commit(self._resolved(uid, held, forget_tree=True))
         elif decision == Recovery.CHECK:
-            why = await asyncio.to_thread(self._sandbox_problem, held)
+            why = await asyncio.to_thread(placement.problem, self.host.store, self.mission_id, held, self.host.sandbox)
             if why:
                 await self.lost_sandbox(uid, held, why)
-
-    def _sandbox_problem(self, held: UnitLease) -> str:
-        place = held.place
-        path = Path(place.sandbox)
-        if not place.sandbox:
-            return held.why or "it has no sandbox"
-        if not path.exists():
-            return f"its sandbox {place.sandbox} is missing"
-        in_doubt = self.host.store.read(
-            lambda t: any(e.phase == "intent" for e in m.journal_scan(t, self.mission_id, held.lane))
-        )
-        if place.tree and not in_doubt:
-            try:
-                base = self.host.store.read(lambda t: snapshot_base(t.get_blob, place.tree))
-                found = trees.digest_as_recorded(path, place.tree, base, self.host.sandbox)
-            except trees.SandboxUnreadableError as exc:
-                return exc.message
-            if found != place.tree:
-                return (
-                    f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
-                    f"entry (recorded {place.tree[:12]}, found {found[:12]})"
-                )
-        return ""
 
     async def lost_sandbox(self, uid: str, held: UnitLease, why: str) -> None:
         """A sandbox that is gone or changed: a unit with no effect in its journal starts again from
@@ -439,7 +398,7 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
             carried.append(held.unit)
         elif held.place.kept():
             with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
-                made = moving.rebuild_unit_sandbox(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
+                made = placement.make_here(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
                 merge.carry(mission_sandbox, Path(made.place.sandbox), held.unit)
             carried.append(held.unit)
     return carried

@@ -44,7 +44,7 @@ from keel.server.engine.step.effects import Effect, decide, effect_of, effect_ou
 from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.server.engine.units.registry import PreparedSandbox
+from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases

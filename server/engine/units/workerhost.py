@@ -2,7 +2,7 @@
 
 A mission whose spec says `workers = true` offers its units in the store (remote.py) instead of running
 them. A worker that claims one (storage/leases.claim: a new epoch, fencing every earlier holder) makes the
-unit's sandbox here from the snapshots the lease names (moving.rebuild_unit_sandbox: `tree`, merged later
+unit's sandbox here from the snapshots the lease names (placement.make_here: `tree`, merged later
 against `base_tree`), and runs the same `UnitSession` a mission host runs, with this `UnitHost` in the
 host's place: the unit's worker process and agent start here, every step is journaled here, fenced by the
 unit's lease, and the snapshot of the files a step changed is stored with its entry, so the unit can be
@@ -40,8 +40,8 @@ from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.policy import Policy
 from keel.server.engine.step.progress import Progress
 from keel.server.engine.step.toolcalls import mission_tool_env
-from keel.server.engine.units import moving
-from keel.server.engine.units.registry import PreparedSandbox
+from keel.server.engine.units import placement
+from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
@@ -271,7 +271,7 @@ def claim_here(
     claimed: UnitLease = store.write(write)
     assert Path(claimed.place.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
     try:
-        built = moving.rebuild_unit_sandbox(store, store_path, mission_id, claimed, sandbox)
+        built = placement.make_here(store, store_path, mission_id, claimed, sandbox)
         if built.place.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
             raise KeelError(f"mission {mission_id} unit {offered.unit}: the store holds no snapshot of its sandbox")
     except Exception as exc:
