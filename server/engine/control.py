@@ -141,15 +141,32 @@ def request_cancel(store: Store, mission_id: str, source: str) -> MissionRecord:
 def delete_mission(store: Store, store_path: Path, mission_id: str) -> MissionRecord:
     """Forget a finished (completed, failed or cancelled) mission: its records in one transaction, then its
     sandbox worktree. Its branch `keel/<id>` stays (the work is not lost); blobs no other mission reaches
-    go with the next `keel gc`."""
+    go with the next `keel gc`. A host that finished the mission a moment ago still writes its last records
+    (the final checkpoint, its lease given up): a host of this machine is waited out first, so nothing it
+    writes comes back after the delete; one that does not let go, or one on another machine, is refused."""
 
-    def txn_fn(txn: Txn) -> MissionRecord:
+    def finished(txn: Txn) -> MissionRecord:
         record = m.get_mission(txn, mission_id)
         if record.state not in TERMINAL_MISSION_STATES:
             raise InvalidTransitionError(
                 f"mission {mission_id} is {record.state.value}; only a completed, failed or cancelled mission "
                 "can be deleted (cancel it first)"
             )
+        return record
+
+    def still_held(why: str) -> HostBusyError:
+        return HostBusyError(f"mission {mission_id} is {why}; delete it once that host has exited")
+
+    store.read(finished)
+    wait_for_stopping_host(store, store_path, mission_id)
+    if HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere():
+        raise still_held(f"still held by its host after {STOPPING_WAIT_S:g} s")
+
+    def txn_fn(txn: Txn) -> MissionRecord:
+        record = finished(txn)
+        held = hostlease.live(txn, mission_id)
+        if held is not None and not lease_holder_dead(held):
+            raise still_held(f"still held by its host (pid {held.pid} on {held.hostname or '?'})")
         m.delete_mission_records(txn, mission_id)
         return record
 

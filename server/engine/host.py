@@ -404,6 +404,7 @@ class MissionHost:
         try:
             if final == S.CANCELLED:
                 await self._set_state(S.CANCELLED, pause_reason=None)
+                faultpoints.pause_here("HOST_CANCELLED")  # tests: cancelled, its last records not yet written
                 await self.checkpoint("cancelled")
                 return final
             if final == S.PAUSED and self.record.state != S.PAUSED:

@@ -137,8 +137,10 @@ class StoreWatcher:
         """Look now (after a command changed the store) instead of at the next poll."""
         self._wake.set()
 
-    async def current(self, within: float = 5.0) -> None:
-        """Wait (at most `within` seconds) until the hub's views include the store's newest transaction."""
+    async def current(self, within: float = 30.0) -> None:
+        """Wait (at most `within` seconds) until the hub's views include the store's newest transaction: a
+        command's answer then agrees with `keel/missions`. The bound is for a watcher that cannot read the
+        store at all; on a loaded machine a look can take seconds, and answering early would show stale views."""
         store = self._open()
         if store is None:
             return

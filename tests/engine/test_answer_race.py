@@ -1,6 +1,7 @@
 """A host's last moments, while it has stopped but still holds the mission's lock: an answer given then
 is taken up (the host, after letting go of the lock, starts the next host for an answer it did not see);
-`keel resume` given then waits for the host to finish stopping and resumes, instead of refusing."""
+`keel resume` given then waits for the host to finish stopping and resumes, instead of refusing; a delete
+given then waits for it too, so its last writes never bring the mission back."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 from engine_helpers import files, keel, mission_id_of, record, start_keel, wait_for, write_mission
 
 from keel.protocol.states import MissionState
+from keel.server.engine import control
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostLock
+from keel.storage import Store, hostlease
+from keel.storage import missions as m
 
 
 def test_an_answer_that_finds_the_asking_host_still_stopping_is_taken_up(tmp_path: Path) -> None:
@@ -60,3 +64,26 @@ def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path,
     host.communicate(timeout=60)
     assert record(store, mid).state == MissionState.COMPLETED
     assert files(Path(record(store, mid).sandbox)).get("done.txt") == b"done\n"
+
+
+def test_a_mission_deleted_while_its_cancelled_host_finishes_stays_deleted(tmp_path: Path) -> None:
+    """A person cancels, sees `cancelled`, deletes at once: the host still has its last checkpoint and its
+    lease to write. The delete waits for it, so none of the mission's records come back afterwards."""
+    steps = [{"sleep": 0.2}] * 50
+    store, marker = tmp_path / "store", tmp_path / "cancelled.pid"
+    host = start_keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])), store=store, env={
+        "KEEL_FAULT_HOST_CANCELLED": f"{marker}:3"
+    })  # fmt: skip
+    mid = mission_id_of(host)
+    wait_for(lambda: record(store, mid).state == MissionState.RUNNING and record(store, mid).host is not None)
+    with Store.open(store, create=False) as s:
+        control.request_cancel(s, mid, "test")
+        wait_for(lambda: marker.exists(), timeout=60)  # cancelled, its last records not yet written
+        assert s.read(lambda t: m.get_mission(t, mid)).state == MissionState.CANCELLED
+        assert HostLock(places.lock_path(store, mid), mid).held_elsewhere(), "the cancelled host already let go"
+        control.delete_mission(s, store, mid)
+    _, err = host.communicate(timeout=60)
+    assert host.returncode == 4, err  # `keel run`'s exit for a cancelled mission: it wrote its last records
+    with Store.open(store, create=False) as s:
+        assert [r.id for r in s.read(m.list_missions)] == []
+        assert s.read(lambda t: (m.head_checkpoint(t, mid), hostlease.get(t, mid))) == (None, None)
