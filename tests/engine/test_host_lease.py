@@ -24,14 +24,15 @@ from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 
 
-def _units(side: Path) -> list[dict]:
+def _units(side: Path, gate: Path | None = None) -> list[dict]:
+    """Three units, each running a command, then another; with `gate`, each waits for that file between."""
     return [
         {
             "id": f"u{i}",
             "params": {
                 "steps": [
                     {"tool": "run", "args": {"cmd": f"echo u{i}-1 >> {side}"}},
-                    {"sleep": 0.5},
+                    {"wait_file": str(gate)} if gate else {"sleep": 0.5},
                     {"now": True},
                     {"sleep": 0.5},
                     {"tool": "run", "args": {"cmd": f"echo u{i}-2 >> {side}"}},
@@ -65,14 +66,15 @@ def _as_other_machine(store: Path, mid: str, *, heard_s_ago: float) -> HostLease
 
 
 def _paused_mission(tmp_path: Path) -> tuple[Path, str, Path]:
-    side = tmp_path / "side.log"
-    store = tmp_path / "store"
-    host = start_keel("run", str(write_mission(tmp_path, _units(side))), store=store)
+    """A mission paused while its units wait for a gate, which is opened once it is paused."""
+    side, store, gate = tmp_path / "side.log", tmp_path / "store", tmp_path / "gate"
+    host = start_keel("run", str(write_mission(tmp_path, _units(side, gate))), store=store)
     mid = mission_id_of(host)
     wait_for(lambda: side.exists() and "u0-1" in side.read_text())
-    keel("pause", mid, "--wait", "20", store=store, check_rc=0)
-    host.communicate(timeout=30)
+    keel("pause", mid, "--wait", "60", store=store, check_rc=0)
+    host.communicate(timeout=60)
     assert record(store, mid).state == MissionState.PAUSED
+    gate.touch()
     return store, mid, side
 
 
