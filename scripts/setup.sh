@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project's environment: .venv with keel installed editable plus dev tools.
-# Usage: scripts/setup.sh [--system]   (--system also installs the Debian packages the tests use)
+# Usage: scripts/setup.sh [--system]   (--system installs the Debian packages the tests use instead, as root;
+# scripts/test.sh runs both side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-if [[ "${1:-}" == "--system" ]]; then
-  need=()
+system_packages() {
+  local need=()
   for pkg in neovim vim emacs-nox elpa-eglot dbus gnome-keyring libsecret-tools chromium libkrb5-dev postgresql iproute2; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
@@ -16,6 +17,11 @@ if [[ "${1:-}" == "--system" ]]; then
     apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
     apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
+}
+
+if [[ "${1:-}" == "--system" ]]; then
+  system_packages
+  exit 0
 fi
 
 PY=${PYTHON:-python3}

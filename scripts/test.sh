@@ -2,15 +2,18 @@
 # Set everything up and run every check: ruff, mypy, pytest (unit, engine, chaos, editors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --system
+# what installs from the network runs side by side with what needs the CPU: the Debian packages and then
+# the editor tools (code-server's native modules build against libkrb5-dev) beside pip, ruff and mypy; the
+# ACP agents (their versions are read from keel) once the venv is there
+echo "== Debian packages and editor tools (installing in the background)"
+( bash scripts/setup.sh --system && bash scripts/editor-tools.sh >/dev/null ) & tools=$!
+bash scripts/setup.sh
 source .venv/bin/activate
-# the editor tools and the ACP agents install (network and disk) while ruff and mypy run (CPU)
-echo "== editor tools and acp agents (installing in the background)"
-bash scripts/editor-tools.sh >/dev/null & tools=$!
+echo "== acp agents (installing in the background)"
 bash scripts/acp-agents.sh >/dev/null & agents=$!
 echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
-wait "$tools" || { echo "test: installing the editor tools failed" >&2; exit 1; }
+wait "$tools" || { echo "test: installing the Debian packages or the editor tools failed" >&2; exit 1; }
 wait "$agents" || { echo "test: installing the ACP agents failed" >&2; exit 1; }
 # two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
 # processes it starts, so one worker per core leaves the cores half idle; tests that share something beyond
