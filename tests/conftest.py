@@ -35,6 +35,8 @@ GROUPS = {
     "cli/test_lmdb_damage.py": "cli/test_lmdb_damage.py",
 }
 
+LONG_GROUPS = ("vscode", "machines")  # started first (pytest_collection_modifyitems)
+
 BACKENDS = ("lmdb", "postgresql")
 STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundle tests keep their stores
 
@@ -91,6 +93,15 @@ def fast(relative: Path) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist names each item's group in its node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test's tier and group, and puts the groups that run longest on one worker first (the
+    VS Code tests, then the two-machine tests: minutes each), so the other workers share out the rest
+    beside them instead of one worker running them alone at the end."""
+    first = {group: n for n, group in enumerate(LONG_GROUPS)}
+
+    def order(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        return first.get(str(marker.args[0]) if marker else "", len(first))
+
     for item in items:
         relative = item.path.resolve().relative_to(TESTS)
         if not fast(relative):
@@ -98,3 +109,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = GROUPS.get(relative.as_posix()) or GROUPS.get(relative.parts[0])
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=order)  # stable: within a group, and for the rest, the order they were collected in
