@@ -154,8 +154,8 @@ def delete_mission(store: Store, store_path: Path, mission_id: str) -> MissionRe
             )
         return record
 
-    def still_held(why: str) -> HostBusyError:
-        return HostBusyError(f"mission {mission_id} is {why}; delete it once that host has exited")
+    def still_held(why: str) -> InvalidTransitionError:
+        return InvalidTransitionError(f"mission {mission_id} is {why}; delete it once that host has exited")
 
     store.read(finished)
     wait_for_stopping_host(store, store_path, mission_id)
