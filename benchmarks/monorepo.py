@@ -31,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
+from keel.protocol.records import UnitLease
 from keel.storage import Store, leases
 from keel.storage import missions as m
 
@@ -132,13 +134,13 @@ def run_mission(root: Path) -> dict[str, float]:
         mid = s.read(m.list_missions)[0].id
         events = [e for _, e in s.read(lambda t: m.events_after(t, mid))]
         for uid in ("u1", "u2"):
-            entries = s.read(lambda t, uid=uid: m.journal_entries(t, mid, uid))
+            entries = s.read(partial(m.journal_entries, mission_id=mid, unit_id=uid))
             began = [e.at for e in events if e.kind == "unit" and e.unit == uid and e.state == "running"]
             done = [e for e in entries if e.phase == "done" and e.tool_class == "effectful"]
             assert len(done) == 21, f"{uid}: {len(done)} effectful steps recorded"
             gaps += [(b.at - a.at) * 1000 for a, b in itertools.pairwise(done)]
             unit_start.append(entries[0].at - began[0])
-            held = s.read(lambda t, uid=uid: leases.get(t, mid, uid))
+            held: UnitLease | None = s.read(partial(leases.get, mission_id=mid, unit_id=uid))
             sandbox.append((held.started_at if held else float("nan")) - began[0])
             mission_start.append(entries[0].at - started_wall)
     size = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
@@ -169,12 +171,12 @@ def main() -> None:
             row["worktree_pair_s"] = worktree_pair_s(ws)
             rows[files] = row
     print("mission: 2 parallel units x (20 write_file + 1 run) in a git workspace of N files (~400 B, 40/folder)")
-    head = ("files", "mission s", "step ms", "unit start s", "sandbox s", "start->1st s", "store MB", "wt add s")
-    head += ("2 wt adds s",)
+    head = ["files", "mission s", "step ms", "unit start s", "sandbox s", "start->1st s", "store MB", "wt add s"]
+    head += ["2 wt adds s"]
     print("".join(f"{h:>14}" for h in head))
     for files, r in rows.items():
-        cols = (r["mission_s"], r["step_ms"], r["unit_start_s"], r["sandbox_s"], r["mission_first_s"], r["store_mb"])
-        cols += (r["worktree_s"], r["worktree_pair_s"])
+        cols = [r["mission_s"], r["step_ms"], r["unit_start_s"], r["sandbox_s"], r["mission_first_s"], r["store_mb"]]
+        cols += [r["worktree_s"], r["worktree_pair_s"]]
         print(f"{files:>14,}" + "".join(f"{c:14.2f}" for c in cols))
     small, large = rows[min(rows)], rows[max(rows)]
     print(

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from monorepo import ENV, make_repo, worktree_add_s
 
-from keel.server.engine.files import merge, places, sandbox
+from keel.server.engine.files import merge, places, sandbox, trees
 from keel.server.engine.units import placement
 from keel.storage import Store
 from keel.storage.location import prepare_keel_dir
@@ -40,16 +40,15 @@ def unit_start(ws: Path, mission_sandbox: Path, store_path: Path, store: Store, 
     t0 = time.perf_counter()
     merge.commit_pending(mission_sandbox)
     t1 = time.perf_counter()
-    base = placement.branch_off(mission_sandbox, store_path, "mbench", lane)  # commits nothing now: pending is done
+    placement.branch_off(mission_sandbox, store_path, "mbench", lane)  # commits nothing now: pending is done
     t2 = time.perf_counter()
     path, _ = placement.home(store_path, "mbench", lane)
-    merge.check_out(path)
+    merge.check_out(path)  # placement.fill's two parts, timed apart: the files written, then the snapshot
     t3 = time.perf_counter()
-    prepared = placement.fill(store_path, "mbench", lane, base)  # check_out again is a no-op for git: all there
+    files = trees.Snapshotter()
+    scan = files.scan(path, keep_bytes=False, checked_out=True)
     t4 = time.perf_counter()
-    files = prepared.files
-    assert files is not None and prepared.scan is not None
-    store.write(lambda txn: files.store_txn(txn, path, prepared.scan))  # type: ignore[arg-type]
+    store.write(lambda txn: files.store_txn(txn, path, scan))
     t5 = time.perf_counter()
     took["commit pending"] = t1 - t0
     took["worktree --no-checkout"] = t2 - t1
