@@ -5,7 +5,10 @@ holder only when the one who judges could reach the store all that time. A `Reac
 start and end on this process's monotonic clock, the store's clock it saw) and answers `since`: the store's
 clock at the first read after the last gap (a read that took longer than `gap_s`, or no read for longer
 than `gap_s`). `silence` counts a holder's silence from its last heartbeat, but never from before
-`since`. A gap only ever delays a judgement. Knows nothing of missions or processes.
+`since`. A gap only ever delays a judgement.
+
+The holder's side of the same clock: `may_act` says whether a holder may still start an effect, from when it
+sent the last write that renewed its lease. Knows nothing of missions or processes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,16 @@ def silence(heartbeat: float, now: float, since: float) -> float:
     """How long a lease's holder has been silent as a reader who has reached the store since `since` (the
     store's clock) can tell: from its last heartbeat, or from `since` when that is later."""
     return now - max(heartbeat, since)
+
+
+def may_act(renewed: float, now: float, ttl_s: float) -> bool:
+    """Whether the holder of a lease may start an effect at `now` (its monotonic clock) when the last fenced
+    write that renewed its lease was sent at `renewed`. That write committed no earlier than it was sent,
+    so nobody can judge the lease silent before `renewed + ttl_s` (by any clock that runs at about the same
+    rate); half of that is the holder's to act in, the rest a margin for the effect to get going. A write
+    whose answer came late (a connection cut while it committed, read back once the link is back; a frozen
+    process) leaves no time: the holder must renew again, fenced, before it acts."""
+    return 0.0 <= now - renewed < ttl_s / 2
 
 
 class Reach:

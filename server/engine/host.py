@@ -273,6 +273,14 @@ class MissionHost:
             m.put_mission(txn, msgspec.structs.replace(current, host=None))
         hostlease.release(txn, self.mission_id, self.lease.epoch)
 
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.lease.ttl_s
+
+    def renew(self, txn: Txn) -> None:
+        """The host lease, renewed with an effect's intent: its units' effects start under it."""
+        hostlease.beat(txn, self.mission_id, self.lease.epoch)
+
     def _check_lease(self, txn: Txn) -> None:
         """First in every write of this host: its lease must still be its own. A host whose lease another
         host took (it was frozen or cut off past the ttl) stops at once, writing nothing more; its workers

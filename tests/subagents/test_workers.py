@@ -19,15 +19,17 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_helpers import files, keel, mission_id_of, read, record, start_keel, unit_events, wait_for, write_mission
-from subagent_helpers import lease
+from subagent_helpers import lease, writes_blocked_by
 
 from keel.protocol.states import LeaseState, MissionState
+from keel.storage import leases
 from keel.storage import missions as m
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,13 +82,13 @@ def _host(folder: Path, side: Path, store: Path, linger: float = 0) -> subproces
     return start_keel("run", str(mission), store=store, env=ENV)
 
 
-def _worker(store: Path, units: int = 1) -> subprocess.Popen[str]:
+def _worker(store: Path, units: int = 1, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "keel.server.cli", "worker", "--store", str(store), "--units", str(units)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **ENV},
+        env={**os.environ, **ENV, **(env or {})},
         start_new_session=True,
     )
 
@@ -231,6 +233,83 @@ def test_a_killed_worker_is_replaced_and_nothing_runs_twice(tmp_path: Path, stri
     if strike == "effect-in-doubt":
         evidence = read(store, lambda t: [e for _, e in m.evidence_after(t, mid)])
         assert any(e.kind == "answer" for e in evidence), "the effect in doubt was not asked about"
+    _check(store, mid, side, reference)
+
+
+def _freeze(store: Path, pids: list[int]) -> None:
+    """SIGSTOP every process of a worker (a machine put to sleep), at a moment when none of them holds the
+    LMDB store's writer lock (a frozen writer would hold up everyone; on PostgreSQL the server aborts a
+    transaction left open)."""
+    for _ in range(100):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        if not (store / "data.mdb").exists() or not any(writes_blocked_by(store, pid) for pid in pids):
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError("the worker held the store's writer lock at every try")
+
+
+def test_a_worker_frozen_between_an_effects_intent_and_the_effect_never_makes_it_once_its_unit_moved_on(
+    tmp_path: Path,
+) -> None:
+    """The strike: the first worker stops right after the intent of a unit's first command is durable (a fault
+    point holds it there, before the command starts), and all its processes are frozen (SIGSTOP: a laptop
+    put to sleep). The unit's lease lapses; a second worker takes the unit, the effect in doubt goes to a
+    person, who answers from the side log (it never ran: rerun), and the mission completes. Then the first
+    worker wakes, still holding what it was about to do: it must not make the effect, because its lease is
+    another's now (the renewal an effect starts under is refused). Checked on the product: every effect
+    once, files equal the host's own run."""
+    reference = _reference(tmp_path / "reference")
+    side, store, hold = tmp_path / "side.log", tmp_path / "store", tmp_path / "hold"
+    host = _host(tmp_path, side, store)
+    mid = mission_id_of(host)
+    first = _worker(store, units=2, env={"KEEL_FAULT_INTENT_RUN": f"{hold}:hold"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(first.stdout or []), daemon=True)
+    reader.start()
+    second: subprocess.Popen[str] | None = None
+    frozen: list[int] = []
+    try:
+        wait_for(lambda: hold.exists() and hold.read_text().strip() != "", timeout=90)
+        assert int(hold.read_text()) == first.pid
+
+        def in_doubt() -> list[str]:  # units whose first command's intent is durable and has no outcome
+            entries = read(store, lambda t: {u: m.journal_get(t, mid, u, 2) for u in ("a", "b")})
+            return [u for u, e in entries.items() if e is not None and e.phase == "intent"]
+
+        (unit,) = in_doubt()
+        held = lease(store, mid, unit)
+        assert held is not None and held.state == LeaseState.RUNNING and held.worker, held
+        frozen = _tree(first.pid)
+        _freeze(store, frozen)
+        assert in_doubt() == [unit] and f"{unit}-1" not in (side.read_text().split() if side.exists() else [])
+        second = _worker(store, units=2)
+        out, err = host.communicate(timeout=180)
+        _answer_until_done(store, mid, side, out + err)
+        assert record(store, mid).state == MissionState.COMPLETED, out + err
+        assert read(store, lambda t: leases.get(t, mid, unit)).epoch > held.epoch
+
+        hold.unlink()  # the first worker wakes where it stopped: the intent recorded, the command not started
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        ended = f"{mid}/{unit}: "
+        wait_for(lambda: sum(ended in line and "claimed" not in line for line in lines) >= 1, timeout=90)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        hold.unlink(missing_ok=True)
+        said = _stop(*(p for p in (second, host) if p is not None))
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=30)
+        reader.join(timeout=10)
+    woke = [line for line in lines if f"{mid}/{unit}: " in line and "claimed" not in line]
+    assert woke == [f"keel worker: {mid}/{unit}: expired\n"], f"{woke}\n{said}"  # fenced, its effect not made
     _check(store, mid, side, reference)
 
 

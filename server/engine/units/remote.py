@@ -157,8 +157,8 @@ class RemoteUnit:
                 return await self._run_here(_saying(held, f"{self._lapses} workers lost it"))
             if not held.place.kept():  # an appending agent's sandbox: no snapshot to offer again
                 return await self._run_here(_saying(held, f"worker {held.worker} lost it"))
-            await self._offer(held)
-            worker = ""
+            if await self._offer(held) is not None:
+                worker = ""
 
     def _note_progress(self, held: UnitLease) -> None:
         """The worker's journal high-water mark (written with each of its entries) goes into the host's
@@ -167,15 +167,19 @@ class RemoteUnit:
         if held.place.last_checkpoint > graph.mark(self.unit.id).journal_hwm:
             graph.update(self.unit.id, journal_hwm=held.place.last_checkpoint)
 
-    async def _offer(self, held: UnitLease | None) -> None:
-        """Offer the unit under the next epoch: from its lane's snapshots, or the mission sandbox's files."""
+    async def _offer(self, held: UnitLease | None) -> UnitLease | None:
+        """Offer the unit under the next epoch: from its lane's snapshots, or the mission sandbox's files.
+        Taken from a worker judged silent (`held`), only if its lease is still as it was judged: a renewal
+        that came in meanwhile (storage/reach.may_act) keeps it the worker's, and None says so."""
         host, uid = self.host, self.unit.id
         scan = None
         if held is None:  # a fresh lane starts from the mission branch as it is now (no merge in between)
             async with self.registry.git_lock:
                 scan = await asyncio.to_thread(self._files.scan, host.sandbox)
 
-        def write(txn: Txn) -> UnitLease:
+        def write(txn: Txn) -> UnitLease | None:
+            if held is not None and leases.get(txn, host.mission_id, uid) != held:
+                return None
             if scan is not None:
                 tree = base_tree = self._files.store_txn(txn, host.sandbox, scan)
                 mark = 0
@@ -194,9 +198,12 @@ class RemoteUnit:
                 place=place,
             )
 
-        offered: UnitLease = await host.writer.commit(write)
+        offered: UnitLease | None = await host.writer.commit(write)
+        if offered is None:
+            return None
         self._epoch = offered.epoch
         host.progress.line(f"unit {uid} is offered to workers (epoch {offered.epoch})")
+        return offered
 
     async def _withdraw(self, held: UnitLease) -> None:
         def write(txn: Txn) -> None:

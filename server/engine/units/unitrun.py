@@ -33,6 +33,7 @@ from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import OutcomeKind
+from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
 from keel.server.engine.files import places
@@ -50,9 +51,11 @@ from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
+from keel.storage.reach import may_act
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
+RENEWALS = 5  # an effect waits for this many late-answered renewals of its lease, then the mission pauses
 PAGE = 1000  # a replay reads a numbering agent's lane this many entries at a time, as the agent gets there
 K = OutcomeKind
 
@@ -565,6 +568,8 @@ class UnitSession:
             if scan is not None:
                 changes["tree"] = self._tree.store_txn(txn, self.sandbox, scan)
             leases.update(txn, mission_id, self.unit.id, epoch, place=changes)  # the fence: a stale worker stops here
+            if not done:  # an effect's intent: the lease it starts under is renewed with it (hold_lease)
+                host.renew(txn)
             m.journal_put(txn, mission_id, self.lane, entry)
             for item in result.evidence:
                 m.add_evidence(txn, mission_id, msgspec.structs.replace(item, lane=self.lane, seq=step.seq))
@@ -583,6 +588,27 @@ class UnitSession:
         if done:
             host.step_recorded(self.unit.id, step.method, result.summary, wall_ms)
         return answer(entry)
+
+    async def hold_lease(self, renewed: float) -> None:
+        """Called just before an effect starts: the lease it starts under must surely still be this process's
+        (storage/reach.may_act). `renewed`: when the write that recorded its intent, and renewed that lease,
+        was sent. A write answered late (a connection cut while it committed and read back once the link came
+        back; a frozen process) is followed by another renewal, fenced: once another holds the lease it is
+        refused (StaleLeaseError; a host's own lease ends the host), and the effect never starts."""
+        host = self.host
+        for _ in range(RENEWALS):
+            if may_act(renewed, time.monotonic(), host.lease_ttl_s):
+                return
+            renewed = time.monotonic()
+            await host.writer.commit(host.renew)
+        if may_act(renewed, time.monotonic(), host.lease_ttl_s):
+            return
+        message = (
+            f"the store answered {RENEWALS} renewals of unit {self.unit.id}'s lease more slowly than half its ttl "
+            f"({host.lease_ttl_s / 2:g} s): its effect is not started"
+        )
+        await host.stop_for_store(message)
+        raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
 
 
 # -- one handler per agent method --------------------------------------------------------------------
@@ -687,9 +713,13 @@ async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
         phase="intent" if allow else "done",
         summary=summary if intent is None else f"{summary} (again: a person said rerun)"[:200],
     )
+    renewed = time.monotonic()
     answered = await session.record(step, result)
-    if allow and ask.call_id:
-        session.asked[ask.call_id] = step.seq
+    if allow:  # the agent makes the effect once it has the answer
+        faultpoints.pause_here(f"INTENT_{ask.tool.upper()}")  # tests: the intent durable, no answer yet
+        await session.hold_lease(renewed)
+        if ask.call_id:
+            session.asked[ask.call_id] = step.seq
     return answered
 
 

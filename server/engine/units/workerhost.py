@@ -156,6 +156,14 @@ class UnitHost:
         await self.models.aclose()
         return outcome
 
+    @property
+    def lease_ttl_s(self) -> float:
+        return self.places.ttl
+
+    def renew(self, txn: Txn) -> None:
+        """The unit's lease, renewed with an effect's intent (its worker process heartbeats it otherwise)."""
+        leases.update(txn, self.mission_id, self.unit.id, self.session.epoch, heartbeat=txn.clock())
+
     def _still_held(self) -> bool:
         held = self.store.read(lambda t: leases.get(t, self.mission_id, self.unit.id))
         return held is not None and held.worker == self.host_id and held.epoch == self.session.epoch
