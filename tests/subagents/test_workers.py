@@ -129,6 +129,11 @@ def _stop(*procs: subprocess.Popen[str]) -> str:
     return out
 
 
+def _markers(side: Path) -> list[str]:
+    """The effects made so far (none yet: no side log)."""
+    return side.read_text().split() if side.exists() else []
+
+
 def _check(store: Path, mid: str, side: Path, reference: dict[str, Any]) -> None:
     counts = collections.Counter(side.read_text().split())
     assert all(n == 1 for n in counts.values()), f"an effect ran twice: {side.read_text().split()}"
@@ -154,7 +159,7 @@ def _answer_until_done(store: Path, mid: str, side: Path, said: str) -> int:
         lane, seq = question.lane, question.seq
         entry = read(store, lambda t, lane=lane, seq=seq: m.journal_get(t, mid, lane, seq))
         marker = str(entry.result.get("cmd", "")).rsplit("echo ", 1)[1].split(" ")[0]
-        choice = "skip" if marker in side.read_text().split() else "rerun"
+        choice = "skip" if marker in _markers(side) else "rerun"
         keel("answer", mid, choice, "--no-resume", store=store, check_rc=0)
         resumed = keel("resume", mid, "--json", store=store, timeout=120, env=ENV)
         said = resumed.stdout + resumed.stderr
@@ -286,7 +291,7 @@ def test_a_worker_frozen_between_an_effects_intent_and_the_effect_never_makes_it
         assert held is not None and held.state == LeaseState.RUNNING and held.worker, held
         frozen = _tree(first.pid)
         _freeze(store, frozen)
-        assert in_doubt() == [unit] and f"{unit}-1" not in (side.read_text().split() if side.exists() else [])
+        assert in_doubt() == [unit] and f"{unit}-1" not in _markers(side)
         second = _worker(store, units=2)
         out, err = host.communicate(timeout=180)
         _answer_until_done(store, mid, side, out + err)
