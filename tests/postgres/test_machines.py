@@ -4,11 +4,14 @@ Machine A runs the mission; machine B runs `keel supervise`, with a clone of the
 The strike comes on a condition: a unit's first effect has run on A (its marker is in the side log, a file
 outside every sandbox standing for the world), the mission is unfinished, and A's host holds the host
 lease. Then either A is killed whole (every process in its namespace SIGKILLed, its link removed:
-`kill`) or its link is cut while everything on it keeps running (`cut`). B's supervisor must see the
-lease go silent, start a host on B, which makes the mission's sandboxes on B from the store and
-completes the mission, each unit carrying on from its journal in a sandbox made from the store (none
-starts again from scratch). For `cut`, A's link then comes back: A's host must find its lease taken and stop
-without writing (exit 7). In `kill-mover`, B's first host is killed too, after it has moved one
+`kill`) or its link is cut while everything on it keeps running (`cut`). In `cut-at-intent`, A's host
+stops right after the intent of a unit's command is durable (a fault point holds it there, before the
+command starts) and its link is cut then: when it comes back after the mission completed on B, it must
+not make that effect (its lease is B's host's: the renewal an effect starts under ends it, fenced).
+B's supervisor must see the lease go silent, start a host on B, which makes the mission's sandboxes on B
+from the store and completes the mission, each unit carrying on from its journal in a sandbox made from
+the store (none starts again from scratch). For both cuts, A's link then comes back: A's host must find
+its lease taken and stop without writing (exit 7). In `kill-mover`, B's first host is killed too, after it has moved one
 unit's lease but before the mission record names B: the next host on B must move it again.
 
 Checked, on the product: the mission completes on B; every effect ran exactly once (an effect whose
@@ -128,18 +131,30 @@ class TwoMachines:
         """Run the mission on A, strike A on the condition, see it finish on B, check the product.
         Returns what the artifact says about the timing."""
         a, here, side = self.a, self.observer, self.side
+        hold = self.root / "intent.pid"  # cut-at-intent: A's host waits there until the file is gone
+        held = {"KEEL_FAULT_INTENT_RUN": f"{hold}:hold"} if strike == "cut-at-intent" else {}
         host = a.keel(
             "run", str(self.mission), "--json", "--store", str(self.store_a),
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**self.env, **held}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         self.procs.append(host)
         assert host.stdout is not None
         mid = json.loads(host.stdout.readline())["mission"]
 
         deadline = time.monotonic() + 60
-        while "a-1" not in markers(side) and "b-1" not in markers(side):
+        while "a-1" not in markers(side) and "b-1" not in markers(side) and not (held and hold.exists()):
             assert host.poll() is None and time.monotonic() < deadline, "the mission ended before the strike"
             time.sleep(0.005)
+        in_doubt: list[str] = []  # cut-at-intent: the markers of the commands whose intents A recorded last
+        if held:
+            _until_text(hold)  # A's host is there (it wrote its pid)
+            in_doubt = [
+                str(e.result.get("cmd", "")).rsplit("echo ", 1)[1].split(" ")[0]
+                for x in read(here, lambda t: leases.list_leases(t, mid))
+                for e in read(here, lambda t, lane=x.lane: list(m.journal_scan(t, mid, lane)))
+                if e.phase == "intent" and "echo" in str(e.result.get("cmd", ""))
+            ]
+            assert in_doubt and not set(in_doubt) & set(markers(side)), f"no command held at its intent: {in_doubt}"
         lease = read(here, lambda t: hostlease.get(t, mid))
         assert record(here, mid).state == MissionState.RUNNING, "the mission is not running: nothing to strike"
         assert lease is not None and lease.hostname == "machine-a", f"machine A's host holds no lease: {lease}"
@@ -150,6 +165,7 @@ class TwoMachines:
             assert host.pid in killed or host.poll() is not None
         else:
             a.cut()
+            assert host.poll() is None, "machine A's host ended before its link was cut"
 
         if self.mover_mark is not None:  # B's first host is killed half-way through moving the mission
             pid = int(_until_text(self.mover_mark))
@@ -172,8 +188,9 @@ class TwoMachines:
             time.sleep(0.05)
         assert moved_after is not None or read(here, lambda t: hostlease.get(t, mid)).hostname == "machine-b"
 
-        if strike == "cut":  # A's host, cut off all along, hears of the store again: it must stop, fenced
+        if strike.startswith("cut"):  # A's host, cut off all along, hears of the store again: it must stop, fenced
             a.mend()
+            hold.unlink(missing_ok=True)  # cut-at-intent: A's host goes on from the intent it recorded
             _, err = host.communicate(timeout=90)
             assert host.returncode == 7, f"machine A's host was not fenced ({host.returncode}): {err[-2000:]}"
             assert "taken over" in err, err[-2000:]
@@ -208,7 +225,7 @@ def _until_text(path: Path, timeout: float = 60) -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(700)
-@pytest.mark.parametrize("strike", ["kill", "cut", "kill-mover"])
+@pytest.mark.parametrize("strike", ["kill", "cut", "kill-mover", "cut-at-intent"])
 def test_mission_moves_to_another_machine_when_its_machine_is_lost(
     tmp_path: Path, pg_server: PgServer, strike: str
 ) -> None:
