@@ -55,7 +55,6 @@ from keel.storage.reach import may_act
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 MAX_AGENT_STARTS = 3  # an agent that dies mid-unit is started again (replaying its journal) this often
-RENEWALS = 5  # an effect waits for this many late-answered renewals of its lease, then the mission pauses
 PAGE = 1000  # a replay reads a numbering agent's lane this many entries at a time, as the agent gets there
 K = OutcomeKind
 
@@ -593,22 +592,13 @@ class UnitSession:
         """Called just before an effect starts: the lease it starts under must surely still be this process's
         (storage/reach.may_act). `renewed`: when the write that recorded its intent, and renewed that lease,
         was sent. A write answered late (a connection cut while it committed and read back once the link came
-        back; a frozen process) is followed by another renewal, fenced: once another holds the lease it is
-        refused (StaleLeaseError; a host's own lease ends the host), and the effect never starts."""
+        back; a frozen process) is followed by another renewal, fenced, until one is answered in time: once
+        another holds the lease it is refused (StaleLeaseError; a host's own lease ends the host), and the
+        effect never starts."""
         host = self.host
-        for _ in range(RENEWALS):
-            if may_act(renewed, time.monotonic(), host.lease_ttl_s):
-                return
+        while not may_act(renewed, time.monotonic(), host.lease_ttl_s):
             renewed = time.monotonic()
             await host.writer.commit(host.renew)
-        if may_act(renewed, time.monotonic(), host.lease_ttl_s):
-            return
-        message = (
-            f"the store answered {RENEWALS} renewals of unit {self.unit.id}'s lease more slowly than half its ttl "
-            f"({host.lease_ttl_s / 2:g} s): its effect is not started"
-        )
-        await host.stop_for_store(message)
-        raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
 
 
 # -- one handler per agent method --------------------------------------------------------------------
