@@ -22,7 +22,6 @@ from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.protocol.rpc import INVALID_PARAMS
 from keel.protocol.spec import MissionSpec
 from keel.protocol.states import QuestionKind
-from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
 from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
@@ -105,14 +104,7 @@ class ToolCalls:
         except ToolError as exc:
             return await self._done(tool, call, step, ap.ToolRunResult(ok=False, error=exc.message))
         intent = StepResult(preview, phase="intent", tool_class=tool.klass, summary=_describe(call))
-        return await self._start(tool, ctx, call, step, intent)
-
-    async def _start(self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, intent: StepResult) -> Any:
-        """Record the effect's intent, then make it while its lease is surely still this process's."""
-        renewed = time.monotonic()
-        await self.session.record(step, intent)
-        faultpoints.pause_here(f"INTENT_{call.tool.upper()}")  # tests: the intent durable, the effect not made
-        await self.session.hold_lease(renewed)
+        await self.session.record_intent(step, intent, call.tool)
         return await self._finish(tool, ctx, call, step)
 
     async def _finish(self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step) -> Any:
@@ -139,7 +131,8 @@ class ToolCalls:
         s = self.session
         if intent.rerun_approved:
             again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
-            return await self._start(tool, ctx, call, step, again)
+            await s.record_intent(step, again, call.tool)
+            return await self._finish(tool, ctx, call, step)
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
         if verdict.done is True and verdict.result is not None:

@@ -588,6 +588,15 @@ class UnitSession:
             host.step_recorded(self.unit.id, step.method, result.summary, wall_ms)
         return answer(entry)
 
+    async def record_intent(self, step: Step, result: StepResult, tool: str) -> Any:
+        """Record an effect's intent, and return once the effect may start: its write renews the lease the
+        effect starts under, and `hold_lease` makes sure that lease is still this process's."""
+        sent = time.monotonic()
+        answered = await self.record(step, result)
+        faultpoints.pause_here(f"INTENT_{tool.upper()}")  # tests: the intent durable, the effect not started
+        await self.hold_lease(sent)
+        return answered
+
     async def hold_lease(self, renewed: float) -> None:
         """Called just before an effect starts: the lease it starts under must surely still be this process's
         (storage/reach.may_act). `renewed`: when the write that recorded its intent, and renewed that lease,
@@ -703,13 +712,11 @@ async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
         phase="intent" if allow else "done",
         summary=summary if intent is None else f"{summary} (again: a person said rerun)"[:200],
     )
-    renewed = time.monotonic()
-    answered = await session.record(step, result)
-    if allow:  # the agent makes the effect once it has the answer
-        faultpoints.pause_here(f"INTENT_{ask.tool.upper()}")  # tests: the intent durable, no answer yet
-        await session.hold_lease(renewed)
-        if ask.call_id:
-            session.asked[ask.call_id] = step.seq
+    if not allow:
+        return await session.record(step, result)
+    answered = await session.record_intent(step, result, ask.tool)  # the agent makes the effect once answered
+    if ask.call_id:
+        session.asked[ask.call_id] = step.seq
     return answered
 
 
