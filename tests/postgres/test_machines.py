@@ -6,8 +6,9 @@ outside every sandbox standing for the world), the mission is unfinished, and A'
 lease. Then either A is killed whole (every process in its namespace SIGKILLed, its link removed:
 `kill`) or its link is cut while everything on it keeps running (`cut`). In `cut-at-intent`, A's host
 stops right after the intent of a unit's command is durable (a fault point holds it there, before the
-command starts) and its link is cut then: when it comes back after the mission completed on B, it must
-not make that effect (its lease is B's host's: the renewal an effect starts under ends it, fenced).
+command starts) and its link is cut then; once the mission completed on B, A's host is let go while still
+cut off, then its link comes back: it must not make that effect (its lease is B's host's: the renewal an
+effect starts under ends it, fenced).
 B's supervisor must see the lease go silent, start a host on B, which makes the mission's sandboxes on B
 from the store and completes the mission, each unit carrying on from its journal in a sandbox made from
 the store (none starts again from scratch). For both cuts, A's link then comes back: A's host must find
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import files, keel, read, record, unit_events, write_mission
+from engine_helpers import files, keel, read, record, unit_events, wait_for, write_mission
 from lsprotocol import types
 from pytest_lsp import make_test_lsp_client
 
@@ -189,11 +190,12 @@ class TwoMachines:
         assert moved_after is not None or read(here, lambda t: hostlease.get(t, mid)).hostname == "machine-b"
 
         if strike.startswith("cut"):  # A's host, cut off all along, hears of the store again: it must stop, fenced
+            hold.unlink(missing_ok=True)  # cut-at-intent: A's host goes on from its intent, still cut off
             a.mend()
-            hold.unlink(missing_ok=True)  # cut-at-intent: A's host goes on from the intent it recorded
             _, err = host.communicate(timeout=90)
             assert host.returncode == 7, f"machine A's host was not fenced ({host.returncode}): {err[-2000:]}"
             assert "taken over" in err, err[-2000:]
+            wait_for(lambda: not _commands_running(side), timeout=60)  # a command A started has ended
 
         final = record(here, mid)
         assert final.machine == "machine-b" and final.state == MissionState.COMPLETED
@@ -213,6 +215,17 @@ class TwoMachines:
         if moved_after is None:
             return f"{strike}: completed before the lease was seen on machine B"
         return f"{strike}: machine B's host held the lease {moved_after:.2f} s after the strike (ttl {TTL_S} s)"
+
+
+def _commands_running(side: Path) -> bool:
+    """Whether a unit's command (every one appends to the side log) still runs, on either machine."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(side).encode() in (proc / "cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def _until_text(path: Path, timeout: float = 60) -> str:
