@@ -23,11 +23,10 @@ from keel.protocol.rpc import INVALID_PARAMS
 from keel.protocol.spec import MissionSpec
 from keel.protocol.states import QuestionKind
 from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
-from keel.server.engine.interface import Step, StepResult, UnitSteps, answer
+from keel.server.engine.interface import Step, StepResult, UnitSteps
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
 from keel.server.tools.shell import OWNER_VAR, command_owner, passed_env
 from keel.server.tools.writers import paths_written
-from keel.storage import missions as m
 
 RERUNNING = "rerunning"  # the summary of an intent recorded again to run an approved rerun
 
@@ -42,7 +41,8 @@ def mission_tool_env(spec: MissionSpec, hide: frozenset[str]) -> dict[str, str]:
 class ToolCalls:
     def __init__(self, session: UnitSteps) -> None:
         self.session = session
-        self._changing: set[asyncio.Task[Any]] = set()  # changes still being made or recorded
+        # changes still being made or recorded, each with the number of the agent run that asked for it
+        self._changing: dict[asyncio.Task[Any], int] = {}
 
     def _context(self) -> ToolContext:
         s = self.session
@@ -66,14 +66,10 @@ class ToolCalls:
             return await s.record(step, StepResult({"code": INVALID_PARAMS}, error=why))
         if tool.klass == "read_only":
             return await self._finish(tool, self._context(), call, step)
-        if step.intent is not None and self._changing:
-            settled = await self._settled(step.seq)
-            if settled is not None:
-                return answer(settled)
         # an agent that dies mid-call cancels its request, but never the recording of a change already made
         task = asyncio.ensure_future(self._locked(tool, call, step))
-        self._changing.add(task)
-        task.add_done_callback(self._changing.discard)
+        self._changing[task] = s.agent_run
+        task.add_done_callback(lambda t: self._changing.pop(t, None))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved here if nobody awaits it
         return await asyncio.shield(task)
 
@@ -81,17 +77,14 @@ class ToolCalls:
         async with self.session.changing():  # this unit's snapshot is never taken in the middle of its change
             return await self._change(tool, call, step)
 
-    async def _settled(self, seq: int) -> JournalEntry | None:
-        """An agent restarted while its previous run's change was still being recorded: wait for that, and
-        answer from the entry it recorded (a replay), instead of taking the intent for an uncertain effect."""
-        await asyncio.gather(*list(self._changing), return_exceptions=True)
-        s = self.session
-        mission, lane = s.host.mission_id, s.lane
-        entry = await asyncio.to_thread(s.host.store.read, lambda t: m.journal_get(t, mission, lane, seq))
-        if entry is None or entry.phase != "done":
-            return None
-        s.note_replay(entry)
-        return entry
+    async def settle_earlier(self, run: int) -> bool:
+        """Wait until no change asked for by an agent run before `run` is still being made or recorded (its
+        agent died mid-call: the change goes on, and a restarted agent must be answered its outcome). True if
+        there was one to wait for."""
+        earlier = [task for task, asked_by in self._changing.items() if asked_by < run]
+        if earlier:
+            await asyncio.gather(*earlier, return_exceptions=True)
+        return bool(earlier)
 
     async def _change(self, tool: Tool, call: ap.ToolRunParams, step: Step) -> Any:
         ctx = self._context()

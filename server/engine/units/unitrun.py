@@ -86,6 +86,7 @@ class UnitSession:
         self.lane = lane(unit.id, mark.epoch)
         self.entries: dict[int, JournalEntry] = {}
         self.seq = 0
+        self.agent_run = 0  # how many times this session has started the unit's worker and agent
         self.replayed = 0
         self.executed = 0
         self.inflight = 0
@@ -175,6 +176,7 @@ class UnitSession:
         self.top, self.entries, saved = await asyncio.to_thread(self.host.store.read, opening)
         self.loaded = min(self.top, PAGE)
         self.seq = 0
+        self.agent_run += 1
         host = self.host
         worker = (
             sys.executable,
@@ -342,7 +344,7 @@ class UnitSession:
         seq = self.seq
         if not self.appending and self.loaded < seq <= self.top:
             await self._page_in(seq)
-        entry = None if self.appending else self.entries.get(seq)  # an appending agent: nothing by position
+        entry = None if self.appending else await self._recorded(seq)  # an appending agent: nothing by position
         if entry is not None:
             if entry.fingerprint != fp:
                 self._nondeterminism(seq, entry, method)
@@ -352,6 +354,19 @@ class UnitSession:
         if method == "tool/run" and not self.sandbox.is_dir():
             self._sandbox_gone(seq)
         return await handler(self, Step(seq, method, fp, time.monotonic(), intent=entry), params)
+
+    async def _recorded(self, seq: int) -> JournalEntry | None:
+        """The entry recorded at `seq` as this run of the agent must see it. A change an earlier run asked for
+        (its worker died mid-call) is still being made or recorded: wait for its outcome, then read the entry
+        back, since that run's recording changes what this one holds in memory. An entry not held but within
+        the lane is read back too."""
+        entry = self.entries.get(seq)
+        if entry is not None and entry.phase == "done":
+            return entry
+        if not await self.tools.settle_earlier(self.agent_run) and (entry is not None or seq > self.top):
+            return entry
+        mission_id, unit_lane = self.host.mission_id, self.lane
+        return await asyncio.to_thread(self.host.store.read, lambda t: m.journal_get(t, mission_id, unit_lane, seq))
 
     def _effect_of(self, method: str, params: Any) -> Effect | None:
         """The effect an appending agent's request asks for: `effect/ask`, or a `tool/run` of an effectful tool."""
