@@ -219,8 +219,17 @@ class PgStore(Store):
         doing the same) and learn the lock's key."""
 
         def run(conn: psycopg.Connection[Any]) -> None:
-            row = conn.execute("SELECT hashtext(current_schema()), to_regclass('keel_clock') IS NOT NULL").fetchone()
+            row = conn.execute(
+                "SELECT hashtext(current_schema()), to_regclass('keel_clock') IS NOT NULL,"
+                " current_setting('search_path')"
+            ).fetchone()
             assert row is not None
+            if row[0] is None:  # no schema of the search path exists, or none is this role's to use
+                raise StoreRefusedError(
+                    f"the PostgreSQL store {self.describe()} names schema {row[2]} (its search_path), which does "
+                    f"not exist or which role {conn.info.user!r} may not use: create it, or grant the role USAGE "
+                    "and CREATE on it"
+                )
             self._lock_key = int(row[0])
             self._channel = f"keel_changes_{self._lock_key & 0xFFFFFFFF:08x}"  # one per store (schema)
             if not row[1]:
@@ -308,6 +317,12 @@ class PgStore(Store):
                 committing = True
                 conn.execute("COMMIT")
                 return result
+            except pgerrors.LockNotAvailable:  # an OperationalError too: the server answered, the lock is held
+                _rollback(conn)
+                raise StoreBusyError(
+                    f"store {self.describe()} is being written by {self._holder()} for more than {limit:g} s; "
+                    "nothing was written"
+                ) from None
             except psycopg.OperationalError as exc:
                 if not conn.broken:
                     _rollback(conn)
@@ -318,12 +333,6 @@ class PgStore(Store):
                     raise _translate(exc, self) from None
                 attempt += 1
                 _back_off(attempt)
-            except pgerrors.LockNotAvailable:
-                _rollback(conn)
-                raise StoreBusyError(
-                    f"store {self.describe()} is being written by {self._holder()} for more than {limit:g} s; "
-                    "nothing was written"
-                ) from None
             except psycopg.Error as exc:
                 _rollback(conn)
                 raise _translate(exc, self) from None
