@@ -59,7 +59,7 @@ def _mission(folder: Path, side: Path) -> Path:
 
 def _round(folder: Path, server: PgServer, strike: str, ttl: float) -> dict[str, Any]:
     schema = server.new_schema()
-    a, b = Machine("machine-a", 1, server.port), Machine("machine-b", 2, server.port)
+    a, b = Machine("machine-a", server.port), Machine("machine-b", server.port)
     procs: list[subprocess.Popen[str]] = []
     try:
         ws = folder / "a" / "ws"

@@ -39,7 +39,7 @@ KEEL = [sys.executable, "-m", "keel.server.cli"]
 
 def _round(folder: Path, server: PgServer, ttl: float) -> dict[str, float]:
     schema = server.new_schema()
-    a, b = Machine("worker-a", 1, server.port), Machine("worker-b", 2, server.port)
+    a, b = Machine("worker-a", server.port), Machine("worker-b", server.port)
     procs: list[subprocess.Popen[str]] = []
     try:
         side = folder / "side.log"
