@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from keel.protocol import __version__
+from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import KeelError
 from keel.server.commands import VERBS, help_of, module_of
 from keel.server.exits import Exit, exit_for
@@ -74,6 +75,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    blank_secrets()  # the commands and agents this process starts cannot read them from its /proc environ
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)

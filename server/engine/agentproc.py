@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import enum
 import os
-import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -26,12 +25,12 @@ import msgspec
 
 from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR
+from keel.protocol.environblock import SECRET_NAME
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
 from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
 from keel.storage.location import STORE_ENV_VAR, store_env, with_store_env
 
 Handler = Callable[[str, Any], Awaitable[Any]]
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
 class AgentError(KeelError):
@@ -90,7 +89,7 @@ def keel_only_env(hide: frozenset[str] = frozenset()) -> frozenset[str]:
 def plain_env(given: dict[str, str]) -> dict[str, str]:
     """A mission's `[env]` values without any whose name looks like a secret's (a secret is never written
     in a mission file)."""
-    return {k: v for k, v in given.items() if not _SECRET.search(k)}
+    return {k: v for k, v in given.items() if not SECRET_NAME.search(k)}
 
 
 def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -98,7 +97,7 @@ def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict
     the providers' `api_key_env` variables) and without the store's settings (KEEL_STORE, libpq's PG*),
     plus the mission's env."""
     keel_only = keel_only_env(hide)
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k) and k not in keel_only}
+    env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k) and k not in keel_only}
     env.update(plain_env(extra))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.diskspace import disk_full
+from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
@@ -93,6 +94,7 @@ class MissionHost:
         self.wait_online = wait_online
         self.models = ModelCalls(self)
         self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)  # commands': an allowlist
+        blank_secrets(self.models.hidden_env)  # the providers' keys: not readable from this process's environ
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
 
     # -- state --------------------------------------------------------------------------------------

@@ -97,3 +97,42 @@ def test_a_command_gets_the_allowlist_what_the_mission_names_and_nothing_else(tm
     allowed = {"PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ", "JAVA_HOME", "GREETING", "KEEL_COMMAND_OF"}
     allowed |= {"PYTHONDONTWRITEBYTECODE", "PWD", "SHLVL", "_", "OLDPWD"}  # the shell's own and keel's defaults
     assert {n for n in seen if not n.startswith("LC_")} <= allowed, sorted(set(seen) - allowed)
+
+
+def test_no_keel_process_lets_a_command_read_its_secrets_from_proc(tmp_path: Path) -> None:
+    """A command may read the environment its keel parents were started with (/proc/<pid>/environ): the
+    host's and the unit worker's show the secrets' names, never their values."""
+    write_config(tmp_path / "ws", [provider("local", "http://127.0.0.1:9", api_key_env="LLM_PASS")])
+    secrets = {
+        "LLM_PASS": KEY,  # a provider's api_key_env: a name no filter would take for a secret's
+        "PGPASSWORD": "pg-" + uuid.uuid4().hex,
+        "OPENAI_API_KEY": "sk-" + uuid.uuid4().hex,
+        "DATABASE_URL": f"postgresql://u:{uuid.uuid4().hex}@db.invalid/x",
+    }
+    report = tmp_path / "environs.json"
+    scan = tmp_path / "scan.py"
+    scan.write_text(  # every readable process's exec-time environment, named by its command line
+        "import json, pathlib, sys\n"
+        "found = {}\n"
+        "for p in pathlib.Path('/proc').iterdir():\n"
+        "    try:\n"
+        "        cmd = (p / 'cmdline').read_bytes().replace(b'\\0', b' ').decode(errors='replace')\n"
+        "        found[cmd] = (p / 'environ').read_bytes().decode(errors='replace')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "pathlib.Path(sys.argv[1]).write_text(json.dumps(found))\n"
+    )
+    steps = [{"tool": "run", "args": {"cmd": f"python3 {scan} {report}"}}]
+    mission = write_mission(tmp_path, [{"id": "probe", "params": {"steps": steps}}])
+    proc = start_keel("run", str(mission), store=tmp_path / "store", env={**secrets, **NO_KEYRING})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    environs = json.loads(report.read_text())
+    keel_processes = {cmd: env for cmd, env in environs.items() if str(mission) in cmd or "units.subagent" in cmd}
+    host = [cmd for cmd in keel_processes if "keel.server.cli run" in cmd]
+    worker = [cmd for cmd in keel_processes if "units.subagent" in cmd and str(tmp_path) in cmd]
+    assert host and worker, sorted(environs)  # the strike landed: both were read while the mission ran
+    for cmd in (*host, *worker):
+        assert "PGPASSWORD=" in keel_processes[cmd] or "LLM_PASS=" in keel_processes[cmd], cmd
+    leaks = [(name, cmd) for cmd, env in environs.items() for name, value in secrets.items() if value in env]
+    assert not leaks, leaks

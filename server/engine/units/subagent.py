@@ -40,6 +40,7 @@ from typing import Any, BinaryIO, cast
 
 from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR, ERR_DISK_FULL
+from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
@@ -318,6 +319,7 @@ def kill_group(agent: subprocess.Popen[bytes]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    blank_secrets()  # the store's settings it was given: its agent cannot read them from its /proc environ
     parser = argparse.ArgumentParser(prog="keel-subagent")
     for name in ("store", "mission", "unit", "sandbox"):
         parser.add_argument(f"--{name}", required=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol import agent as ap
+from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord, Question, UnitLease, UnitMark, WorkerOffer
 from keel.protocol.spec import UnitSpec
@@ -118,6 +119,7 @@ class UnitHost:
         self.stats: dict[str, int] = {"replayed": 0, "executed": 0, "reconciled": 0, "units_run": 1}
         self.models = ModelCalls(self)
         self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)
+        blank_secrets(self.models.hidden_env)  # the providers' keys: not readable from this process's environ
         self.places = WorkerPlaces(self, claimed, ttl)
         self.session = UnitSession(self, self.places, self.models, self.unit)
         self.sessions = {self.unit.id: self.session}

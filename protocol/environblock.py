@@ -1,0 +1,59 @@
+"""Keeping a keel process's secrets out of `/proc/<pid>/environ`, where any process of the same user (a
+unit's command, an agent) could read them from its keel parent.
+
+The kernel shows a process's environment as it was at exec: the block of `NAME=value` strings between the
+`env_start` and `env_end` addresses of `/proc/self/stat`. Changing `os.environ` does not touch that block,
+so `blank_secrets` overwrites the values of secret names in it with NUL bytes (through `/proc/self/mem`),
+after pointing the C library's `environ` at fresh copies (`os.putenv`): keel itself, and a library that
+calls getenv (libpq reads PGPASSWORD), still see every value; `/proc/<pid>/environ` shows the name only.
+Unlike prctl(PR_SET_DUMPABLE, 0) this holds for a reader running as root too. Linux only; elsewhere it
+does nothing. Depends on the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Collection
+
+# a name that looks like a secret's: never handed to agents or commands, never left readable in the block
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_ALSO = frozenset({"DATABASE_URL", "KEEL_STORE"})  # a URL may carry a password
+
+
+def is_secret(name: str) -> bool:
+    """A secret's name, a store setting (libpq's PG*) or a URL that may carry a password."""
+    return bool(SECRET_NAME.search(name)) or name in _ALSO or (name.startswith("PG") and name[2:3].isupper())
+
+
+def blank_secrets(also: Collection[str] = ()) -> int:
+    """Overwrite the values of secret variables (and of the names in `also`: the providers' `api_key_env`,
+    whatever they are called) in this process's exec-time environment block; how many were blanked (0 where
+    /proc offers no way: another kernel, a process without /proc mounted)."""
+    try:
+        start, end = _block()
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = mem.read(end - start)
+            blanked = 0
+            offset = 0
+            for entry in block.split(b"\0"):
+                name, eq, value = entry.partition(b"=")
+                text = name.decode(errors="replace")
+                if eq and value.strip(b"\0") and (is_secret(text) or text in also):
+                    current = os.environ.get(text)
+                    if current is not None:
+                        os.putenv(text, current)  # the C library's environ no longer points into the block
+                    mem.seek(start + offset + len(name) + 1)
+                    mem.write(b"\0" * len(value))
+                    blanked += 1
+                offset += len(entry) + 1
+            return blanked
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _block() -> tuple[int, int]:
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()
+    return int(fields[47]), int(fields[48])  # env_start and env_end: fields 50 and 51 of proc(5)
