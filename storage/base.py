@@ -66,19 +66,25 @@ class Store(abc.ABC):
         create: bool = True,
         readonly: bool = False,
         write_timeout: float | None = None,
+        wait: Callable[[str], object] | None = None,
         **options: Any,
     ) -> Store:
         """Open the store in `path`: PostgreSQL where the folder names one, else LMDB (made there when
         `create` and nothing is there yet). `readonly` opens never wait on a writer; `write_timeout`
-        bounds how long a write waits for another writer (default $KEEL_WRITE_LOCK_TIMEOUT_S or 10 s)."""
+        bounds how long a write waits for another writer (default $KEEL_WRITE_LOCK_TIMEOUT_S or 10 s).
+        `wait`: a long-running process's; its store waits out outages from the first contact on, saying so
+        through `wait` (`wait_out_outages`)."""
         folder = Path(path)
         if (folder / URL_FILE).exists():
             from keel.storage.pg import PgStore
 
-            return PgStore.open_folder(folder, readonly=readonly, write_timeout=write_timeout)
+            return PgStore.open_folder(folder, readonly=readonly, write_timeout=write_timeout, wait=wait)
         from keel.storage.store import LmdbStore
 
-        return LmdbStore.open_folder(folder, create=create, readonly=readonly, write_timeout=write_timeout, **options)
+        store = LmdbStore.open_folder(folder, create=create, readonly=readonly, write_timeout=write_timeout, **options)
+        if wait is not None:
+            store.wait_out_outages(wait)
+        return store
 
     # -- transactions ---------------------------------------------------------------------------
     @abc.abstractmethod

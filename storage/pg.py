@@ -136,8 +136,17 @@ class PgStore(Store):
         self.application = f"keel pid {os.getpid()} on {socket.gethostname()}"
 
     @classmethod
-    def open_folder(cls, path: Path, *, readonly: bool = False, write_timeout: float | None = None) -> PgStore:
+    def open_folder(
+        cls,
+        path: Path,
+        *,
+        readonly: bool = False,
+        write_timeout: float | None = None,
+        wait: Callable[[str], object] | None = None,
+    ) -> PgStore:
         store = cls(path, read_url(path), readonly, write_timeout)
+        if wait is not None:  # a long-running process: the server may be away at its first contact too
+            store.wait_out_outages(wait)
         try:
             store._prepare()
             store._first_contact()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,18 @@ def require_store(args: argparse.Namespace) -> Path:
     return path
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False, readonly: bool = False) -> Store:
+def open_store(
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    readonly: bool = False,
+    wait: Callable[[str], object] | None = None,
+) -> Store:
     """Open the store the flags name; creating one gives its `.keel/` folder a .gitignore. `readonly`
-    (verbs that only look) never waits on a writer, even a frozen one."""
+    (verbs that only look) never waits on a writer, even a frozen one. `wait`: a long-running verb's (a
+    worker, a supervisor): a database away, also at the first contact, is waited out and said through it."""
     path = store_path(args) if create else require_store(args)
-    return Store.open(path, create=create, readonly=readonly and not create)
+    return Store.open(path, create=create, readonly=readonly and not create, wait=wait)
 
 
 def print_json(value: Any) -> None:

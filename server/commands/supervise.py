@@ -81,8 +81,7 @@ class Supervisor:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
-        store.wait_out_outages(_say)
+    with open_store(args, wait=_say) as store:  # a database away is a pause, never a failure
         supervisor = Supervisor(store_path(args), _say, args.interval)
         _say(f"watching {store.describe()}")
         while True:

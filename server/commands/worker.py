@@ -55,8 +55,7 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.units < 1:
         raise SystemExit("keel worker: --units must be at least 1")
-    with open_store(args) as store:
-        store.wait_out_outages(_say)  # a database away is a pause for this worker's units, never a failure
+    with open_store(args, wait=_say) as store:  # a database away is a pause for its units, never a failure
         return asyncio.run(_work(store, store_path(args), Path(args.workspace).resolve(), args))
 
 

@@ -595,7 +595,7 @@ def run_host_blocking(
     lock.acquire()
     own, ended = store is None, None  # ended: the state the host stopped in
     try:
-        store = store or Store.open(store_path, create=False)
+        store = store or Store.open(store_path, create=False, wait=_say)
         store.reserve_owner = True  # this process may spend the store's reserve to record a disk_full pause
         store.wait_out_outages(_say)  # a database away (restart, failover, network) is a pause, never a failure
         lease = store.write(
