@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -105,10 +105,14 @@ class Store(abc.ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None] | None:
+    def subscribe(
+        self, callback: Callable[[], object], *, mission: str | None = None, dbs: Collection[str] = ()
+    ) -> Callable[[], None] | None:
         """Call `callback` (from another thread) after commits, as a wake-up only: the caller still reads
-        `txn_id()` to learn what changed, and polls now and then in case a wake-up was lost. Returns the
-        function that unsubscribes; None: this backend has no wake-ups (LMDB), poll `txn_id()` instead."""
+        to learn what changed, and polls now and then in case a wake-up was lost. With `mission`, only after
+        commits that changed that mission's records (in one of `dbs`, `DB` values, when given; a mission's
+        host lease is "hostlease"). Returns the function that unsubscribes; None: this backend has no
+        wake-ups (LMDB), poll `txn_id()` instead."""
         return None
 
     # -- facts ----------------------------------------------------------------------------------

@@ -13,9 +13,11 @@ First contact: opening a database that has no keel tables makes them, and one wi
 it, also for a read-only verb (`keel missions` on a new database lists none); a role that may not create
 the tables gets a StoreError that names them.
 
-Change wake-ups: every write NOTIFYs the store's channel at commit; `subscribe` LISTENs on one connection
-per process and wakes the watchers, which then read `keel_clock` (a wake-up may be lost; they still poll
-now and then, and catch up after a reconnect).
+Change wake-ups: every write NOTIFYs the store's channel at commit (in the COMMIT's round trip), its payload
+naming what it changed as `db/mission` tokens (`change_token`); `subscribe` LISTENs on one connection per
+process and wakes the watchers the change concerns: a mission host its own mission's controls and leases
+only, never every other mission's writes (a wake-up may be lost; they still poll now and then, and catch up
+after a reconnect).
 
 Transactions: a read is one REPEATABLE READ READ ONLY transaction (a consistent snapshot, never waiting
 on a writer). A write takes the store's transaction-scoped advisory lock first, so writers follow one
@@ -41,10 +43,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -132,7 +135,7 @@ class PgStore(Store):
         self._closed = False
         self._lock_key = 0
         self._channel = "keel_changes"
-        self._listeners: list[Callable[[], object]] = []
+        self._listeners: list[_Listener] = []
         self.application = f"keel pid {os.getpid()} on {socket.gethostname()}"
 
     @classmethod
@@ -314,7 +317,7 @@ class PgStore(Store):
             try:
                 cur = conn.execute(  # one round trip: no parameters, so the simple query protocol
                     f"BEGIN; SET LOCAL lock_timeout = {max(1, int(limit * 1000))};"
-                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key}); NOTIFY {self._channel};"
+                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key});"
                     " UPDATE keel_clock SET txn = txn + 1 RETURNING pg_current_xact_id()::text"
                 )
                 while cur.nextset():
@@ -322,9 +325,10 @@ class PgStore(Store):
                 row = cur.fetchone()
                 assert row is not None
                 xid = str(row[0])
-                result = fn(PgTxn(conn, write=True))
+                txn = PgTxn(conn, write=True)
+                result = fn(txn)
                 committing = True
-                conn.execute("COMMIT")
+                conn.execute(f"NOTIFY {self._channel}, '{txn.payload()}'; COMMIT")  # one round trip
                 return result
             except pgerrors.LockNotAvailable:  # an OperationalError too: the server answered, the lock is held
                 _rollback(conn)
@@ -395,20 +399,25 @@ class PgStore(Store):
             return "another process"
 
     # -- change wake-ups ------------------------------------------------------------------------
-    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None] | None:
-        """Every write NOTIFYs the store's channel at commit; one thread per store LISTENs and calls each
-        subscriber. NOTIFY is only a wake-up (a listener that was disconnected misses some): after a
-        reconnect every subscriber is called once, to catch up by reading."""
+    def subscribe(
+        self, callback: Callable[[], object], *, mission: str | None = None, dbs: Collection[str] = ()
+    ) -> Callable[[], None] | None:
+        """Every write NOTIFYs the store's channel at commit, its payload naming what it changed (`PgTxn.payload`:
+        `db/mission` tokens); one thread per store LISTENs and calls each subscriber that the change concerns:
+        every one without a `mission`, else those whose mission (and one of `dbs`, when given) it names. NOTIFY
+        is only a wake-up (a listener that was disconnected misses some): after a reconnect every subscriber is
+        called once, to catch up by reading."""
+        listener = _Listener(callback, mission, frozenset(dbs))
         with self._lock:
-            self._listeners.append(callback)
+            self._listeners.append(listener)
             first = len(self._listeners) == 1
         if first:
             threading.Thread(target=self._listen, name="keel-store-listen", daemon=True).start()
 
         def unsubscribe() -> None:
             with self._lock:
-                if callback in self._listeners:
-                    self._listeners.remove(callback)
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
 
         return unsubscribe
 
@@ -421,26 +430,62 @@ class PgStore(Store):
                 continue
             try:
                 conn.execute(f"LISTEN {self._channel}")
-                self._wake_all()  # whatever happened while nobody listened
+                self._wake(ANY_CHANGE)  # whatever happened while nobody listened
                 while not self._closed:
-                    for _ in conn.notifies(timeout=1.0, stop_after=1):
-                        self._wake_all()
+                    for notice in conn.notifies(timeout=1.0, stop_after=1):
+                        self._wake(notice.payload)
             except psycopg.Error:
                 time.sleep(0.2)
             finally:
                 conn.close()
 
-    def _wake_all(self) -> None:
+    def _wake(self, payload: str) -> None:
+        tokens = None if payload == ANY_CHANGE else frozenset(payload.split(",") if payload else ())
         with self._lock:
             listeners = list(self._listeners)
-        for callback in listeners:
-            with contextlib.suppress(Exception):  # a subscriber that is gone (its event loop closed)
-                callback()
+        for listener in listeners:
+            if tokens is None or listener.concerned(tokens):
+                with contextlib.suppress(Exception):  # a subscriber that is gone (its event loop closed)
+                    listener.callback()
 
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:
         row = self._with_connection(lambda conn: conn.execute("SELECT txn FROM keel_clock").fetchone())
         return 0 if row is None else int(row[0])
+
+
+ANY_CHANGE = "*"  # a payload that concerns every subscriber: a reconnect, or a change too large to name
+_PAYLOAD_MAX = 4000  # bytes of tokens a NOTIFY names before it says ANY_CHANGE (PostgreSQL allows < 8000)
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.:/-]+")
+_NOT_A_MISSIONS = frozenset({DB.META, DB.BLOBS, DB.PROVIDERS})
+
+
+def change_token(db: DB, key: bytes) -> str | None:
+    """What a write of `key` in `db` changed, as a NOTIFY payload names it: `db/mission` (a mission's host lease,
+    stored under the mission id alone in DB.LEASES, is `hostlease/mission`); None for records of no mission."""
+    if db in _NOT_A_MISSIONS:
+        return None
+    mission, sep, _ = key.partition(b"\x00")
+    kind = "hostlease" if db is DB.LEASES and not sep else db.value
+    return f"{kind}/{mission.decode(errors='replace')}"
+
+
+class _Listener:
+    __slots__ = ("callback", "dbs", "mission")
+
+    def __init__(self, callback: Callable[[], object], mission: str | None, dbs: frozenset[str]) -> None:
+        self.callback = callback
+        self.mission = mission
+        self.dbs = dbs
+
+    def concerned(self, tokens: frozenset[str]) -> bool:
+        """Whether a change naming `tokens` is this subscriber's: it names no mission in particular, or it names
+        this subscriber's mission (in one of its databases, when it named some)."""
+        if self.mission is None:
+            return True
+        if self.dbs:
+            return any(f"{db}/{self.mission}" in tokens for db in self.dbs)
+        return any(token.endswith(f"/{self.mission}") for token in tokens)
 
 
 class PgTxn(Txn):
@@ -449,6 +494,19 @@ class PgTxn(Txn):
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self._conn = conn
         self.write = write
+        self._changed: set[str] = set()  # what this write transaction changed (change_token)
+
+    def payload(self) -> str:
+        """The NOTIFY payload of this write transaction: its change tokens, or ANY_CHANGE when they are too many
+        to name or not plain."""
+        text = ",".join(sorted(self._changed))
+        if len(text) > _PAYLOAD_MAX or (text and not all(_TOKEN_CHARS.fullmatch(t) for t in self._changed)):
+            return ANY_CHANGE
+        return text
+
+    def _note(self, db: DB, key: bytes) -> None:
+        if (token := change_token(db, key)) is not None:
+            self._changed.add(token)
 
     def snapshot_id(self) -> int:
         row = self._conn.execute("SELECT txn FROM keel_clock").fetchone()
@@ -467,6 +525,7 @@ class PgTxn(Txn):
         return None if row is None else bytes(row[0])
 
     def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
+        self._note(db, key)
         if overwrite:
             self._conn.execute(
                 "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s)"
@@ -481,6 +540,7 @@ class PgTxn(Txn):
         return row is not None
 
     def delete(self, db: DB, key: bytes) -> bool:
+        self._note(db, key)
         row = self._conn.execute(
             "DELETE FROM keel_records WHERE db = %s AND key = %s RETURNING 1", (db.value, key)
         ).fetchone()

@@ -48,15 +48,16 @@ from keel.server.engine.units import moving
 from keel.server.engine.units.registry import Registry
 from keel.server.engine.units.remote import RemoteUnit
 from keel.server.engine.units.unitrun import Outcome, UnitSession
+from keel.server.engine.wakeups import MissionChanges
 from keel.server.exits import Exit
-from keel.storage import Store, Txn, hostlease, leases
+from keel.storage import DB, Store, Txn, hostlease, leases
 from keel.storage import missions as m
 from keel.storage.hostlease import FencedHostError
 
 S = MissionState
 K = OutcomeKind
 POLL_S = 0.02
-WOKEN_POLL_S = 1.0
+WOKEN_POLL_S = 10.0  # a store that wakes this host when its controls change: read anyway this often
 
 
 class MissionHost:
@@ -439,29 +440,20 @@ class MissionHost:
     # -- pause and questions --------------------------------------------------------------------------
     async def _watch_controls(self) -> None:
         """Act on control records (pause, answer, cancel) as they are committed. A store that wakes its
-        watchers (PostgreSQL's NOTIFY) is read when it says so, and once a second in case a wake-up was
-        lost; otherwise its transaction id is polled every POLL_S."""
-        loop = asyncio.get_running_loop()
-        changed = asyncio.Event()
-        unsubscribe = self.store.subscribe(lambda: loop.call_soon_threadsafe(changed.set))
+        watchers (PostgreSQL's NOTIFY, naming the missions and databases a commit changed) is read when it
+        says this mission's controls changed, and every WOKEN_POLL_S in case a wake-up was lost; otherwise its
+        transaction id is polled every POLL_S."""
+        changes = MissionChanges(self.store, self.mission_id, dbs=(DB.CONTROL.value,))
         seen_txn = -1
         try:
             while not self._stop.is_set():
-                changed.clear()
                 if self.store.txn_id() != seen_txn:
                     seen_txn, controls = self.store.read(self._unseen_controls)
                     if controls:
                         await self._on_controls(controls)
-                await asyncio.sleep(POLL_S)  # woken by every commit (its own too): read at most this often
-                if unsubscribe is not None:
-                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
-                    # arrives as the event is set, and this watcher would then never stop
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(WOKEN_POLL_S):
-                            await changed.wait()
+                await changes.wait(WOKEN_POLL_S if changes.live else POLL_S)
         finally:
-            if unsubscribe is not None:
-                unsubscribe()
+            changes.close()
 
     def _unseen_controls(self, txn: Txn) -> tuple[int, list[tuple[int, Control]]]:
         # remember the snapshot actually read: LMDB publishes a commit's id a moment before new read

@@ -2,8 +2,8 @@
 
 It reads the client's side of the wire protocol (untyped SSL/GSS requests and the startup message,
 then typed messages: one type byte, an int32 length) and relays everything else byte for byte. Armed
-with `cut("after")`, it forwards the next `COMMIT` query and then closes both sides before the server's
-answer reaches the client: the server commits, the client never hears. With `cut("before")` it closes
+with `cut("after")`, it forwards the next query that ends in `COMMIT` and then closes both sides before the
+server's answer reaches the client: the server commits, the client never hears. With `cut("before")` it closes
 without forwarding: the server never sees the COMMIT and aborts. `strikes` counts the cuts made.
 """
 
@@ -64,7 +64,7 @@ class PgProxy:
                 (length,) = struct.unpack("!i", _exactly(client, 4))
                 body = _exactly(client, length - 4)
                 message = kind + struct.pack("!i", length) + body
-                if kind == b"Q" and body.rstrip(b"\0").strip().upper() == b"COMMIT":
+                if kind == b"Q" and _ends_in_commit(body):
                     when = self._take()
                     if when:
                         self.strikes += 1
@@ -81,6 +81,11 @@ class PgProxy:
             for sock in (client, server):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def _ends_in_commit(query: bytes) -> bool:
+    """A simple query whose last statement is COMMIT (keel sends its NOTIFY with it: `NOTIFY …; COMMIT`)."""
+    return query.rstrip(b"\0").strip().upper().rsplit(b";", 1)[-1].strip() == b"COMMIT"
 
 
 def _exactly(sock: socket.socket, n: int) -> bytes:

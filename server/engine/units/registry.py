@@ -122,6 +122,8 @@ class Registry:
         reach = Reach(gap_for(self.ttl) + period)  # a store outage silences every worker: no evidence of a dead one
         while True:
             await asyncio.sleep(period)
+            if not any(session.proc is not None for session in self.host.sessions.values()):
+                continue  # no worker process of this host's to judge (a waiting mission's units are offered)
             started = time.monotonic()
             held_now, now = await asyncio.to_thread(
                 self.host.store.read, lambda t: (leases.list_leases(t, self.mission_id), t.clock())

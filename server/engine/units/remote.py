@@ -38,13 +38,15 @@ from keel.server.engine.interface import Host
 from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.units.registry import Registry, lease_ttl
 from keel.server.engine.units.unitrun import Outcome, UnitSession
-from keel.storage import Txn, leases
+from keel.server.engine.wakeups import MissionChanges
+from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
 
 K = OutcomeKind
 L = LeaseState
-POLL_S = 0.1
+POLL_S = 0.1  # how often a unit's lease is read where the store does not say when it changed (LMDB)
+OFFERED_POLL_S = 10.0  # an offer nobody has claimed, on a store that says when the lease changes: a safety net
 MAX_LAPSES = 3  # workers lost with the unit in one run of it; after that the host runs it itself
 
 
@@ -60,6 +62,7 @@ class RemoteUnit:
         self._stopping = False
         self._lapses = 0
         self._files = Snapshotter()
+        self._changes: MissionChanges | None = None  # while following a worker: woken when the leases change
 
     # -- what the host and its registry's lease watch see of a running unit --------------------------
     @property
@@ -82,6 +85,8 @@ class RemoteUnit:
     @stopping.setter
     def stopping(self, value: bool) -> None:
         self._stopping = value
+        if self._changes is not None:
+            self._changes.poke()
         if self.local is not None:
             self.local.stopping = value
 
@@ -118,9 +123,23 @@ class RemoteUnit:
         return await self._follow("")
 
     async def _follow(self, worker: str) -> Outcome:
-        reach = Reach(gap_for(lease_ttl()) + POLL_S)  # a store outage silences every worker: no evidence of a lost one
+        """Follow the worker that runs the unit (or the offer nobody took yet) through the unit's lease: read
+        when the store says the mission's leases changed (a claim, a heartbeat, the completion), at least every
+        quarter of the ttl while a worker holds it (to judge its silence), and every POLL_S where the store
+        never says."""
+        changes = self._changes = MissionChanges(self.host.store, self.host.mission_id, dbs=(DB.LEASES.value,))
+        try:
+            return await self._following(worker, changes)
+        finally:
+            self._changes = None
+            changes.close()
+
+    async def _following(self, worker: str, changes: MissionChanges) -> Outcome:
+        running_poll = max(POLL_S, lease_ttl() / 4) if changes.live else POLL_S
+        reach = Reach(gap_for(lease_ttl()) + running_poll)  # a store outage silences every worker: no evidence
+        pause = POLL_S
         while True:
-            await asyncio.sleep(POLL_S)
+            await changes.wait(pause)
             started = time.monotonic()
             held, now = await asyncio.to_thread(
                 self.host.store.read, lambda t: (leases.get(t, self.host.mission_id, self.unit.id), t.clock())
@@ -129,6 +148,7 @@ class RemoteUnit:
             if held is None or held.lane != self.lane:
                 return Outcome(K.FAILED, error=f"unit {self.unit.id}'s lease on lane {self.lane} is gone")
             self._note_progress(held)
+            pause = OFFERED_POLL_S if changes.live and held.state == L.OFFERED else running_poll
             if held.state == L.DONE:
                 return await self._done(held)
             if held.state == L.RETURNED:
