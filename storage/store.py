@@ -16,19 +16,19 @@ py-lmdb invalidates every open transaction and cursor when the map is resized or
 reopened, so each transaction holds the environment's gate (`envgate.py`) and such a change waits until
 no transaction of this process is open: a read in one thread is never broken by another's resize.
 
-Opening checks data.mdb with plain reads before LMDB maps it (`lmdbwalk.check_data_file`): a truncated
+Opening checks data.mdb with plain reads before LMDB maps it (`lmdbopen.check_file`): a truncated
 or empty file is StoreDamagedError, never a SIGBUS or a silently re-initialised store; a new store is
-made only where data.mdb does not exist. Opening an existing store writes nothing (the named databases
-are opened in a read transaction) unless a migration is due, so readers never wait on a writer. Every
-write first takes `writer.lock` with a time limit (`writelock.py`), so a frozen writer is named in a
-StoreBusyError rather than hanging everyone.
+made only where data.mdb does not exist. Then, before any tree is walked, every branch and leaf page of
+every tree (`lmdbopen.check_trees`): a damaged one is StoreDamagedError, never liblmdb's abort.
+Opening an existing store writes nothing (the named databases are opened in a read transaction) unless a
+migration is due, so readers never wait on a writer. Every write first takes `writer.lock` with a time
+limit (`writelock.py`), so a frozen writer is named in a StoreBusyError rather than hanging everyone.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,8 +40,7 @@ from keel.storage.base import Store
 from keel.storage.envgate import EnvGate, NestedChange
 from keel.storage.errors import StoreBusyError, StoreDamagedError, StoreError, StoreFullError
 from keel.storage.keys import DB
-from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
-from keel.storage.lmdbwalk import check_data_file
+from keel.storage.lmdbopen import check_file, check_trees
 from keel.storage.location import DATA_FILE, prepare_keel_dir
 from keel.storage.txn import LmdbTxn, Txn
 from keel.storage.writelock import WriterLock, default_timeout
@@ -51,7 +50,6 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _RESIZE_RETRIES = 10
-_DAMAGE_READS = 3  # a data.mdb that looks damaged is read this often before it counts as damaged
 RESERVE_NAME = "reserve"
 DEFAULT_RESERVE_BYTES = 1024 * 1024
 
@@ -155,7 +153,7 @@ class LmdbStore(Store):
                     prepare_keel_dir(path)
                     store.keep_reserve()
                     return store
-        _check_file(path, writer, timeout)
+        check_file(path, writer, timeout)
         if readonly:
             try:
                 store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True, reserve_bytes)
@@ -188,6 +186,7 @@ class LmdbStore(Store):
             env.reader_check()  # clear reader slots left by killed processes
             shared = _Env(env, readonly)
             store = cls(shared, path, max_map_size, write_timeout, reserve_bytes)
+            store._check_trees()  # before anything walks a tree: opening the named databases does
             shared.dbs = store._open_dbs(env)
             if not readonly:
                 store._ensure_schema()
@@ -453,6 +452,15 @@ class LmdbStore(Store):
         with self._shared.gate.open():
             return {"path": str(self.path), "backend": self.backend, **self._env.info(), **self._env.stat()}
 
+    def _check_trees(self) -> None:
+        """Refuse a file whose B-trees an LMDB cursor could not walk without aborting the process. Inside a
+        read transaction: a host committing meanwhile reuses no page of that snapshot or a newer one."""
+        txn = self._begin(write=False)
+        try:
+            check_trees(self.path / DATA_FILE)
+        finally:
+            self._end(txn)
+
     def _open_dbs(self, env: lmdb.Environment) -> dict[DB, Any]:
         """Open the named databases. py-lmdb opens one in a write transaction unless the environment is
         read-only (a DBI opened in a read transaction is dropped when py-lmdb resets it), and a write
@@ -533,31 +541,6 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
-    """Refuse a damaged data.mdb before LMDB maps it. A writer may be committing meanwhile (a meta page being
-    written, the file growing): a file that looks damaged is read again a few times, and damage is what
-    stays. A file still too short to hold its meta pages is judged again under the writer lock: another
-    process may be creating the store at this moment."""
-    data = path / "data.mdb"
-    for attempt in range(_DAMAGE_READS):
-        try:
-            check_data_file(data)
-            return
-        except FileDamage as exc:
-            if data.stat().st_size < 2 * MAX_PAGE_SIZE:
-                break
-            if attempt == _DAMAGE_READS - 1:
-                raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
-            time.sleep(0.02)
-        except OSError as exc:
-            raise StoreError(f"cannot read {data}: {exc}") from None
-    with writer.held(timeout):
-        try:
-            check_data_file(data)
-        except FileDamage as exc:
-            raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
 
 
 # LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).
