@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -212,7 +213,7 @@ class LmdbStore(Store):
             if _Shared.envs.get(key) is self._shared:
                 _Shared.envs.pop(key)
             writer = _Shared.writers.pop(key, None)
-        with self._shared.gate.changing():  # a thread of this process may still be reading: it finishes first
+        with self._changing():  # a thread of this process may still be reading: it finishes first
             self._env.close()
         if writer is not None:
             writer.close()  # no write is under way: this was the store's last user here
@@ -221,7 +222,7 @@ class LmdbStore(Store):
         """Open the LMDB environment again, for every Store of this path in this process: after a failed
         meta-page write LMDB marks it fatal (MDB_PANIC) and refuses every transaction until then.
         Committed data is untouched; waits until no transaction of this process is open."""
-        with self._shared.gate.changing():
+        with self._changing():
             old = self._shared.env
             map_size = int(old.info()["map_size"])
             old.close()
@@ -356,9 +357,15 @@ class LmdbStore(Store):
     def _change_map(self, size: int) -> None:
         """Resize the map (0: to the size another process grew it to), once no transaction of this process
         is open: py-lmdb invalidates every open one when the map changes."""
+        with self._changing():
+            self._env.set_mapsize(size)
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Held while the map or the environment changes: no transaction of this process is open meanwhile."""
         try:
             with self._shared.gate.changing():
-                self._env.set_mapsize(size)
+                yield
         except NestedChange as exc:
             raise StoreError(f"store at {self.path}: {exc}") from None
 
@@ -389,7 +396,7 @@ class LmdbStore(Store):
                 self._packed_copy(copy)
                 _fsync(copy / "data.mdb")
                 before, after = data.stat().st_size, (copy / "data.mdb").stat().st_size
-                with self._shared.gate.changing():
+                with self._changing():
                     self._refuse_other_users()
                     map_size = int(self._env.info()["map_size"])
                     self._env.close()

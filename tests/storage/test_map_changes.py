@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from keel.protocol.records import Event
-from keel.storage import DB, Store, Txn
+from keel.storage import DB, Store, StoreError, Txn
 from keel.storage.keys import mission_prefix
 from keel.storage.store import LmdbStore
 
@@ -112,3 +112,17 @@ def _wait(condition: Callable[[], bool]) -> None:
             return
         done.wait(0.01)
     raise AssertionError("the map neither changed nor waited to change")
+
+
+def test_a_thread_cannot_grow_the_map_under_its_own_read(tmp_path: Path) -> None:
+    """A write that needs a bigger map, made inside a read of the same thread, is refused with a StoreError
+    (growing the map would invalidate that read) instead of waiting for itself."""
+    with Store.open(tmp_path / "store", map_size=SMALL_MAP) as store:
+        _fill(store, 1, ENTRIES)
+
+        def write_inside(t: Txn) -> None:
+            _fill(store, ENTRIES + 1, 400)
+
+        with pytest.raises(StoreError, match="cannot change while this thread holds one of its transactions"):
+            store.read(write_inside)
+        assert len(store.read(lambda t: list(t.read_log(DB.EVENTS, PREFIX, Event)))) > ENTRIES  # still usable
