@@ -12,21 +12,25 @@ subagent's heartbeat or a CLI verb) a write that meets a full disk deletes the r
 in the space it freed, and `full_disk()` tells the caller to stop: the journal entries in flight and the
 pause still commit. After a failed meta-page write LMDB refuses every transaction (MDB_PANIC) until the
 environment is opened again: `reopen()` does that, and a transaction that meets the panic reopens once.
+py-lmdb invalidates every open transaction and cursor when the map is resized or the environment
+reopened, so each transaction holds the environment's gate (`envgate.py`) and such a change waits until
+no transaction of this process is open: a read in one thread is never broken by another's resize.
 
-Opening checks data.mdb with plain reads before LMDB maps it (`lmdbwalk.check_data_file`): a truncated
+Opening checks data.mdb with plain reads before LMDB maps it (`lmdbopen.check_file`): a truncated
 or empty file is StoreDamagedError, never a SIGBUS or a silently re-initialised store; a new store is
-made only where data.mdb does not exist. Opening an existing store writes nothing (the named databases
-are opened in a read transaction) unless a migration is due, so readers never wait on a writer. Every
-write first takes `writer.lock` with a time limit (`writelock.py`), so a frozen writer is named in a
-StoreBusyError rather than hanging everyone.
+made only where data.mdb does not exist. Then, before any tree is walked, every branch and leaf page of
+every tree (`lmdbopen.check_trees`): a damaged one is StoreDamagedError, never liblmdb's abort.
+Opening an existing store writes nothing (the named databases are opened in a read transaction) unless a
+migration is due, so readers never wait on a writer. Every write first takes `writer.lock` with a time
+limit (`writelock.py`), so a frozen writer is named in a StoreBusyError rather than hanging everyone.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,10 +38,10 @@ import lmdb
 
 from keel.protocol.diskspace import NEARLY_FULL_BYTES, disk_full, free_bytes, is_disk_full
 from keel.storage.base import Store
+from keel.storage.envgate import EnvGate, NestedChange
 from keel.storage.errors import StoreBusyError, StoreDamagedError, StoreError, StoreFullError
 from keel.storage.keys import DB
-from keel.storage.lmdbfile import MAX_PAGE_SIZE, FileDamage
-from keel.storage.lmdbwalk import check_data_file
+from keel.storage.lmdbopen import check_file, check_trees
 from keel.storage.location import DATA_FILE, prepare_keel_dir
 from keel.storage.txn import LmdbTxn, Txn
 from keel.storage.writelock import WriterLock, default_timeout
@@ -47,7 +51,6 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_MAP_SIZE = 64 * 1024 * 1024 * 1024
 _RESIZE_RETRIES = 10
-_DAMAGE_READS = 3  # a data.mdb that looks damaged is read this often before it counts as damaged
 RESERVE_NAME = "reserve"
 DEFAULT_RESERVE_BYTES = 1024 * 1024
 
@@ -61,7 +64,7 @@ class _Env:
         self.readonly = readonly
         self.dbs: dict[DB, Any] = {}
         self.users = 1
-        self.lock = threading.Lock()  # map resizes and reopening
+        self.gate = EnvGate()  # every transaction holds it open; a map resize or a reopen waits for none
 
 
 class _Shared:
@@ -151,7 +154,7 @@ class LmdbStore(Store):
                     prepare_keel_dir(path)
                     store.keep_reserve()
                     return store
-        _check_file(path, writer, timeout)
+        check_file(path, writer, timeout)
         if readonly:
             try:
                 store = cls._adopt(_lmdb_open(path, map_size, True), path, size, write_timeout, True, reserve_bytes)
@@ -184,6 +187,7 @@ class LmdbStore(Store):
             env.reader_check()  # clear reader slots left by killed processes
             shared = _Env(env, readonly)
             store = cls(shared, path, max_map_size, write_timeout, reserve_bytes)
+            store._check_trees()  # before anything walks a tree: opening the named databases does
             shared.dbs = store._open_dbs(env)
             if not readonly:
                 store._ensure_schema()
@@ -209,15 +213,16 @@ class LmdbStore(Store):
             if _Shared.envs.get(key) is self._shared:
                 _Shared.envs.pop(key)
             writer = _Shared.writers.pop(key, None)
-        self._env.close()
+        with self._changing():  # a thread of this process may still be reading: it finishes first
+            self._env.close()
         if writer is not None:
             writer.close()  # no write is under way: this was the store's last user here
 
     def reopen(self) -> None:
         """Open the LMDB environment again, for every Store of this path in this process: after a failed
         meta-page write LMDB marks it fatal (MDB_PANIC) and refuses every transaction until then.
-        Committed data is untouched; transactions other threads still hold on the old one fail."""
-        with self._shared.lock:
+        Committed data is untouched; waits until no transaction of this process is open."""
+        with self._changing():
             old = self._shared.env
             map_size = int(old.info()["map_size"])
             old.close()
@@ -279,7 +284,7 @@ class LmdbStore(Store):
         except lmdb.Error as exc:
             raise _translate(exc, "read failed", self.path) from None
         finally:
-            txn.abort()
+            self._end(txn)
 
     def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
         """Run `fn` in a write transaction and commit it durably; `fn` may run more than once.
@@ -301,29 +306,33 @@ class LmdbStore(Store):
                 txn.commit()
                 return result
             except lmdb.MapFullError:
-                txn.abort()
-                self._grow()
+                failure: StoreError | None = None
             except lmdb.Error as exc:
-                txn.abort()
-                error = _translate(exc, "write failed", self.path)
-                if isinstance(error, StoreFullError) and not spent:
-                    spent = self._spend_reserve(error)
-                    if spent:
-                        continue
-                raise error from None
-            except BaseException:
-                txn.abort()
-                raise
+                failure = _translate(exc, "write failed", self.path)
+            finally:
+                self._end(txn)
+            if failure is None:
+                self._grow()  # after the transaction ended: a resize waits for every open one
+                continue
+            if isinstance(failure, StoreFullError) and not spent:
+                spent = self._spend_reserve(failure)
+                if spent:
+                    continue
+            raise failure from None
 
     def _begin(self, write: bool) -> lmdb.Transaction[bytes]:
+        """A new transaction, holding the environment's gate open until `_end`."""
+        gate = self._shared.gate
         reopened = False
         for _ in range(_RESIZE_RETRIES):
+            gate.enter()
             try:
                 return self._env.begin(write=write, buffers=False)
             except lmdb.MapResizedError:
-                with self._shared.lock:
-                    self._env.set_mapsize(0)  # adopt the size another process grew the map to
+                gate.leave()
+                self._change_map(0)  # adopt the size another process grew the map to
             except lmdb.PanicError:
+                gate.leave()
                 if reopened:
                     raise StoreDamagedError(
                         f"store at {self.path} stays unusable after reopening (MDB_PANIC); run `keel verify`"
@@ -331,18 +340,43 @@ class LmdbStore(Store):
                 self.reopen()  # a failed commit (full disk) left the environment fatal: committed data is intact
                 reopened = True
             except lmdb.Error as exc:
+                gate.leave()
                 raise _translate(exc, "cannot begin a transaction", self.path) from None
+            except BaseException:
+                gate.leave()
+                raise
         raise StoreError("store map keeps being resized by another process")
 
+    def _end(self, txn: lmdb.Transaction[bytes]) -> None:
+        """Abort `txn` (nothing, once committed) and let go of the gate `_begin` held open for it."""
+        try:
+            txn.abort()
+        finally:
+            self._shared.gate.leave()
+
+    def _change_map(self, size: int) -> None:
+        """Resize the map (0: to the size another process grew it to), once no transaction of this process
+        is open: py-lmdb invalidates every open one when the map changes."""
+        with self._changing():
+            self._env.set_mapsize(size)
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Held while the map or the environment changes: no transaction of this process is open meanwhile."""
+        try:
+            with self._shared.gate.changing():
+                yield
+        except NestedChange as exc:
+            raise StoreError(f"store at {self.path}: {exc}") from None
+
     def _grow(self) -> None:
-        with self._shared.lock:
-            current = self._env.info()["map_size"]
-            if current >= self.max_map_size:
-                raise StoreFullError(
-                    f"store at {self.path} reached its size ceiling of "
-                    f"{self.max_map_size} bytes; nothing committed was lost"
-                )
-            self._env.set_mapsize(min(current * 2, self.max_map_size))
+        current = self.map_size()
+        if current >= self.max_map_size:
+            raise StoreFullError(
+                f"store at {self.path} reached its size ceiling of "
+                f"{self.max_map_size} bytes; nothing committed was lost"
+            )
+        self._change_map(min(current * 2, self.max_map_size))
 
     # -- giving space back ----------------------------------------------------------------------
     def compact(self) -> tuple[int, int]:
@@ -362,7 +396,7 @@ class LmdbStore(Store):
                 self._packed_copy(copy)
                 _fsync(copy / "data.mdb")
                 before, after = data.stat().st_size, (copy / "data.mdb").stat().st_size
-                with self._shared.lock:
+                with self._changing():
                     self._refuse_other_users()
                     map_size = int(self._env.info()["map_size"])
                     self._env.close()
@@ -382,7 +416,7 @@ class LmdbStore(Store):
         env = lmdb.open(str(target), map_size=self.map_size(), max_dbs=len(DB) + 4, subdir=True, sync=False)
         try:
             dbs = {db: env.open_db(db.value.encode()) for db in DB}
-            with self._env.begin() as source:
+            with self._shared.gate.open(), self._env.begin() as source:
                 for db, handle in self._shared.dbs.items():
                     out = env.begin(write=True)
                     for count, (key, value) in enumerate(source.cursor(handle), 1):
@@ -406,18 +440,33 @@ class LmdbStore(Store):
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:
         """The id of the newest committed write transaction (any process): the change signal."""
-        return int(self._env.info()["last_txnid"])
+        return int(self._info()["last_txnid"])
 
     def map_size(self) -> int:
-        return int(self._env.info()["map_size"])
+        return int(self._info()["map_size"])
+
+    def _info(self) -> dict[str, Any]:
+        with self._shared.gate.open():  # not while the environment is being replaced
+            return dict(self._env.info())
 
     def reader_pids(self) -> set[int]:
         """Processes holding LMDB reader slots (diagnostics; slots of dead processes are cleared on open)."""
-        rows = str(self._env.readers()).splitlines()[1:]  # "pid thread txnid" rows after a header
+        with self._shared.gate.open():
+            rows = str(self._env.readers()).splitlines()[1:]  # "pid thread txnid" rows after a header
         return {int(row.split()[0]) for row in rows if row.strip()}
 
     def stat(self) -> dict[str, Any]:
-        return {"path": str(self.path), "backend": self.backend, **self._env.info(), **self._env.stat()}
+        with self._shared.gate.open():
+            return {"path": str(self.path), "backend": self.backend, **self._env.info(), **self._env.stat()}
+
+    def _check_trees(self) -> None:
+        """Refuse a file whose B-trees an LMDB cursor could not walk without aborting the process. Inside a
+        read transaction: a host committing meanwhile reuses no page of that snapshot or a newer one."""
+        txn = self._begin(write=False)
+        try:
+            check_trees(self.path / DATA_FILE)
+        finally:
+            self._end(txn)
 
     def _open_dbs(self, env: lmdb.Environment) -> dict[DB, Any]:
         """Open the named databases. py-lmdb opens one in a write transaction unless the environment is
@@ -499,31 +548,6 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _check_file(path: Path, writer: WriterLock, timeout: float) -> None:
-    """Refuse a damaged data.mdb before LMDB maps it. A writer may be committing meanwhile (a meta page being
-    written, the file growing): a file that looks damaged is read again a few times, and damage is what
-    stays. A file still too short to hold its meta pages is judged again under the writer lock: another
-    process may be creating the store at this moment."""
-    data = path / "data.mdb"
-    for attempt in range(_DAMAGE_READS):
-        try:
-            check_data_file(data)
-            return
-        except FileDamage as exc:
-            if data.stat().st_size < 2 * MAX_PAGE_SIZE:
-                break
-            if attempt == _DAMAGE_READS - 1:
-                raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
-            time.sleep(0.02)
-        except OSError as exc:
-            raise StoreError(f"cannot read {data}: {exc}") from None
-    with writer.held(timeout):
-        try:
-            check_data_file(data)
-        except FileDamage as exc:
-            raise StoreDamagedError(f"the LMDB file is damaged: {data} {exc}; nothing was changed") from None
 
 
 # LMDB errors that mean the file's structure is damaged (LMDB has no checksums of its own).

@@ -33,6 +33,7 @@ GROUPS = {
     "engine/test_disk_full.py": "engine/test_disk_full.py",  # module fixture: an undisturbed reference run
     "cli/test_store_damage.py": "cli/test_store_damage.py",  # module fixture: a store with a mission
     "cli/test_lmdb_damage.py": "cli/test_lmdb_damage.py",
+    "cli/test_page_damage.py": "cli/test_page_damage.py",
 }
 
 LONG_GROUPS = ("vscode", "machines")  # started first (pytest_collection_modifyitems)
