@@ -221,3 +221,20 @@ def get_point(txn: Txn, mission_id: str, point_id: str) -> RestorePoint:
         if point is not None:
             return point
     raise NotFoundError(f"mission {mission_id} has no restore point {point_id!r}")
+
+
+# What a change of a mission's records is named by, where a store says which missions a commit changed
+# (PostgreSQL's NOTIFY payload): `kind/mission`. A subscriber names the kinds it waits for.
+CONTROL_CHANGES = DB.CONTROL.value  # a pause, an answer, a cancel
+LEASE_CHANGES = DB.LEASES.value  # a unit's lease: an offer claimed, a heartbeat, a completion
+HOST_LEASE_CHANGES = "hostlease"  # the mission's host lease (stored in DB.LEASES under the mission id alone)
+_OF_NO_MISSION = frozenset({DB.META, DB.BLOBS, DB.PROVIDERS})
+
+
+def change_token(db: DB, key: bytes) -> str | None:
+    """What a write of `key` in `db` changed: `kind/mission`; None for records of no mission."""
+    if db in _OF_NO_MISSION:
+        return None
+    mission, sep, _ = key.partition(b"\x00")
+    kind = HOST_LEASE_CHANGES if db is DB.LEASES and not sep else db.value
+    return f"{kind}/{mission.decode(errors='replace')}"

@@ -14,7 +14,7 @@ it, also for a read-only verb (`keel missions` on a new database lists none); a 
 the tables gets a StoreError that names them.
 
 Change wake-ups: every write NOTIFYs the store's channel at commit (in the COMMIT's round trip), its payload
-naming what it changed as `db/mission` tokens (`change_token`); `subscribe` LISTENs on one connection per
+naming what it changed as `db/mission` tokens (`missions.change_token`); `subscribe` LISTENs on one connection per
 process and wakes the watchers the change concerns: a mission host its own mission's controls and leases
 only, never every other mission's writes (a wake-up may be lost; they still poll now and then, and catch up
 after a reconnect).
@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 
+from keel.storage import missions
 from keel.storage.base import Store
 from keel.storage.errors import (
     StoreBusyError,
@@ -403,7 +404,7 @@ class PgStore(Store):
         self, callback: Callable[[], object], *, mission: str | None = None, dbs: Collection[str] = ()
     ) -> Callable[[], None] | None:
         """Every write NOTIFYs the store's channel at commit, its payload naming what it changed (`PgTxn.payload`:
-        `db/mission` tokens); one thread per store LISTENs and calls each subscriber that the change concerns:
+        `missions.change_token`); one thread per store LISTENs and calls each subscriber that the change concerns:
         every one without a `mission`, else those whose mission (and one of `dbs`, when given) it names. NOTIFY
         is only a wake-up (a listener that was disconnected misses some): after a reconnect every subscriber is
         called once, to catch up by reading."""
@@ -457,17 +458,6 @@ class PgStore(Store):
 ANY_CHANGE = "*"  # a payload that concerns every subscriber: a reconnect, or a change too large to name
 _PAYLOAD_MAX = 4000  # bytes of tokens a NOTIFY names before it says ANY_CHANGE (PostgreSQL allows < 8000)
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.:/-]+")
-_NOT_A_MISSIONS = frozenset({DB.META, DB.BLOBS, DB.PROVIDERS})
-
-
-def change_token(db: DB, key: bytes) -> str | None:
-    """What a write of `key` in `db` changed, as a NOTIFY payload names it: `db/mission` (a mission's host lease,
-    stored under the mission id alone in DB.LEASES, is `hostlease/mission`); None for records of no mission."""
-    if db in _NOT_A_MISSIONS:
-        return None
-    mission, sep, _ = key.partition(b"\x00")
-    kind = "hostlease" if db is DB.LEASES and not sep else db.value
-    return f"{kind}/{mission.decode(errors='replace')}"
 
 
 class _Listener:
@@ -505,7 +495,7 @@ class PgTxn(Txn):
         return text
 
     def _note(self, db: DB, key: bytes) -> None:
-        if (token := change_token(db, key)) is not None:
+        if (token := missions.change_token(db, key)) is not None:
             self._changed.add(token)
 
     def snapshot_id(self) -> int:

@@ -50,7 +50,7 @@ from keel.server.engine.units.remote import RemoteUnit
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.server.engine.wakeups import MissionChanges
 from keel.server.exits import Exit
-from keel.storage import DB, Store, Txn, hostlease, leases
+from keel.storage import Store, Txn, hostlease, leases
 from keel.storage import missions as m
 from keel.storage.hostlease import FencedHostError
 
@@ -443,7 +443,7 @@ class MissionHost:
         watchers (PostgreSQL's NOTIFY, naming the missions and databases a commit changed) is read when it
         says this mission's controls changed, and every WOKEN_POLL_S in case a wake-up was lost; otherwise its
         transaction id is polled every POLL_S."""
-        changes = MissionChanges(self.store, self.mission_id, dbs=(DB.CONTROL.value,))
+        changes = MissionChanges(self.store, self.mission_id, dbs=(m.CONTROL_CHANGES,))
         seen_txn = -1
         try:
             while not self._stop.is_set():

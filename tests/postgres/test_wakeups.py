@@ -11,7 +11,7 @@ from pathlib import Path
 from keel.protocol.records import Control
 from keel.storage import Store, leases
 from keel.storage.keys import DB, mission_prefix
-from keel.storage.pg import change_token
+from keel.storage.missions import CONTROL_CHANGES, change_token
 from tests.pgserver import PgServer
 
 
@@ -32,7 +32,7 @@ class _Woken:
 def test_a_subscriber_is_woken_by_its_missions_changes_only(tmp_path: Path, pg_server: PgServer) -> None:
     with Store.open(pg_server.store_folder(tmp_path / "store")) as store:
         controls_of_a, anything_of_a, everything = _Woken(), _Woken(), _Woken()
-        store.subscribe(controls_of_a, mission="a", dbs=(DB.CONTROL.value,))
+        store.subscribe(controls_of_a, mission="a", dbs=(CONTROL_CHANGES,))
         store.subscribe(anything_of_a, mission="a")
         store.subscribe(everything)
         deadline = time.monotonic() + 10

@@ -39,7 +39,7 @@ from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.units.registry import Registry, lease_ttl
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.server.engine.wakeups import MissionChanges
-from keel.storage import DB, Txn, leases
+from keel.storage import Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
 
@@ -127,7 +127,7 @@ class RemoteUnit:
         when the store says the mission's leases changed (a claim, a heartbeat, the completion), at least every
         quarter of the ttl while a worker holds it (to judge its silence), and every POLL_S where the store
         never says."""
-        changes = self._changes = MissionChanges(self.host.store, self.host.mission_id, dbs=(DB.LEASES.value,))
+        changes = self._changes = MissionChanges(self.host.store, self.host.mission_id, dbs=(m.LEASE_CHANGES,))
         try:
             return await self._following(worker, changes)
         finally:
