@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keel.protocol.treepaths import GIT_EXCLUDE_TEMPS, is_temp
 from keel.server import gitrun
 from keel.storage.bundle import (
     PATCH_KEY,
@@ -29,7 +30,7 @@ from keel.storage.bundle import (
 )
 
 _SKIP = (".git", ".keel")
-_EXCLUDE = [":(exclude).keel", ":(exclude).git"]
+_EXCLUDE = [":(exclude).keel", ":(exclude).git", GIT_EXCLUDE_TEMPS]
 
 
 def _git(
@@ -82,6 +83,8 @@ def _capture_files(sandbox: Path) -> tuple[WorkspaceSection, list[tuple[bytes, b
     for dirpath, dirnames, filenames in os.walk(sandbox):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP)
         for name in filenames:
+            if is_temp(name):  # a temporary file a killed write left: not the mission's
+                continue
             full = Path(dirpath) / name
             rel = full.relative_to(sandbox).as_posix()
             if full.is_symlink():

@@ -213,6 +213,7 @@ class Registry:
             await asyncio.to_thread(terminate, held, self.mission_id)
             if held.place.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
+                await asyncio.to_thread(trees.remove_temps, Path(held.place.sandbox))  # a killed write's
             if decision == Recovery.FINISHED:
                 finished.append(held)
             else:
@@ -316,6 +317,8 @@ class Registry:
         an interrupted merge; files a restore put there are checked and committed on the mission branch;
         anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
         sandbox = self.host.sandbox
+        if manifest is not None:  # a host that ran before may have been killed in a restore's or merge's write
+            await asyncio.to_thread(trees.remove_temps, sandbox)
         await asyncio.to_thread(merge.settle, sandbox, keep_changes=True)
         if manifest is not None and manifest.files_restored:
             await asyncio.to_thread(check_restored_files, self.host.store, manifest, sandbox)
