@@ -50,20 +50,18 @@ def test_restore_files_puts_back_a_tracked_keel_config(tmp_path: Path) -> None:
     assert files(sandbox) == AFTER_U2
     assert git(ws, "show", f"keel/{mid}:.keel/config.toml") + "\n" == (CONFIG + b"# tuned by u2\n").decode()
 
-    restored = keel("restore", mid, point_after(store, mid, "unit succeeded: u1"), "--files", store=store)
+    # back to the mission's start (its first snapshot: the config as the repository has it) and on again
+    restored = keel("restore", mid, points(store, mid)[0]["id"], "--files", store=store)
     assert restored.returncode == 0, restored.stderr
-    assert "bundle" not in restored.stderr
-    assert files(sandbox) == AFTER_U1  # the config as it was at the point, u2's changes undone
-    assert (ws / ".keel" / "config.toml").read_bytes() == CONFIG  # the person's own copy untouched
-
+    assert files(sandbox) == AT_START
     ok(keel("resume", mid, "--plain", store=store))
     assert record(store, mid).state.value == "completed"
     assert files(sandbox) == AFTER_U2
 
-    # back to the mission's start (its first snapshot), and on from there to the same end
-    first = points(store, mid)[0]["id"]
-    restored = keel("restore", mid, first, "--files", store=store)
+    # back to the end of u1: u2's change of the config is undone with the rest of its work
+    restored = keel("restore", mid, point_after(store, mid, "unit succeeded: u1"), "--files", store=store)
     assert restored.returncode == 0, restored.stderr
-    assert files(sandbox) == AT_START
+    assert files(sandbox) == AFTER_U1
+    assert (ws / ".keel" / "config.toml").read_bytes() == CONFIG  # the person's own copy untouched
     ok(keel("resume", mid, "--plain", store=store))
     assert files(sandbox) == AFTER_U2
