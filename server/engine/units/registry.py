@@ -8,7 +8,8 @@ When a host starts, `recover` looks at every unfinished unit's lease: a stale wo
 machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
 sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
 re-executed from scratch on a new journal lane, with evidence saying why. Before that, the mission
-sandbox is settled (what a kill left of a merge; files a restore put there). A finished unit that does not
+sandbox is settled (what a kill left of a merge; files a restore put there), and keel's temporary files a
+write killed half-way left are removed from the sandboxes recovered. A finished unit that does not
 merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, trees, placement,
 journal, restore and interface modules; sees the host only through interface.Host and never imports the host or
 unitrun modules.
