@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from tests.bundles.kit import files, git, keel, ok, record
-from tests.rewind.kit import mission_toml, point_after, points
+from tests.rewind.kit import imported_into_a_clone, mission_toml, point_after, points
 
 CONFIG = b"# the team's provider settings, committed with the code\n"
 UNITS = [
@@ -49,6 +49,8 @@ def test_restore_files_puts_back_a_tracked_keel_config(tmp_path: Path) -> None:
     sandbox = Path(record(store, mid).sandbox)
     assert files(sandbox) == AFTER_U2
     assert git(ws, "show", f"keel/{mid}:.keel/config.toml") + "\n" == (CONFIG + b"# tuned by u2\n").decode()
+    other = imported_into_a_clone(tmp_path, ws, store, mid)  # an export carries the config's change too
+    assert files(Path(record(other, mid).sandbox)) == AFTER_U2
 
     # back to the mission's start (its first snapshot: the config as the repository has it) and on again
     restored = keel("restore", mid, points(store, mid)[0]["id"], "--files", store=store)
