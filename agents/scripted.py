@@ -13,7 +13,8 @@
       { repeat = 1000, steps = [ { tool = "read_file", args = { path = "a.py" } } ] },
     ]
 
-A failed tool step fails the unit unless it says `allow_failure = true`. Test-only steps: `fail` (raise),
+A failed tool step fails the unit unless it says `allow_failure = true`; `content_times = N` sends its
+`content` argument N times over (a big file without a big mission file). Test-only steps: `fail` (raise),
 `exit` (the process dies; with `once_file`, only while that file does not exist), `garbage` (write
 bytes that are not a frame) and `wait_file` (work until that file exists: a strike's window that no
 machine's speed can close). Run it with `python -m keel.agents.scripted`. Depends on keel.protocol and
@@ -49,7 +50,10 @@ async def run_steps(ctx: Context) -> dict[str, Any]:
 async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
     where = f"unit {ctx.unit.id} step {index}"
     if "tool" in step:
-        result = await ctx.tool(step["tool"], **step.get("args", {}))
+        args = dict(step.get("args", {}))
+        if "content_times" in step:
+            args["content"] = str(args.get("content", "")) * int(step["content_times"])
+        result = await ctx.tool(step["tool"], **args)
         if not result.ok and not step.get("allow_failure", False):
             raise RuntimeError(f"{where}: tool {step['tool']} failed: {result.error or result.output}")
         return {"ok": result.ok}

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from keel.protocol.treepaths import CONFIG, GIT_EXCLUDE_TEMPS, KEEL_DIR, is_temp
 from keel.server import gitrun
 from keel.storage.bundle import (
     PATCH_KEY,
@@ -29,7 +30,14 @@ from keel.storage.bundle import (
 )
 
 _SKIP = (".git", ".keel")
-_EXCLUDE = [":(exclude).keel", ":(exclude).git"]
+
+
+def _excludes(sandbox: Path) -> list[str]:
+    """What a `git add` of the sandbox's files leaves out: `.git`, keel's temporary files and keel's state
+    under `.keel/`, whose `config.toml` is the person's file and is carried (protocol/treepaths.py)."""
+    keel_dir = sandbox / KEEL_DIR
+    state = sorted(p.name for p in keel_dir.iterdir() if p.name != CONFIG) if keel_dir.is_dir() else []
+    return [":(exclude).git", GIT_EXCLUDE_TEMPS, *(f":(exclude,literal){KEEL_DIR}/{name}" for name in state)]
 
 
 def _git(
@@ -68,7 +76,7 @@ def _capture_git(sandbox: Path, workspace: Path, base: str) -> tuple[WorkspaceSe
     with tempfile.TemporaryDirectory(prefix="keel-index-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(sandbox, "read-tree", base, env=env, check=where)
-        _git(sandbox, "add", "-A", "--", ".", *_EXCLUDE, env=env, check=where)
+        _git(sandbox, "add", "-A", "--", ".", *_excludes(sandbox), env=env, check=where)
         diff = ["diff", "--cached", "--no-renames", "--no-ext-diff", "--no-color"]
         names = _git(sandbox, *diff, "--name-only", "-z", base, env=env, check=where).stdout
         patch = _git(sandbox, *diff, "--binary", "--full-index", base, env=env, check=where).stdout
@@ -82,6 +90,8 @@ def _capture_files(sandbox: Path) -> tuple[WorkspaceSection, list[tuple[bytes, b
     for dirpath, dirnames, filenames in os.walk(sandbox):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP)
         for name in filenames:
+            if is_temp(name):  # a temporary file a killed write left: not the mission's
+                continue
             full = Path(dirpath) / name
             rel = full.relative_to(sandbox).as_posix()
             if full.is_symlink():
@@ -187,7 +197,8 @@ def _rebuild_git(bundle: Bundle, workspace: Path, target: Path, mission_id: str)
             check="the bundle's changes do not apply to the base commit",
         )
         # committed on the mission branch, as on the exporting side: unit sandboxes branch off from HEAD
-        _git(target, "add", "-A", "--", ".", *_EXCLUDE, check=f"cannot commit the imported changes in {target}")
+        where = f"cannot commit the imported changes in {target}"
+        _git(target, "add", "-A", "--", ".", *_excludes(target), check=where)
         _git(
             target,
             "commit",
@@ -196,7 +207,7 @@ def _rebuild_git(bundle: Bundle, workspace: Path, target: Path, mission_id: str)
             "-m",
             f"keel: changes of mission {mission_id} (imported)",
             env=gitrun.IDENTITY,
-            check=f"cannot commit the imported changes in {target}",
+            check=where,
         )
 
 

@@ -40,6 +40,7 @@ from keel.protocol.records import (
     MissionRecord,
     RestorePoint,
 )
+from keel.protocol.treepaths import path_problem
 from keel.storage.errors import CorruptRecordError, render_key
 from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix
 from keel.storage.record import Codec, content_digest, open_record, seal
@@ -435,12 +436,10 @@ def _check_chain(
 
 
 def check_relative_path(path: str) -> None:
-    """A workspace path must stay inside the workspace: relative, no `..`, no empty or `.git` parts."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\\" in path or "\x00" in path or (len(path) > 1 and path[1] == ":"):
-        raise BundleError(f"bundle workspace path {path!r} is absolute or malformed; refusing it")
-    if any(p in ("", ".", "..") for p in parts) or parts[0] in (".git", ".keel"):
-        raise BundleError(f"bundle workspace path {path!r} leaves the workspace or names keel/git state; refusing it")
+    """A bundle's workspace path must be one a workspace's files may have (protocol/treepaths.py)."""
+    problem = path_problem(path)
+    if problem:
+        raise BundleError(f"bundle workspace path {path!r} {problem}; refusing it")
 
 
 def _check_workspace(bundle: Bundle) -> None:

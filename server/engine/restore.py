@@ -191,7 +191,7 @@ def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str
         raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     ensure_sandbox(Path(record.workspace), sandbox, mission_id)
-    trees.materialize(sandbox, tree, reader)
+    trees.materialize(sandbox, tree, reader, f"restore point {point.id} of mission {mission_id}")
     faultpoints.pause_here("RESTORE_VERIFY")
     trees.verify(sandbox, tree, f"restore point {point.id}")
     return store.write(lambda t: restore_txn(t, mission_id, point_id, files=True))
@@ -230,7 +230,7 @@ def fork(store: Store, store_path: Path, mission_id: str, point_id: str, name: s
     workspace = Path(record.workspace)
     git = _fork_sandbox(workspace, Path(record.sandbox or places.sandbox_path(store_path, mission_id)), sandbox, new_id)
     try:
-        trees.materialize(sandbox, tree, reader)
+        trees.materialize(sandbox, tree, reader, f"restore point {point.id} of mission {mission_id}")
         trees.verify(sandbox, tree, f"restore point {point.id} of mission {mission_id}")
         spec = msgspec.structs.replace(record.spec, name=name) if name else record.spec
         named = msgspec.structs.replace(record, spec=spec)

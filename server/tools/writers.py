@@ -9,20 +9,21 @@ alone, answering done/not-done for certain unless someone else changed the file 
 Writes are atomic per file (temp file in the same folder + fsync + rename + folder fsync); apply_diff
 computes every file's new content before it writes any, so a diff that fails anywhere changes nothing.
 A write that fails because the sandbox's filesystem is full raises DiskFullError (never a result).
-Depends on the stdlib, keel.protocol and the other server/tools modules only.
+Depends on the stdlib, keel.protocol, the other server/tools modules and the engine's fault points only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.diskspace import disk_full, is_disk_full
 from keel.protocol.tools import SPECS
+from keel.protocol.treepaths import create_temp
+from keel.server.engine import faultpoints
 from keel.server.tools import udiff
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, digest_bytes, failure
 from keel.server.tools.paths import normalize, resolve
@@ -41,7 +42,7 @@ def _fsync_dir(folder: Path) -> None:
 def _temp_copy(path: Path, data: bytes) -> Path:
     """`data` durably in a temp file next to `path`, with `path`'s mode (or 0644 for a new file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".keel-tmp", dir=path.parent)
+    fd, name = create_temp(path)  # `.NAME.XXXXXXXX.keel-tmp`: never part of a snapshot or commit
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -64,6 +65,7 @@ def commit(ctx: ToolContext, changes: Changes) -> None:
         for rel, data in changes.items():
             if data is not None:
                 temps[rel] = _temp_copy(targets[rel], data)
+        faultpoints.pause_here("WRITE_TEMP")  # crash tests: the temp files written, none renamed yet
         for rel, temp in temps.items():
             os.replace(temp, targets[rel])
         for rel, data in changes.items():

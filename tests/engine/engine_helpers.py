@@ -139,14 +139,11 @@ def unit_events(store: Path, mission_id: str) -> list[tuple[str, str]]:
 
 
 def files(root: Path) -> dict[str, bytes]:
-    """The sandbox's files (no .git, no __pycache__), for comparing two runs.
-
-    Also left out: `*.keel-tmp`, the temporary file write_file renames into place; a SIGKILL between its
-    write and its rename leaves one behind (the tools' atomic-write leftovers, not mission content)."""
+    """The sandbox's files (no .git, no __pycache__), for comparing two runs."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if path.is_file() and not {".git", "__pycache__"} & set(rel.parts) and not path.name.endswith(".keel-tmp"):
+        if path.is_file() and not {".git", "__pycache__"} & set(rel.parts):
             out[str(rel)] = path.read_bytes()
     return out
 

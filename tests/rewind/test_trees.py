@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from keel.protocol.records import SandboxTree
@@ -93,3 +94,35 @@ def test_materialize_puts_a_folder_back_exactly_and_verify_notices_changes(tmp_p
         (root / "blob.bin").write_bytes(bytes(range(255, -1, -1)))
         with pytest.raises(trees.SandboxMismatchError, match=r"blob\.bin: content differs"):
             trees.verify(root, tree, "p1")
+
+
+def test_snapshot_holds_the_persons_keel_config_but_no_keel_state_or_temporary_file(tmp_path: Path) -> None:
+    root = tmp_path / "box"
+    (root / ".keel" / "store").mkdir(parents=True)
+    (root / ".keel" / "config.toml").write_text("# the team's providers\n")
+    (root / ".keel" / "store" / "data.mdb").write_bytes(b"keel's own")
+    (root / "sub" / ".git").mkdir(parents=True)
+    (root / "sub" / ".git" / "config").write_text("[core]\n")
+    (root / "sub" / ".big.txt.k3x9_q0z.keel-tmp").write_text("half a write")
+    (root / "sub" / "notes.keel-tmp").write_text("the person's\n")
+    with Store.open(tmp_path / "store") as store:
+        _, tree = _tree(store, trees.Snapshotter(), root)
+        assert [e.path for e in tree.entries] == [".keel/config.toml", "sub/notes.keel-tmp"]
+        assert trees.tree_digest(root) == trees.Snapshotter().digest(root)
+
+        def blob(digest: str) -> bytes:
+            data = store.read(lambda t: t.get_blob(digest))
+            assert data is not None
+            return data
+
+        (root / ".keel" / "config.toml").write_text("# changed since\n")
+        assert trees.materialize(root, tree, blob) == [".keel/config.toml"]
+        assert (root / ".keel" / "config.toml").read_text() == "# the team's providers\n"
+        assert (root / ".keel" / "store" / "data.mdb").read_bytes() == b"keel's own"
+        assert trees.remove_temps(root) == ["sub/.big.txt.k3x9_q0z.keel-tmp"]
+        assert sorted(p.name for p in (root / "sub").iterdir()) == [".git", "notes.keel-tmp"]
+
+        unsafe = SandboxTree(entries=[*tree.entries, msgspec.structs.replace(tree.entries[0], path=".keel/store/x")])
+        with pytest.raises(trees.UnsafePathError, match=r"restore point p3 holds the path '\.keel/store/x'"):
+            trees.materialize(tmp_path / "elsewhere", unsafe, blob, "restore point p3")
+        assert not (tmp_path / "elsewhere").exists()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from keel.protocol.records import TreeEntry
+from keel.protocol.treepaths import is_persons
 from keel.server import gitrun
 from keel.storage.record import content_digest
 from keel.storage.snapshots import BaseCommitError
@@ -103,7 +104,8 @@ class GitBase:
         )
 
     def listing(self, commit: str) -> dict[str, Listed]:
-        """Every file of the commit: path -> (mode, object id)."""
+        """Every file of the commit that is one of the person's (protocol/treepaths.py; keel's state a
+        repository may track under `.keel/` is not): path -> (mode, object id)."""
         found = self._listings.get(commit)
         if found is not None:
             return found
@@ -120,8 +122,9 @@ class GitBase:
                 continue
             meta, _, path = record.partition(b"\t")
             mode, _, oid = meta.split(maxsplit=2)
-            if mode in _MODES:
-                out[path.decode("utf-8", "surrogateescape")] = Listed(_MODES[mode], oid.decode())
+            rel = path.decode("utf-8", "surrogateescape")
+            if mode in _MODES and is_persons(rel):  # what a walk of a sandbox sees (trees.walk)
+                out[rel] = Listed(_MODES[mode], oid.decode())
         self._listings = {commit: out}  # one commit at a time: a listing of 100k files is ~20 MB
         return out
 

@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 
 from keel.protocol.diskspace import disk_full, says_no_space
+from keel.protocol.treepaths import GIT_EXCLUDE_TEMPS, is_temp, temp_name
 from keel.server import gitrun
 from keel.server.engine.files import trees
 from keel.server.engine.files.sandbox import SandboxError, _keel_files, worktree_git_dir
@@ -100,7 +101,7 @@ def commit_pending(mission_sandbox: Path) -> None:
 
 def commit_all(sandbox: Path, message: str) -> None:
     """Commit everything the worktree holds that its branch does not (nothing when nothing changed)."""
-    git(sandbox, "add", "-A")
+    git(sandbox, "add", "-A", "--", ".", GIT_EXCLUDE_TEMPS)  # a temporary file a killed write left is no change
     if git(sandbox, "diff", "--cached", "--quiet", check=False).returncode != 0:
         git(sandbox, "commit", "-q", "--no-verify", "-m", message)
 
@@ -267,9 +268,13 @@ def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:
             dest.unlink(missing_ok=True)
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".keel-merge")
-        shutil.copy2(target / rel, tmp, follow_symlinks=False)
-        os.replace(tmp, dest)
+        tmp = temp_name(dest)
+        try:
+            shutil.copy2(target / rel, tmp, follow_symlinks=False)
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def file_digests(root: Path) -> dict[str, str]:
@@ -284,4 +289,4 @@ def file_digests(root: Path) -> dict[str, str]:
 
 def counts(rel: str) -> bool:
     """A file a copy sandbox's merge compares (caches and keel's temporary files do not count)."""
-    return "__pycache__" not in rel.split("/") and not rel.endswith((".keel-tmp", ".keel-merge"))
+    return "__pycache__" not in rel.split("/") and not is_temp(rel.rpartition("/")[2])

@@ -2,8 +2,10 @@
 the store, the tree digest that names them, and putting them back.
 
 `walk` is the only code that lists a sandbox; snapshots, tree digests, `current_files` (restore, fork,
-diff, apply) and the copy-merge's file digests all go through it, under one set of rules: `.git` and
-`.keel` are left out everywhere; a file's mode counts (plain, executable, symlink); a file or folder
+diff, apply) and the copy-merge's file digests all go through it, under one set of rules: only the
+person's files count (protocol/treepaths.py: `.git` and keel's state under `.keel/` are left out
+everywhere, `.keel/config.toml` is the person's, keel's temporary `.NAME.XXXXXXXX.keel-tmp` files never
+count); a file's mode counts (plain, executable, symlink); a file or folder
 that vanishes while we look is not part of the picture, and one that cannot be read is an error naming
 it (SandboxUnreadableError), never hashed as empty or skipped.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import os
 import shutil
@@ -38,14 +41,14 @@ import msgspec
 
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry, is_tree_ref
+from keel.protocol.treepaths import CONFIG, GIT_DIR, KEEL_DIR, create_temp, is_persons, is_temp, path_problem
 from keel.server.engine.files import gitbase
 from keel.server.engine.files.gitbase import Listed
 from keel.storage import DB, Txn
-from keel.storage.bundle import check_relative_path
 from keel.storage.record import content_digest
 from keel.storage.snapshots import BaseFiles, based_blob, folder_blob, load_tree
 
-SKIP = frozenset({".git", ".keel"})
+SKIP = frozenset({GIT_DIR, KEEL_DIR})  # folders a walk does not enter (of `.keel`, only its config file counts)
 Files = dict[str, tuple[str, str]]  # path -> (mode, blob digest)
 _GONE = (FileNotFoundError, NotADirectoryError)  # removed (or replaced) while we looked
 
@@ -66,6 +69,12 @@ class SandboxUnreadableError(KeelError):
         self.path = path
 
 
+class UnsafePathError(KeelError):
+    """A snapshot names a path outside the person's files (`..`, `.git`, keel's state): never written."""
+
+    code = ErrorCode.CORRUPT_RECORD
+
+
 class NoSnapshotError(NotFoundError):
     """A restore point without a file snapshot (recorded before snapshots existed, or no sandbox yet)."""
 
@@ -84,8 +93,9 @@ class _Known(NamedTuple):
 
 
 def walk(root: Path) -> list[tuple[str, str, str, os.stat_result]]:
-    """(relative posix path, mode, absolute path, lstat) of every file and symlink under root, sorted.
-    Fifos, sockets and devices are not content; an unreadable folder is a SandboxUnreadableError."""
+    """(relative posix path, mode, absolute path, lstat) of every one of the person's files and symlinks
+    under root, sorted. Fifos, sockets and devices are not content; an unreadable folder is a
+    SandboxUnreadableError."""
     out: list[tuple[str, str, str, os.stat_result]] = []
     stack = [(str(root), "")]
     while stack:
@@ -97,23 +107,44 @@ def walk(root: Path) -> list[tuple[str, str, str, os.stat_result]]:
         except OSError as exc:
             raise SandboxUnreadableError(folder, exc) from None
         for entry in entries:
-            if entry.name in SKIP:
+            if entry.name == KEEL_DIR:
+                out += _keel_config(entry, prefix + KEEL_DIR + "/")
                 continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except _GONE:
+            if entry.name == GIT_DIR or is_temp(entry.name):
                 continue
-            except OSError as exc:
-                raise SandboxUnreadableError(entry.path, exc) from None
-            rel = prefix + entry.name
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((entry.path, rel + "/"))
-            elif stat.S_ISLNK(st.st_mode):
-                out.append((rel, "l", entry.path, st))
-            elif stat.S_ISREG(st.st_mode):
-                out.append((rel, "x" if st.st_mode & 0o100 else "f", entry.path, st))
+            found = _entry(entry.path, prefix + entry.name, functools.partial(entry.stat, follow_symlinks=False))
+            if found is not None and found[1] == "d":
+                stack.append((entry.path, found[0] + "/"))
+            elif found is not None:
+                out.append(found)
     out.sort()
     return out
+
+
+def _entry(full: str, rel: str, lstat: Callable[[], os.stat_result]) -> tuple[str, str, str, os.stat_result] | None:
+    """(rel, mode, full, lstat) of one walked path, mode "d" for a folder; None when it is gone or is
+    not content."""
+    try:
+        st = lstat()
+    except _GONE:
+        return None
+    except OSError as exc:
+        raise SandboxUnreadableError(full, exc) from None
+    mode = "d" if stat.S_ISDIR(st.st_mode) else _mode(st)
+    return (rel, mode, full, st) if mode else None
+
+
+def _keel_config(folder: os.DirEntry[str], prefix: str) -> list[tuple[str, str, str, os.stat_result]]:
+    """Of a `.keel` folder (never one reached through a symlink), the one file that is the person's: its
+    `config.toml`."""
+    try:
+        if not folder.is_dir(follow_symlinks=False):
+            return []
+    except OSError:
+        return []
+    full = os.path.join(folder.path, CONFIG)
+    found = _entry(full, prefix + CONFIG, lambda: os.lstat(full))
+    return [found] if found is not None and found[1] != "d" else []
 
 
 def read_bytes(full: str, mode: str) -> bytes:
@@ -221,7 +252,7 @@ class Snapshotter:
 
     def _one(self, root: Path, rel: str, stamp: int, fresh: dict[str, bytes] | None) -> None:
         """Look at one path again (a tool wrote or removed it)."""
-        if set(rel.split("/")) & SKIP:
+        if not is_persons(rel):
             return
         full = os.path.join(root, rel)
         try:
@@ -379,7 +410,7 @@ def _digest_before_folder_trees(root: Path) -> str:
     is not found here) and a link to a folder did not count."""
     listed: dict[str, tuple[str, str]] = {}
     for rel, mode, full, _ in walk(root):
-        if not (mode == "l" and os.path.isdir(full)):
+        if not (mode == "l" and os.path.isdir(full)) and KEEL_DIR not in rel.split("/"):
             listed[rel] = (full, mode)
     folders = {""} | {rel.rpartition("/")[0] for rel in listed}
     for folder in list(folders):
@@ -420,7 +451,8 @@ def current_files(root: Path) -> Files:
 
 
 def tree_files(tree: SandboxTree) -> Files:
-    return {e.path: (e.mode, e.blob) for e in tree.entries}
+    """A snapshot's files; a temporary file of keel's that an older keel recorded is not one of them."""
+    return {e.path: (e.mode, e.blob) for e in tree.entries if not is_temp(_name(e.path))}
 
 
 def point_tree(txn: Txn, manifest: CheckpointManifest, what: str, base: BaseFiles | None = None) -> SandboxTree:
@@ -440,9 +472,14 @@ def point_tree(txn: Txn, manifest: CheckpointManifest, what: str, base: BaseFile
     return tree
 
 
-def materialize(root: Path, tree: SandboxTree, blob: Callable[[str], bytes]) -> list[str]:
-    """Make `root` hold exactly the tree's files (.git and .keel untouched); returns the paths changed."""
+def materialize(root: Path, tree: SandboxTree, blob: Callable[[str], bytes], what: str = "the snapshot") -> list[str]:
+    """Make `root` hold exactly the tree's files (.git and keel's state untouched); returns the paths
+    changed. A path that is not one of the person's files (protocol/treepaths.path_problem) is an
+    UnsafePathError naming `what`, before anything is changed."""
     want = tree_files(tree)
+    for path in want:
+        if problem := path_problem(path):
+            raise UnsafePathError(f"{what} holds the path {path!r}, which {problem}; nothing was changed")
     have = current_files(root) if root.exists() else {}
     changed = sorted(p for p in have if p not in want)
     for path in changed:
@@ -455,7 +492,6 @@ def materialize(root: Path, tree: SandboxTree, blob: Callable[[str], bytes]) -> 
             (root / path).chmod(0o755 if mode == "x" else 0o644)
             changed.append(path)
             continue
-        check_relative_path(path)
         write_file(root, path, mode, blob(digest))
         changed.append(path)
     return sorted(set(changed))
@@ -485,10 +521,29 @@ def write_file(root: Path, path: str, mode: str, data: bytes) -> None:
     if mode == "l":
         os.symlink(data.decode("utf-8", "surrogateescape"), full)
         return
-    tmp = full.with_name(full.name + ".keel-restore")
-    tmp.write_bytes(data)
-    tmp.chmod(0o755 if mode == "x" else 0o644)
-    os.replace(tmp, full)
+    fd, tmp = create_temp(full)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        tmp.chmod(0o755 if mode == "x" else 0o644)
+        os.replace(tmp, full)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def remove_temps(root: Path) -> list[str]:
+    """Remove the temporary files of keel's a killed write left in `root` (protocol/treepaths.py); returns
+    their paths. Only call it when no keel process writes there (a host recovering after a crash)."""
+    removed = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIP]
+        for name in names:
+            if is_temp(name):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+                    removed.append(Path(folder, name).relative_to(root).as_posix())
+    return sorted(removed)
 
 
 def differences(want: Files, have: Files) -> list[str]:

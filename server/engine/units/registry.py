@@ -8,7 +8,8 @@ When a host starts, `recover` looks at every unfinished unit's lease: a stale wo
 machine is terminated; a completion a subagent recorded is taken over as the unit's result; a unit whose
 sandbox is missing, or whose files no longer match the digest recorded with its last journal entry, is
 re-executed from scratch on a new journal lane, with evidence saying why. Before that, the mission
-sandbox is settled (what a kill left of a merge; files a restore put there). A finished unit that does not
+sandbox is settled (what a kill left of a merge; files a restore put there), and keel's temporary files a
+write killed half-way left are removed from the sandboxes recovered. A finished unit that does not
 merge asks the person (`merge-conflict`). Depends on storage and the engine's merge, trees, placement,
 journal, restore and interface modules; sees the host only through interface.Host and never imports the host or
 unitrun modules.
@@ -215,6 +216,7 @@ class Registry:
             await asyncio.to_thread(terminate, held, self.mission_id)
             if held.place.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
+                await asyncio.to_thread(trees.remove_temps, Path(held.place.sandbox))  # a killed write's
             if decision == Recovery.FINISHED:
                 finished.append(held)
             else:
@@ -318,6 +320,8 @@ class Registry:
         an interrupted merge; files a restore put there are checked and committed on the mission branch;
         anything else uncommitted is a leftover of an interrupted merge and is reset (evidence says so)."""
         sandbox = self.host.sandbox
+        if manifest is not None:  # a host that ran before may have been killed in a restore's or merge's write
+            await asyncio.to_thread(trees.remove_temps, sandbox)
         await asyncio.to_thread(merge.settle, sandbox, keep_changes=True)
         if manifest is not None and manifest.files_restored:
             await asyncio.to_thread(check_restored_files, self.host.store, manifest, sandbox)
