@@ -92,12 +92,28 @@ def command_owner(mission_id: str, lane: str = "") -> str:
     return f"{mission_id}/{lane}"
 
 
-def kill_leftovers(owner_prefix: str, wait_s: float = 5.0) -> list[int]:
-    """Kill every process on this machine whose environment carries a command tag starting with
-    `owner_prefix`, with its process group, and wait until they are gone. A command's process group
-    outlives a SIGKILLed host; a new host calls this before it decides anything about that command's
-    effect, so the effect cannot happen after the decision. Returns the pids it killed."""
-    needle = f"{OWNER_VAR}={owner_prefix}".encode()
+def kill_leftovers(owner_prefix: str, wait_s: float = 5.0, *, var: str = OWNER_VAR, keep: str = "") -> list[int]:
+    """Kill every process on this machine whose environment carries a command tag (or another tag `var`)
+    starting with `owner_prefix`, but not the tag `keep`, with its process group, and wait until they are
+    gone; again while a look finds more (a child forked meanwhile). A command's process group outlives a
+    SIGKILLed host; a new host calls this before it decides anything about that command's effect, so the
+    effect cannot happen after the decision. Returns the pids it killed."""
+    needle, spared = f"{var}={owner_prefix}".encode(), f"{var}={keep}".encode()
+    killed: list[int] = []
+    deadline = time.monotonic() + wait_s
+    while (found := _tagged(needle, spared if keep else b"")) and time.monotonic() < deadline:
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                _kill_group(os.getpgid(pid))
+                os.kill(pid, signal.SIGKILL)
+        while time.monotonic() < deadline and any(process_running(pid) for pid in found):
+            time.sleep(0.01)
+        killed += found
+    return killed
+
+
+def _tagged(needle: bytes, spared: bytes) -> list[int]:
+    """Live processes (not this one) with an environment entry starting with `needle` that is not `spared`."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -106,15 +122,9 @@ def kill_leftovers(owner_prefix: str, wait_s: float = 5.0) -> list[int]:
             environ = Path(entry.path, "environ").read_bytes()
         except OSError:
             continue
-        if any(item.startswith(needle) for item in environ.split(b"\0")):
+        tagged = any(item.startswith(needle) and item != spared for item in environ.split(b"\0"))
+        if tagged and process_running(int(entry.name)):
             found.append(int(entry.name))
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            _kill_group(os.getpgid(pid))
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(process_running(pid) for pid in found):
-        time.sleep(0.01)
     return found
 
 
