@@ -47,7 +47,8 @@ from keel.server.engine.units import placement
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.runtree import end_runs, unit_key
 from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
-from keel.server.tools.shell import command_owner, kill_leftovers, process_running
+from keel.server.processes import kill_tagged, process_running
+from keel.server.tools.shell import OWNER_VAR, command_owner
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
@@ -206,7 +207,7 @@ class Registry:
         effect after an answer was given). A unit is never started from scratch silently when its
         journal holds an effect: that is a question to the person (`reexecute`)."""
         finished = []
-        await asyncio.to_thread(kill_leftovers, command_owner(self.mission_id))
+        await asyncio.to_thread(kill_tagged, OWNER_VAR, command_owner(self.mission_id))
         for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
             decision = await self._decide(held)
             if decision == Recovery.BRING_HERE:

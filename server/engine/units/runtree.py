@@ -18,7 +18,7 @@ first ends the run's processes and waits until they are gone:
 - the worker is a child subreaper: what its agent orphans stays below it, and its way out kills it all.
 
 The unit key names the store's folder, the mission and the unit, so that runs of another store on this
-machine are never touched. Depends on the standard library and server/tools/shell only.
+machine are never touched. Depends on the standard library and server/processes.py only.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from keel.server.tools.shell import kill_leftovers, process_running
+from keel.server.processes import kill_descendants, kill_tagged, zombie_children
 
 TAG_VAR = "KEEL_UNIT_RUN"
 ROOT_VAR = "KEEL_CGROUP_ROOT"  # a folder of a cgroup2 hierarchy for keel's runs; empty: no cgroups
@@ -132,7 +132,7 @@ def end_runs(key: str, *, only: int | None = None, keep: int | None = None) -> N
         with contextlib.suppress(OSError):
             unit.rmdir()  # fails while a run's cgroup is left in it
     prefix = f"{key}/" if only is None else run_tag(key, only)
-    kill_leftovers(prefix, GONE_S, var=TAG_VAR, keep="" if keep is None else run_tag(key, keep))
+    kill_tagged(TAG_VAR, prefix, GONE_S, keep="" if keep is None else run_tag(key, keep))
 
 
 def _kill_cgroup(group: Path) -> None:
@@ -184,44 +184,8 @@ def end_descendants(spare: int = 0) -> None:
     """SIGKILL every process below this one until none is left (a killed process's children come to this
     one, a subreaper), and reap those it adopted; `spare`: a child whose exit status its owner reaps."""
     me = os.getpid()
-    deadline = time.monotonic() + GONE_S
-    while (below := _descendants(me)) and time.monotonic() < deadline:
-        for pid in below:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
-    for pid in _children(me):
+    kill_descendants(me, GONE_S)
+    for pid in zombie_children(me):
         if pid != spare:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-
-
-def _children(pid: int) -> list[int]:
-    return [child for child, (parent, _) in _table().items() if parent == pid]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Live processes below `pid` (zombies left out: they make no effect)."""
-    table = _table()
-    below: dict[int, list[int]] = {}
-    for child, (parent, _) in table.items():
-        below.setdefault(parent, []).append(child)
-    found, todo = [], list(below.get(pid, []))
-    while todo:
-        current = todo.pop()
-        if table[current][1] != "Z":
-            found.append(current)
-        todo.extend(below.get(current, []))
-    return [p for p in found if process_running(p)]
-
-
-def _table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state) of every process, from /proc."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-            table[int(entry.name)] = (int(fields[1]), fields[0])
-    return table
