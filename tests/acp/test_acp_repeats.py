@@ -23,6 +23,7 @@ from acpkit import (
     kill_host,
     require_agent,
     settle,
+    wait_for,
     workspace,
 )
 
@@ -108,6 +109,27 @@ def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
         finish(proc)
         mission = ws.mission_id()
     answer_truthfully(ws, mission, side)
+    _check(ws, mission, side)
+
+
+def test_codex_commands_detached_child_is_gone_before_the_question_after_a_host_kill(
+    model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Codex's command makes its effect in a detached process (out of its shell's group and session) once
+    HOLD is gone. The host is killed while it waits; on resume the model makes the cut call again and keel
+    asks. The truth when asked is "not made" (rerun); HOLD goes only then, and no process of the struck run
+    is left to make the effect a second time."""
+    ws, side = _start(tmp_path, "codex", model)
+    model.run_tests = side.detached()
+    model.retry_cut = 2  # the aborted call, and the one keel stopped to ask about: the model makes it again
+    proc = ws.start()
+    wait_for("the detached process to wait for HOLD", side.detached_running)
+    kill_host(proc)
+    settle("codex", ws.root)
+    mission = ws.mission_id()
+    ws.keel("resume", mission)
+    assert answer_truthfully(ws, mission, side) == 1, "the cut command must be asked about"
+    wait_for("no detached process of the command", lambda: not side.detached_running(), timeout=30)
     _check(ws, mission, side)
 
 
