@@ -21,6 +21,7 @@ from acpkit import (
     finish,
     kill_agent,
     kill_host,
+    kill_keel_process,
     require_agent,
     settle,
     wait_for,
@@ -112,23 +113,30 @@ def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
     _check(ws, mission, side)
 
 
-def test_codex_commands_detached_child_is_gone_before_the_question_after_a_host_kill(
-    model: ScriptedModel, tmp_path: Path
+@pytest.mark.parametrize("strike", ["host", "worker"])
+def test_codex_commands_detached_child_is_gone_before_the_question(
+    strike: str, model: ScriptedModel, tmp_path: Path
 ) -> None:
     """Codex's command makes its effect in a detached process (out of its shell's group and session) once
-    HOLD is gone. The host is killed while it waits; on resume the model makes the cut call again and keel
-    asks. The truth when asked is "not made" (rerun); HOLD goes only then, and no process of the struck run
-    is left to make the effect a second time."""
+    HOLD is gone. The host, or the unit's worker, is killed while it waits; the model makes the cut call
+    again (after `keel resume`, or in the worker the host starts again) and keel asks. The truth when asked
+    is "not made" (rerun); HOLD goes only then, and no process of the struck run is left to make the effect
+    a second time."""
     ws, side = _start(tmp_path, "codex", model)
     model.run_tests = side.detached()
     model.retry_cut = 2  # the aborted call, and the one keel stopped to ask about: the model makes it again
     proc = ws.start()
     wait_for("the detached process to wait for HOLD", side.detached_running)
-    kill_host(proc)
-    settle("codex", ws.root)
     mission = ws.mission_id()
-    ws.keel("resume", mission)
+    if strike == "host":
+        kill_host(proc)
+        settle("codex", ws.root)
+        ws.keel("resume", mission)
+    else:
+        assert kill_keel_process("keel.server.engine.units.subagent", ws.root), "the strike must find the worker"
     assert answer_truthfully(ws, mission, side) == 1, "the cut command must be asked about"
+    if proc.poll() is None:
+        finish(proc)
     wait_for("no detached process of the command", lambda: not side.detached_running(), timeout=30)
     _check(ws, mission, side)
 
