@@ -98,3 +98,25 @@ def test_a_worker_kills_what_its_agent_orphaned_on_its_way_out(tmp_path: Path) -
         finally:
             worker.kill()
             runtree.end_runs(tree.key)
+
+
+def test_emptied_cgroups_a_killed_host_left_are_removed_and_a_live_run_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtree.cgroup_root.cache_clear()
+    if runtree.cgroup_root() is None:
+        pytest.skip("keel may make no cgroup on this machine")
+    left, live = runtree.RunTree("m0-left", 1), runtree.RunTree("m0-live", 1)
+    assert left.prepare() is not None
+    worker = _start(live, tmp_path / "a")
+    try:
+        _detached(tmp_path / "a")
+        monkeypatch.setattr(runtree, "PRUNE_S", 0.0)  # both are older than that now
+        runtree.RunTree("m0-next", 1).prepare()
+        assert left.cgroup is not None and not left.cgroup.parent.exists(), "an emptied leftover must go"
+        assert live.cgroup is not None and live.cgroup.exists(), "a run with processes keeps its cgroup"
+    finally:
+        worker.kill()
+        worker.wait()
+        for key in ("m0-left", "m0-live", "m0-next"):
+            runtree.end_runs(key)

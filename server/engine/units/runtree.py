@@ -39,6 +39,7 @@ TAG_VAR = "KEEL_UNIT_RUN"
 ROOT_VAR = "KEEL_CGROUP_ROOT"  # a folder of a cgroup2 hierarchy for keel's runs; empty: no cgroups
 PR_SET_CHILD_SUBREAPER = 36
 GONE_S = 10.0  # how long a kill waits for the run's processes to be gone
+PRUNE_S = 60.0  # an empty run cgroup older than this is a leftover of a killed host or worker
 
 
 @functools.cache
@@ -96,10 +97,12 @@ class RunTree:
         return None if root is None else root / self.key / str(self.epoch)
 
     def prepare(self) -> Path | None:
-        """Make the run's cgroup (before its worker starts); None where there is none."""
+        """Make the run's cgroup (before its worker starts); None where there is none. Emptied cgroups that a
+        killed host or worker left (of any unit: a mission may never run again) are removed first."""
         group = self.cgroup
         if group is None:
             return None
+        prune(group.parent.parent)
         try:
             group.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -133,6 +136,20 @@ def end_runs(key: str, *, only: int | None = None, keep: int | None = None) -> N
             unit.rmdir()  # fails while a run's cgroup is left in it
     prefix = f"{key}/" if only is None else run_tag(key, only)
     kill_tagged(TAG_VAR, prefix, GONE_S, keep="" if keep is None else run_tag(key, keep))
+
+
+def prune(root: Path) -> None:
+    """Remove the runs' cgroups under `root` that hold no process and were made over PRUNE_S ago (a cgroup
+    just made for a worker about to enter it is left alone); a cgroup with a process in it cannot be removed."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for unit in [p for p in root.iterdir() if p.is_dir()]:
+            with contextlib.suppress(OSError):
+                for group in [p for p in unit.iterdir() if p.is_dir()]:
+                    if now - group.stat().st_mtime > PRUNE_S and not _populated(group):
+                        with contextlib.suppress(OSError):
+                            group.rmdir()
+                unit.rmdir()  # fails while a run's cgroup is left in it
 
 
 def _kill_cgroup(group: Path) -> None:
