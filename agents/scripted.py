@@ -11,7 +11,12 @@
       { model = { messages = [ { role = "user", content = "hi" } ] } },
       { evidence = { kind = "note", summary = "checked" } },
       { repeat = 1000, steps = [ { tool = "read_file", args = { path = "a.py" } } ] },
+      { shell = "make test" },
     ]
+
+`shell` is a command the agent runs itself, as Codex and Gemini CLI do: asked for first (`effect/ask`,
+as the keel tool `run`), run in the agent's own process with /bin/sh in its working folder (the unit's
+sandbox), its outcome reported (`effect/done`); one keel refuses is not run.
 
 A failed tool step fails the unit unless it says `allow_failure = true`; `content_times = N` sends its
 `content` argument N times over (a big file without a big mission file). Test-only steps: `fail` (raise),
@@ -27,7 +32,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from keel.agents.sdk import Agent, Context
 
@@ -79,12 +84,32 @@ async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
     if "sleep" in step:
         await asyncio.sleep(float(step["sleep"]))
         return None
+    if "shell" in step:
+        return await _own_command(ctx, f"shell-{index}", str(step["shell"]))
     if "wait_file" in step:  # the agent's own work, nothing journaled, until a test lets it finish
         gate = str(step["wait_file"])
         while not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110 (a file has no event to await)
             await asyncio.sleep(0.02)
         return None
     return _test_step(where, step)
+
+
+async def _own_command(ctx: Context, call_id: str, cmd: str) -> Any:
+    asked = await ctx.effect("run", cmd, call_id=call_id, detail={"rawInput": {"command": cmd}})
+    if not asked.allow:
+        return {"allowed": False, "reason": asked.reason}
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        cmd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    status: Literal["completed", "failed"] = "completed" if proc.returncode == 0 else "failed"
+    await ctx.effect_done(call_id, status, out.decode(errors="replace")[-2000:])
+    return {"allowed": True, "exit_code": proc.returncode}
 
 
 def _test_step(where: str, step: dict[str, Any]) -> Any:

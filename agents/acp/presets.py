@@ -18,7 +18,8 @@ from pathlib import Path
 
 from keel.protocol.agent import ForwardApi
 
-PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "SYSTEMROOT")
+# KEEL_UNIT_RUN: the unit run's tag, by which keel finds every process of the run (server/engine/units/runtree.py)
+PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "SYSTEMROOT", "KEEL_UNIT_RUN")
 # what the agent is given to reach keel's proxy: never passed on to the commands it runs itself
 PROXY_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "KEEL_PROXY_TOKEN")
 OFFLINE_ENV = {"DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", "NO_COLOR": "1"}

@@ -15,24 +15,22 @@ safe.
 A command that exits non-zero while the sandbox's filesystem has (almost) no space left raises
 DiskFullError instead of returning a result: the failure is probably the full disk, not the command, so
 it is not journaled; the mission pauses with reason disk_full, and after space is freed the intent is
-reconciled like any interrupted call. Depends on the stdlib, keel.protocol and the other server/tools
-modules only.
+reconciled like any interrupted call. Depends on the stdlib, keel.protocol, server/processes.py and the other
+server/tools modules only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 from collections.abc import Collection, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.diskspace import disk_full, nearly_full
 from keel.protocol.tools import SPECS
+from keel.server.processes import kill_group
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
 from keel.server.tools.paths import relative, resolve
 
@@ -40,7 +38,7 @@ OUTPUT_TAIL_BYTES = 16 * 1024
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PASSED_ENV = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ")  # keel's, when set; LC_* too (passed_env)
 _DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
-OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (`command_owner`)
+OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (processes.kill_tagged)
 
 
 class _Tail:
@@ -90,46 +88,6 @@ def command_env(ctx: ToolContext) -> dict[str, str]:
 def command_owner(mission_id: str, lane: str = "") -> str:
     """The tag (in `OWNER_VAR`) of the commands a mission's unit runs: `<mission>/<lane>`."""
     return f"{mission_id}/{lane}"
-
-
-def kill_leftovers(owner_prefix: str, wait_s: float = 5.0) -> list[int]:
-    """Kill every process on this machine whose environment carries a command tag starting with
-    `owner_prefix`, with its process group, and wait until they are gone. A command's process group
-    outlives a SIGKILLed host; a new host calls this before it decides anything about that command's
-    effect, so the effect cannot happen after the decision. Returns the pids it killed."""
-    needle = f"{OWNER_VAR}={owner_prefix}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = Path(entry.path, "environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(needle) for item in environ.split(b"\0")):
-            found.append(int(entry.name))
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            _kill_group(os.getpgid(pid))
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(process_running(pid) for pid in found):
-        time.sleep(0.01)
-    return found
-
-
-def process_running(pid: int) -> bool:
-    """Whether `pid` is alive: running or stopped, not a zombie and not gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 class Run:
@@ -193,7 +151,7 @@ class Run:
         except TimeoutError:
             timed_out = True
         finally:
-            _kill_group(proc.pid)  # on timeout, cancellation, and leftovers after a normal exit
+            kill_group(proc.pid)  # on timeout, cancellation, and leftovers after a normal exit
             await proc.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(readers, _DRAIN_S)

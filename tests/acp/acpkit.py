@@ -205,12 +205,32 @@ class Side:
         self.folder.mkdir()
         self.log = self.folder / "effects.log"
         self.hold = self.folder / "HOLD"
+        self.inner = ""  # the detached process's command (detached())
 
     def command(self) -> str:
         return (
             f"echo ran >> {self.log}; while [ -e {self.hold} ]; do sleep 0.05; done; "
             "python3 -m unittest -q test_calc 2>&1 | tail -n 1"
         )
+
+    def detached(self) -> str:
+        """A test command whose effect a detached process makes (a double fork and setsid: out of the shell's
+        process group and session) once HOLD is gone; the command waits for it, then runs the tests."""
+        done = self.folder / "done"
+        self.inner = f"while [ -e {self.hold} ]; do sleep 0.05; done; echo ran >> {self.log}; touch {done}"
+        return (
+            f"( setsid sh -c '{self.inner}' >/dev/null 2>&1 & ); while [ ! -e {done} ]; do sleep 0.05; done; "
+            f"rm -f {done}; python3 -m unittest -q test_calc 2>&1 | tail -n 1"
+        )
+
+    def detached_running(self) -> bool:
+        """Whether a detached process of `detached()` runs (its argv ends with its own text)."""
+        inner = self.inner.encode()
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                if cmdline.read_bytes().split(b"\0")[-2:-1] == [inner]:
+                    return True
+        return False
 
     def lines(self) -> int:
         return len(self.log.read_text().splitlines()) if self.log.exists() else 0
@@ -233,12 +253,13 @@ def answer_truthfully(ws: Workspace, mission: str, side: Side) -> int:
         question = record["question"]
         assert question["kind"] == "uncertain-effect", question
         sandbox = ws.unit_sandbox(mission)
-        if "effects.log" in question["text"]:
+        if "effects.log" in question["text"] or str(side.folder) in question["text"]:
             happened = side.lines() >= 1
         elif "test_calc.py" in question["text"]:
             happened = (sandbox / "test_calc.py").exists() and (sandbox / "test_calc.py").read_text() == TEST_CALC
         else:
             happened = (sandbox / "calc.py").read_text() == NEW_CALC
+        side.hold.unlink(missing_ok=True)  # a struck command's leftover would make its effect now: too late
         answered = ws.keel("answer", mission, "skip" if happened else "rerun")
         assert answered.returncode == 0, answered.stdout + answered.stderr
         asked += 1

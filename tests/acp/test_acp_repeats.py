@@ -21,8 +21,10 @@ from acpkit import (
     finish,
     kill_agent,
     kill_host,
+    kill_keel_process,
     require_agent,
     settle,
+    wait_for,
     workspace,
 )
 
@@ -108,6 +110,34 @@ def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
         finish(proc)
         mission = ws.mission_id()
     answer_truthfully(ws, mission, side)
+    _check(ws, mission, side)
+
+
+@pytest.mark.parametrize("strike", ["host", "worker"])
+def test_codex_commands_detached_child_is_gone_before_the_question(
+    strike: str, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """Codex's command makes its effect in a detached process (out of its shell's group and session) once
+    HOLD is gone. The host, or the unit's worker, is killed while it waits; the model makes the cut call
+    again (after `keel resume`, or in the worker the host starts again) and keel asks. The truth when asked
+    is "not made" (rerun); HOLD goes only then, and no process of the struck run is left to make the effect
+    a second time."""
+    ws, side = _start(tmp_path, "codex", model)
+    model.run_tests = side.detached()
+    model.retry_cut = 2  # the aborted call, and the one keel stopped to ask about: the model makes it again
+    proc = ws.start()
+    wait_for("the detached process to wait for HOLD", side.detached_running)
+    mission = ws.mission_id()
+    if strike == "host":
+        kill_host(proc)
+        settle("codex", ws.root)
+        ws.keel("resume", mission)
+    else:
+        assert kill_keel_process("keel.server.engine.units.subagent", ws.root), "the strike must find the worker"
+    assert answer_truthfully(ws, mission, side) == 1, "the cut command must be asked about"
+    if proc.poll() is None:
+        finish(proc)
+    wait_for("no detached process of the command", lambda: not side.detached_running(), timeout=30)
     _check(ws, mission, side)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 
 from keel.protocol.records import UnitLease
+from keel.server.processes import process_running
 from keel.storage import Store, leases
 from keel.storage.writelock import LOCK_NAME, holder_pid
 
@@ -26,11 +27,7 @@ def all_leases(store: Path, mid: str) -> list[UnitLease]:
 
 def alive(pid: int) -> bool:
     """Running (or stopped), not a zombie and not gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return process_running(pid)
 
 
 def command_running(marker: str) -> bool:

@@ -1,15 +1,21 @@
 """What a killed process leaves behind never makes a mission repeat an effect or get stuck: a command still
-running after its host died, a stale `index.lock` in a unit's worktree, a worktree locked half-made by a
-killed `git worktree add`. Real hosts, real SIGKILL, real git."""
+running after its host died, a detached child of an agent's own command after its host or its worker died,
+a stale `index.lock` in a unit's worktree, a worktree locked half-made by a killed `git worktree add`. Real
+hosts, real SIGKILL, real git."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
+import pytest
 from engine_helpers import keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 from subagent_helpers import command_running, git, lease, wait_gone
 
+from keel.protocol.states import MissionState
 from keel.server.engine.files import places
 from keel.storage import missions as m
 
@@ -48,6 +54,75 @@ def test_a_command_of_a_killed_host_is_stopped_before_its_effect_is_judged(tmp_p
     keel("answer", mid, "rerun", "--no-resume", store=store, check_rc=0)
     keel("resume", mid, store=store, check_rc=0)
     assert side.read_text().split() == ["a-1"]
+
+
+def _running_argv(last: str) -> bool:
+    """A process whose last argument is `last` (a test's own command text: no other test's matches)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().split(b"\0")[-2:-1] == [last.encode()]:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+# where a machine lets keel make cgroups (this one, as root), and where it does not: the run's tag and a subreaper
+CONTAINMENT = [pytest.param({}, id="cgroup"), pytest.param({"KEEL_CGROUP_ROOT": ""}, id="no-cgroup")]
+
+
+@pytest.mark.lmdb_only("which processes a run leaves is this machine's business; the store plays no part")
+@pytest.mark.parametrize("env", CONTAINMENT)
+@pytest.mark.parametrize("strike", ["host", "worker"])
+def test_a_detached_child_of_an_agents_own_command_never_makes_its_effect_after_the_question(
+    tmp_path: Path, strike: str, env: dict[str, str]
+) -> None:
+    """The agent runs a command itself (as Codex does, asked for first) whose effect a detached process makes
+    (a double fork and setsid: out of the agent's process group and session) once HOLD is gone. A SIGKILL of
+    the host, or of the unit's worker, while it runs leaves the effect in doubt; the person is asked, and
+    answers as the side log says at that moment. The effect is then made exactly once."""
+    side_dir = tmp_path / "side"  # outside the workspace: no restore can hide a repeat
+    side_dir.mkdir()
+    side, hold, done = side_dir / "effects.log", side_dir / "HOLD", side_dir / "done"
+    hold.touch()
+    detached = f"while [ -e {hold} ]; do sleep 0.05; done; echo ran >> {side}; touch {done}"
+    command = f"( setsid sh -c '{detached}' >/dev/null 2>&1 & ); while [ ! -e {done} ]; do sleep 0.05; done; rm {done}"
+    units = [{"id": "a", "params": {"steps": [{"shell": command}, {"now": True}]}}]
+    store = tmp_path / "store"
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=env)
+    try:
+        mid = mission_id_of(host)
+        wait_for(
+            lambda: (
+                (e := read(store, lambda t: m.journal_get(t, mid, "a", 1))) is not None
+                and e.phase == "intent"
+                and _running_argv(detached)
+            )
+        )
+        held = lease(store, mid, "a")
+        assert held is not None and held.pid > 0
+        if strike == "host":
+            kill(host)
+            keel("resume", mid, store=store, check_rc=3, env=env)
+        else:
+            os.kill(held.pid, signal.SIGKILL)  # the host goes on: it starts the unit's worker again
+            wait_for(lambda: record(store, mid).state == MissionState.WAITING_INPUT, timeout=60)
+            host.communicate(timeout=60)
+    finally:
+        kill(host)
+    question = record(store, mid).question
+    assert question is not None and question.kind == "uncertain-effect", question
+    left_running = _running_argv(detached)
+    happened = side.exists()  # the truth when asked, as the person sees it
+    hold.unlink()
+    keel("answer", mid, "skip" if happened else "rerun", "--no-resume", store=store, check_rc=0)
+    keel("resume", mid, store=store, check_rc=0, env=env)
+    deadline = time.monotonic() + 10
+    while _running_argv(detached) and time.monotonic() < deadline:  # a leftover makes its effect now
+        time.sleep(0.05)
+    assert side.read_text().split() == ["ran"], "the effect was made twice: a process of the struck run outlived it"
+    assert not left_running, "the person was asked while a process of the run that started the effect still ran"
+    assert record(store, mid).state == MissionState.COMPLETED
 
 
 def test_a_stale_index_lock_in_a_unit_worktree_is_cleared(tmp_path: Path) -> None:

@@ -122,6 +122,7 @@ class ToolCalls:
         self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, intent: JournalEntry
     ) -> Any:
         s = self.session
+        await s.end_earlier_runs()  # the run that started it makes nothing after it is judged or made again
         if intent.rerun_approved:
             again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
             await s.record_intent(step, again, call.tool)

@@ -46,8 +46,10 @@ from keel.server.engine.journal import fresh_epoch, lane
 from keel.server.engine.restore import check_restored_files
 from keel.server.engine.units import placement
 from keel.server.engine.units.placement import PreparedSandbox
+from keel.server.engine.units.runtree import end_runs, unit_key
 from keel.server.engine.units.unitrecovery import LeaseFacts, Recovery, ask_choices, checked, recovery
-from keel.server.tools.shell import command_owner, kill_leftovers, process_running
+from keel.server.processes import kill_tagged, process_running
+from keel.server.tools.shell import OWNER_VAR, command_owner
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
@@ -64,7 +66,7 @@ class Registry:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.ttl = lease_ttl()
-        self.zombies: list[AgentProcess] = []
+        self.zombies: list[tuple[str, AgentProcess]] = []  # (unit, its fenced worker)
         # one change of the mission sandbox at a time (a merge, a unit sandbox made from it), and none while a
         # checkpoint takes its snapshot
         self.git_lock = asyncio.Lock()
@@ -140,7 +142,7 @@ class Registry:
     async def _take_over(self, session: LeasedWorker, held: UnitLease, silent_s: float) -> None:
         proc = session.expire()
         if proc is not None:
-            self.zombies.append(proc)
+            self.zombies.append((held.unit, proc))
         event = Event(
             kind="lease",
             at=time.time(),
@@ -159,9 +161,11 @@ class Registry:
         self.host.progress.line(event.message)
 
     async def close(self) -> None:
-        for proc in self.zombies:
+        """The host stops: its fenced workers are killed, with every process of their runs (runtree.py)."""
+        for uid, proc in self.zombies:
             with contextlib.suppress(Exception):
                 await proc.kill()
+            await asyncio.to_thread(end_runs, unit_key(self.host.store_path, self.mission_id, uid))
         self.zombies.clear()
 
     # -- after a restart ------------------------------------------------------------------------------
@@ -200,12 +204,13 @@ class Registry:
     async def recover(self) -> list[UnitLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
 
-        Before anything is decided, what an earlier host left running is stopped: its workers, and the
-        commands its `run` tool started (their process groups outlive a killed host and could still make
-        their effect after an answer was given). A unit is never started from scratch silently when its
+        Before anything is decided, what an earlier host left running is stopped: its workers with every
+        process of their runs (runtree.py: what their agents started, however detached), and the commands
+        its `run` tool started (their process groups outlive a killed host and could still make their
+        effect after an answer was given). A unit is never started from scratch silently when its
         journal holds an effect: that is a question to the person (`reexecute`)."""
         finished = []
-        await asyncio.to_thread(kill_leftovers, command_owner(self.mission_id))
+        await asyncio.to_thread(kill_tagged, OWNER_VAR, command_owner(self.mission_id))
         for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
             decision = await self._decide(held)
             if decision == Recovery.BRING_HERE:
@@ -214,6 +219,7 @@ class Registry:
             if decision in (Recovery.LEAVE, Recovery.FOLLOW):
                 continue
             await asyncio.to_thread(terminate, held, self.mission_id)
+            await asyncio.to_thread(end_runs, unit_key(self.host.store_path, self.mission_id, held.unit))
             if held.place.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
                 await asyncio.to_thread(trees.remove_temps, Path(held.place.sandbox))  # a killed write's

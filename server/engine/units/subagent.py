@@ -1,7 +1,7 @@
 """A subagent: the worker process that runs one unit's agent in the unit's own sandbox, under a lease.
 
     python -m keel.server.engine.units.subagent --store S --mission M --unit U --epoch E --sandbox DIR --ttl T \
-        [--keep-files] -- AGENT...
+        [--cgroup CG] -- AGENT...
 
 The host speaks the agent protocol to this process's stdin/stdout exactly as to an agent; the worker
 passes every frame through to the real agent (its child, working in DIR) and adds what needs a process
@@ -18,6 +18,9 @@ of its own next to the agent:
   EXIT_NO_STORE and the reason as its last line, which the host reports (unitrun.py);
 - parent death: stdin closing (or the parent pid changing) makes it record `orphaned`, stop the agent
   and exit within 2 s. Journal entries stay with the host (its group-committing writer).
+- its run's processes: it enters its run's cgroup before it starts its agent (`--cgroup`, made by the
+  host; runtree.py) and is a child subreaper, so that whatever the agent starts, however it detaches, is
+  below it or in the cgroup; on every way out it kills all of it.
 - a full disk: a heartbeat that cannot be written is skipped (never the store's reserve: that is the
   host's); a completion that cannot be committed on the branch or recorded answers `unit/run` with
   ERR_DISK_FULL, so that the host pauses (disk_full) and the unit completes when the mission resumes.
@@ -48,6 +51,7 @@ from keel.protocol.states import LeaseState
 from keel.server.engine.files.merge import clear_stale_locks, commit_unit
 from keel.server.engine.files.trees import Snapshotter
 from keel.server.engine.step.replay import REPLAYED, WorkerReplay, is_replay_notice
+from keel.server.engine.units import runtree
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.location import without_store_env
@@ -257,8 +261,8 @@ class Worker:
         self._finish(EXIT_ORPHANED)
 
     def _stop_agent(self) -> None:
-        """Let the agent end by itself (stdin closed) for a moment, then kill its process group: also what
-        it started and left behind, on every way out of this worker."""
+        """Let the agent end by itself (stdin closed) for a moment, then kill its process group, and then every
+        process left below this worker (a subreaper: also what left the group), on every way out of it."""
         agent = self.agent
         if agent.stdin is not None:
             with contextlib.suppress(OSError):
@@ -268,6 +272,7 @@ class Worker:
         self._kill_agent_group()
         with contextlib.suppress(subprocess.TimeoutExpired):
             agent.wait(timeout=5)
+        runtree.end_descendants(spare=agent.pid)  # what the agent started and left, however it detached
 
     def _to_agent(self, body: bytes) -> None:
         assert self.agent.stdin is not None
@@ -325,11 +330,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--epoch", type=int, required=True)
     parser.add_argument("--ttl", type=float, default=15.0)
+    parser.add_argument("--cgroup", default="", help="the run's cgroup, made by the host (runtree.py)")
     parser.add_argument("agent", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     args.agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
     if not args.agent:
         parser.error("no agent command after --")
+    if why := runtree.enter(args.cgroup):  # before anything is started: all of it is in the run's cgroup
+        sys.stderr.write(f"keel subagent {args.mission}/{args.unit}: {why}\n")
     agent = start_agent(args.agent, Path(args.sandbox))  # its start overlaps the store's opening
     try:
         store = Store.open(args.store, create=False)

@@ -46,6 +46,7 @@ from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.replay import REPLAYED, replay_notice, replayed_count
 from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
 from keel.server.engine.units.placement import PreparedSandbox
+from keel.server.engine.units.runtree import TAG_VAR, RunTree, unit_key
 from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.tools import TOOLS
 from keel.storage import DB, Txn, leases
@@ -105,6 +106,7 @@ class UnitSession:
         self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
         self._paging = asyncio.Lock()
         self.proc: AgentProcess | None = None
+        self.tree = RunTree(unit_key(host.store_path, host.mission_id, unit.id), 0)  # the worker's run's processes
         self.tools = ToolCalls(self)
         # held while one of this unit's changes (an effectful or idempotent tool call) is being made and
         # recorded; other units' changes never wait for it
@@ -178,6 +180,8 @@ class UnitSession:
         self.seq = 0
         self.agent_run += 1
         host = self.host
+        self.tree = RunTree(self.tree.key, self.epoch)
+        cgroup = await asyncio.to_thread(self.tree.prepare)
         worker = (
             sys.executable,
             "-m",
@@ -194,13 +198,15 @@ class UnitSession:
             str(self.sandbox),
             "--ttl",
             str(self.registry.ttl),
+            "--cgroup",
+            str(cgroup or ""),
             "--",
             *resolve_command(host.spec.agent),
         )
         proc = self.proc = await AgentProcess.start(
             worker,
             cwd=self.sandbox,
-            env=host.spec.env,
+            env={**host.spec.env, TAG_VAR: self.tree.tag},
             handler=self.handle,
             name=self.unit.id,
             hide_env=self.models.hidden_env,
@@ -295,9 +301,17 @@ class UnitSession:
         return proc
 
     async def _close(self) -> None:
+        """Stop the worker, and every process of its run with it (runtree.py): whatever its agent started,
+        also what left the agent's process group or session, is gone before the unit goes on or is judged."""
         if self.proc is not None:
             proc, self.proc = self.proc, None
             await proc.close(grace=1.0)
+            await asyncio.to_thread(self.tree.end)
+
+    async def end_earlier_runs(self) -> None:
+        """Before an effect in doubt is judged or made again: every process of the unit's other runs on this
+        machine (an earlier worker's leftovers, a fenced worker's) is gone, so none makes it afterwards."""
+        await asyncio.to_thread(self.tree.end_others)
 
     # -- requests from the agent ----------------------------------------------------------------------
     async def handle(self, method: str, params: Any) -> Any:
@@ -714,6 +728,8 @@ async def _effect_ask(session: UnitSession, step: Step, params: Any) -> Any:
     )
     summary = f"{'allowed' if allow else 'denied'} {ask.tool}: {ask.title}"[:200]
     intent = step.intent
+    if intent is not None:  # the run that asked first makes nothing after it is judged or made again
+        await session.end_earlier_runs()
     if intent is not None and not intent.rerun_approved:
         await ask_rerun_or_skip(
             session,
