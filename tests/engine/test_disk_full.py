@@ -341,3 +341,31 @@ def test_a_unit_sandbox_that_cannot_be_checked_out_for_want_of_space_is_a_pause(
     assert record(store, mid).state == MissionState.COMPLETED
     assert side.read_text().split() == ["a1", "c1"]
     assert files(sandbox_of(store, mid))["big.bin"] == (ws / "big.bin").read_bytes()
+
+
+def test_a_unit_home_that_cannot_be_made_for_want_of_space_is_a_pause(tmp_path: Path, mount: Mount) -> None:
+    """The units' homes are on a tmpfs that has no inode left: making unit a's home fails with ENOSPC. The
+    mission pauses `disk_full` naming that filesystem (the host neither fails the unit nor dies of the
+    error), and once files are removed there the first `keel resume` completes it."""
+    side = tmp_path / "side.log"
+    mnt = mount(tmp_path / "mnt", "1m,nr_inodes=64")
+    (tmp_path / "homes").symlink_to(mnt)  # next to the store, on either backend
+    ballast = mnt / "ballast"
+    ballast.mkdir()
+    with pytest.raises(OSError, match="No space left on device"):
+        for n in range(100):
+            (ballast / str(n)).touch()
+    units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo a1 >> {side}"}}]}}]
+    mission = write_mission(tmp_path, units)
+    store = tmp_path / "store"
+    run = keel("run", str(mission), "--json", store=store, timeout=120)
+    assert run.returncode == 3, f"keel run -> {run.returncode}\n{run.stdout}\n{run.stderr}"
+    assert "Traceback" not in run.stderr
+    mid = json.loads(run.stdout.splitlines()[0])["mission"]
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert "unit a's files at" in record(store, mid).error
+    assert not side.exists()
+    shutil.rmtree(ballast)
+    keel("resume", mid, store=store, timeout=120, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert side.read_text().split() == ["a1"]

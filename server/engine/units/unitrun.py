@@ -30,7 +30,7 @@ import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol import rpc
-from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none
+from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none, says_no_space
 from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
@@ -165,6 +165,11 @@ class UnitSession:
                 return Outcome(K.FAILED, error=str(self.fatal or f"agent failed the unit: {exc.message}"))
             except (TimeoutError, msgspec.ValidationError) as exc:
                 return Outcome(K.FAILED, error=f"agent {self.unit.id} did not answer properly: {exc!r}")
+            except OSError as exc:  # the unit's home or its agent's log could not be made
+                if not says_no_space(exc):
+                    raise
+                where = exc.filename or self.sandbox
+                return await self._disk_full(disk_full(where, str(exc), f"unit {self.unit.id}'s files at").message)
             finally:
                 await self._close()
         return Outcome(K.FAILED, error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
