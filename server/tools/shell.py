@@ -45,7 +45,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PASSED_ENV = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ")  # keel's, when set; LC_* too (passed_env)
 _DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
 OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (`command_owner`)
-SPACE_POLL_S = 0.02  # how often the free space of the sandbox's filesystem is looked at while a command runs
+SPACE_POLL_S = 0.05  # how often the free space of the sandbox's filesystem is looked at while a command runs
 
 
 class _LeastFree:
