@@ -197,7 +197,8 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     "done" once the result (or error) is; replay only ever returns "done" entries. A person's answer to an
     uncertain effect is typed, never read back from `summary` (which is words for people): `rerun_approved`
     (run it again) on the intent, or `skipped` (it had already happened) on the entry it became. Stores of
-    schema 1 held both in the summary; storage/migrations.py moves them.
+    schema 1 held both in the summary; storage/migrations.py moves them. keel marks `rerun_approved` itself
+    on the intent of a verification a full disk failed (it ran to its end: only its verdict is lost).
 
     `gc=False`: a host holds a unit's whole journal (100k entries is an ordinary long unit) and never in a
     reference cycle (entries are frozen and built from decoded data), so the cycle collector need not

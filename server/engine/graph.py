@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import msgspec
 
+from keel.protocol.diskspace import says_no_space
 from keel.protocol.errors import MissionFileError
 from keel.protocol.records import UnitMark
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import UnitState, check_unit_transition
 
 U = UnitState
+
+
+def retried_on_resume(mark: UnitMark, mission_failed: bool) -> bool:
+    """Whether a resume runs the unit again: a failed unit of a failed mission (`keel resume` retries them),
+    and a failed unit whose failure says there was no space left, whatever the mission's state (a full disk
+    is a pause, never a result: such a mark is only left by an older keel, which recorded a sandbox that
+    could not be made for want of space as the unit's failure while the mission paused disk_full)."""
+    return mark.state == U.FAILED and (mission_failed or says_no_space(mark.error))
 
 
 class Graph:
@@ -64,8 +73,9 @@ class Graph:
             self.suspend(uid)
         return ids
 
-    def retry_failed(self) -> list[str]:
-        ids = [uid for uid, mk in self._marks.items() if mk.state == U.FAILED]
+    def retry_failed(self, mission_failed: bool) -> list[str]:
+        """The failed units a resume runs again (`retried_on_resume`); returns their ids."""
+        ids = [uid for uid, mk in self._marks.items() if retried_on_resume(mk, mission_failed)]
         for uid in ids:
             self._set_state(uid, U.PENDING, error="", attempts=0)
         return ids

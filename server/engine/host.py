@@ -172,8 +172,7 @@ class MissionHost:
             return S.PAUSED
         if decision != StartDecision.RUN:
             return self.record.state
-        if self.record.state == S.FAILED:
-            self.graph.retry_failed()
+        self.graph.retry_failed(mission_failed=self.record.state == S.FAILED)
         workspace = Path(self.record.workspace)
         if moving.moved(self.record, self.store):  # its machine is gone: the sandboxes are made here from the store
             origin, workspace = self.record.machine, places.workspace_of(self.store_path)

@@ -61,6 +61,7 @@ class StepResult:
     evidence: tuple[Evidence, ...] = ()
     extra: TxnFn | None = None  # written in the same transaction as the entry
     paths: tuple[str, ...] | None = None  # the only sandbox paths the step changed, when keel's tool knows them
+    rerun: bool = False  # an intent to be run again on resume (JournalEntry.rerun_approved)
 
 
 def answer(entry: JournalEntry) -> Any:

@@ -10,8 +10,10 @@ Error contract (the engine relies on it):
   nothing has happened then, and the engine answers the agent with `failure(exc)` without an intent.
 - `run()` never raises for such problems: it returns ToolRunResult(ok=False, error=...).
 - A full disk is not such a problem: `run()` raises DiskFullError (keel.protocol.errors) when a write
-  fails with ENOSPC/EDQUOT or a command fails while the sandbox's filesystem is full. The engine then
-  journals no result and pauses the mission (disk_full); the intent is reconciled after the resume.
+  fails with ENOSPC/EDQUOT or a command's failure counts as the sandbox's filesystem being full
+  (diskspace.failed_for_space; `ToolContext.full_disk` says when a write of keel's own met it). The
+  engine then journals no result and pauses the mission (disk_full); the intent is reconciled after the
+  resume.
 
 Depends on keel.protocol only (plus the stdlib); must not depend on storage or the engine.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -44,6 +46,9 @@ class ToolContext:
     sandbox: Path
     timeout_s: float = 120.0
     env: Mapping[str, str] = field(default_factory=dict)
+    # why keel counts the sandbox's filesystem full because a write of its own (the store's) met a full disk
+    # there, or "": a command failing meanwhile failed for want of space, whatever space is free after it
+    full_disk: Callable[[], str] = field(default=lambda: "")
 
 
 @dataclass(frozen=True)

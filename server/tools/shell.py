@@ -12,11 +12,15 @@ Reconcile: a command's effects cannot be read back from the sandbox, so an inter
 unknown (a person decides) unless the call was marked `idempotent`, in which case running it again is
 safe.
 
-A command that exits non-zero while the sandbox's filesystem has (almost) no space left raises
-DiskFullError instead of returning a result: the failure is probably the full disk, not the command, so
-it is not journaled; the mission pauses with reason disk_full, and after space is freed the intent is
-reconciled like any interrupted call. Depends on the stdlib, keel.protocol, server/processes.py and the other
-server/tools modules only.
+A command that exits non-zero when the sandbox's filesystem was full raises DiskFullError instead of
+returning a result: its stderr says there is no space, the least free space seen while it ran (looked at
+every SPACE_POLL_S) or after it is under the margin, or a write of keel's own met a full disk there
+meanwhile (diskspace.command_failed_for_space). A command that failed for want of space and then removed
+what it wrote (a build deleting its partial output) leaves room behind it, so the space after it is not
+enough to tell. The failure is the full disk's, not the command's, so it is not journaled; the mission
+pauses with reason disk_full, and after space is freed the intent is reconciled like any interrupted
+call (a verification runs again: toolcalls.py). Depends on the stdlib, keel.protocol, server/processes.py
+and the other server/tools modules only.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from keel.protocol.agent import ToolRunResult
-from keel.protocol.diskspace import disk_full, nearly_full
+from keel.protocol.diskspace import command_failed_for_space, disk_full, free_or_none
 from keel.protocol.tools import SPECS
 from keel.server.processes import kill_group
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
@@ -39,6 +44,25 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PASSED_ENV = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "TZ")  # keel's, when set; LC_* too (passed_env)
 _DRAIN_S = 2.0  # how long to wait for the pipes to close after the process group is gone
 OWNER_VAR = "KEEL_COMMAND_OF"  # in every command's environment: whose command it is (processes.kill_tagged)
+SPACE_POLL_S = 0.05  # how often the free space of the sandbox's filesystem is looked at while a command runs
+
+
+class _LeastFree:
+    """The least free space seen on the filesystem holding `path` while a command runs, and after it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.least = path, free_or_none(path)
+
+    def look(self) -> int | None:
+        free = free_or_none(self.path)
+        if free is not None and (self.least is None or free < self.least):
+            self.least = free
+        return self.least
+
+    async def watch(self) -> None:
+        while True:
+            await asyncio.sleep(SPACE_POLL_S)
+            await asyncio.to_thread(self.look)
 
 
 class _Tail:
@@ -145,12 +169,15 @@ class Run:
         out, err = _Tail(OUTPUT_TAIL_BYTES), _Tail(OUTPUT_TAIL_BYTES)
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))
+        space = _LeastFree(ctx.sandbox)
+        watching = asyncio.create_task(space.watch())
         timed_out = False
         try:
             await asyncio.wait_for(proc.wait(), limit)
         except TimeoutError:
             timed_out = True
         finally:
+            watching.cancel()
             kill_group(proc.pid)  # on timeout, cancellation, and leftovers after a normal exit
             await proc.wait()
         with contextlib.suppress(TimeoutError):
@@ -167,11 +194,10 @@ class Run:
             "stderr_dropped_bytes": err.dropped,
             "verify": intent["verify"],
         }
-        if proc.returncode != 0 and not timed_out and nearly_full(ctx.sandbox):
+        why = command_failed_for_space(proc.returncode, timed_out, err.text(), space.look(), ctx.full_disk())
+        if why:
             raise disk_full(
-                ctx.sandbox,
-                f"command {intent['cmd'][:80]!r} exited with code {proc.returncode} while that filesystem is full",
-                "the sandbox",
+                ctx.sandbox, f"command {intent['cmd'][:80]!r} exited with code {proc.returncode}: {why}", "the sandbox"
             )
         if timed_out:
             error = f"command timed out after {limit:g} s; its process group was killed"

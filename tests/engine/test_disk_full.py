@@ -16,6 +16,7 @@ import pytest
 from engine_helpers import files, keel, read, record, sandbox_of, start_keel, wait_for, write_mission
 
 from keel.protocol.states import MissionState, PauseReason
+from keel.server.engine import control
 from keel.storage import missions as m
 from tests import tmpfs
 
@@ -259,3 +260,112 @@ def test_unit_whose_worktree_cannot_be_made_for_want_of_space_is_not_failed(tmp_
     keel("resume", mid, store=store, timeout=180, check_rc=0)
     assert record(store, mid).state == MissionState.COMPLETED
     assert side.read_text().split() == ["a1", "c1"]
+
+
+def _verifications(store: Path, mid: str) -> list[tuple[bool, str]]:
+    """Every verification recorded for the mission: (passed, its output)."""
+    evidence = read(store, lambda t: [e for _, e in m.evidence_after(t, mid)])
+    return [(e.data["ok"], e.data["output"]) for e in evidence if e.kind == "verification"]
+
+
+def test_a_verification_failing_for_want_of_space_is_a_pause_and_runs_again_on_resume(
+    tmp_path: Path, mount: Mount
+) -> None:
+    """A unit's verification fails (exit 2) because the sandbox's filesystem is full, and removes what it
+    wrote, so that room is left once it has ended: its failure is the full disk's, not a result. The mission
+    pauses `disk_full`; after the filler is removed one `keel resume` runs the verification again (it passes)
+    and completes with the unit's files."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "3m")
+    (mnt / "sandboxes").mkdir()
+    (tmp_path / "sandboxes").symlink_to(mnt / "sandboxes")  # next to the store, on either backend
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    check = (  # a build's output, removed when the build fails (as make's .DELETE_ON_ERROR does)
+        f"if head -c 600000 /dev/zero > check.out; then rm check.out; echo checked >> {side}; "
+        "else rm -f check.out; exit 2; fi"
+    )
+    units = [
+        {
+            "id": "a",
+            "params": {
+                "steps": [
+                    {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}},
+                    {"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}},
+                    {"tool": "run", "args": {"cmd": check, "verify": True}},
+                ]
+            },
+        }
+    ]
+    _git_workspace(mnt / "ws")
+    mission = write_mission(tmp_path, units, workspace=str(mnt / "ws"))
+    store = tmp_path / "store"
+    mid, filler = _run_until_full(mission, store, side, gate, mnt, leave=400 * 1024)
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert "exited with code 2: it said there is no space left" in record(store, mid).error  # the verification
+    assert _verifications(store, mid) == []  # nothing of it is a result
+    filler.unlink()
+    keel("resume", mid, store=store, timeout=180, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert side.read_text().split() == ["a1", "checked"]
+    assert files(sandbox_of(store, mid)) == {"README": b"the person's project\n", "a.txt": b"a\n"}
+    assert [ok for ok, _ in _verifications(store, mid)] == [True]
+    assert _no_space_journaled(store, mid) == []
+
+
+@pytest.mark.lmdb_only("the store's own folder is on the small disk")
+def test_a_unit_sandbox_that_cannot_be_checked_out_for_want_of_space_is_a_pause(tmp_path: Path, mount: Mount) -> None:
+    """`--store` on a 3 MB tmpfs (the sandboxes next to it): unit c's sandbox cannot be made, since its
+    600 KB file does not fit; git removes what it could not write and says only "unable to write file",
+    so room is left. The mission pauses `disk_full` with c not failed, and the first `keel resume` after the
+    filler is removed completes it."""
+    side, gate = tmp_path / "side.log", tmp_path / "gate"
+    mnt = mount(tmp_path / "mnt", "3m")
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    units = [
+        {"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo a1 >> {side}; {wait}"}}]}},
+        {"id": "c", "after": ["a"], "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo c1 >> {side}"}}]}},
+    ]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.bin").write_bytes(bytes(range(256)) * 2400)  # 600 KB in every sandbox
+    _git_workspace(ws)
+    mission = write_mission(tmp_path, units, workspace=str(ws))
+    store = mnt / "keel" / "store"
+    mid, filler = _run_until_full(mission, store, side, gate, mnt, leave=400 * 1024)
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert f"sandboxes/{mid}-units/c: " in record(store, mid).error  # the strike landed on c's checkout
+    states = read(store, lambda t: control.unit_states(t, mid))
+    assert states["c"] != "failed", states
+    filler.unlink()
+    keel("resume", mid, store=store, timeout=180, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert side.read_text().split() == ["a1", "c1"]
+    assert files(sandbox_of(store, mid))["big.bin"] == (ws / "big.bin").read_bytes()
+
+
+def test_a_unit_home_that_cannot_be_made_for_want_of_space_is_a_pause(tmp_path: Path, mount: Mount) -> None:
+    """The units' homes are on a tmpfs that has no inode left: making unit a's home fails with ENOSPC. The
+    mission pauses `disk_full` naming that filesystem (the host neither fails the unit nor dies of the
+    error), and once files are removed there the first `keel resume` completes it."""
+    side = tmp_path / "side.log"
+    mnt = mount(tmp_path / "mnt", "1m,nr_inodes=64")
+    (tmp_path / "homes").symlink_to(mnt)  # next to the store, on either backend
+    ballast = mnt / "ballast"
+    ballast.mkdir()
+    with pytest.raises(OSError, match="No space left on device"):
+        for n in range(100):
+            (ballast / str(n)).touch()
+    units = [{"id": "a", "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo a1 >> {side}"}}]}}]
+    mission = write_mission(tmp_path, units)
+    store = tmp_path / "store"
+    run = keel("run", str(mission), "--json", store=store, timeout=120)
+    assert run.returncode == 3, f"keel run -> {run.returncode}\n{run.stdout}\n{run.stderr}"
+    assert "Traceback" not in run.stderr
+    mid = json.loads(run.stdout.splitlines()[0])["mission"]
+    _assert_paused_for_disk_full(store, mid, mnt)
+    assert "unit a's files at" in record(store, mid).error
+    assert not side.exists()
+    shutil.rmtree(ballast)
+    keel("resume", mid, store=store, timeout=120, check_rc=0)
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert side.read_text().split() == ["a1"]

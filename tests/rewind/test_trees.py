@@ -9,10 +9,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from keel.protocol.errors import DiskFullError
 from keel.protocol.records import SandboxTree
 from keel.server.engine.files import trees
 from keel.storage import DB, Store
 from keel.storage.snapshots import load_tree
+from tests.tmpfs import fill, mounted
 
 
 def _tree(store: Store, snap: trees.Snapshotter, root: Path) -> tuple[str, SandboxTree]:
@@ -126,3 +128,19 @@ def test_snapshot_holds_the_persons_keel_config_but_no_keel_state_or_temporary_f
         with pytest.raises(trees.UnsafePathError, match=r"restore point p3 holds the path '\.keel/store/x'"):
             trees.materialize(tmp_path / "elsewhere", unsafe, blob, "restore point p3")
         assert not (tmp_path / "elsewhere").exists()
+
+
+def test_materialize_on_a_full_disk_is_a_full_disk(tmp_path: Path) -> None:
+    """A sandbox made again from its snapshot (a move, a worker, a restore) on a full tmpfs: DiskFullError
+    naming the mount and the file, never an OSError that ends the host."""
+    source = tmp_path / "box"
+    source.mkdir()
+    (source / "big.bin").write_bytes(bytes(range(256)) * 2400)
+    with Store.open(tmp_path / "store") as store, mounted(tmp_path / "mnt", "1m") as mnt:
+        _, tree = _tree(store, trees.Snapshotter(), source)
+        fill(mnt, leave=300 * 1024)
+        with pytest.raises(DiskFullError) as info:
+            trees.materialize(mnt / "box", tree, lambda d: store.read(lambda t: t.get_blob(d)) or b"")
+        assert info.value.mount == str(mnt)
+        assert f"the sandbox file {mnt / 'box' / 'big.bin'}: " in info.value.message
+        assert "No space left on device" in info.value.message

@@ -63,3 +63,29 @@ async def test_a_failing_command_with_room_to_spare_is_a_result(tmp_path: Path) 
     box = ToolContext(sandbox=tmp_path, timeout_s=20.0)
     result = await TOOLS["run"].run(box, {"cmd": "exit 4", "verify": True})
     assert not result.ok and result.output["exit_code"] == 4 and "verification failed" in result.error
+
+
+async def test_a_command_that_failed_for_want_of_space_and_removed_its_output_is_a_full_disk(tmp_path: Path) -> None:
+    """Room is left once it has ended (it removed what it could not finish): its words tell."""
+    with mounted(tmp_path / "mnt", "1m") as mnt:
+        root = mnt / "sandbox"
+        root.mkdir()
+        fill(mnt, leave=400 * 1024)
+        box = ToolContext(sandbox=root, timeout_s=20.0)
+        cmd = "head -c 600000 /dev/zero > out.bin || { rm -f out.bin; exit 2; }"
+        with pytest.raises(DiskFullError) as info:
+            await TOOLS["run"].run(box, {"cmd": cmd, "verify": True})
+        assert "exited with code 2: it said there is no space left" in info.value.message
+        assert info.value.mount == str(mnt)
+
+
+async def test_a_command_failing_while_keel_met_a_full_disk_there_is_a_full_disk(tmp_path: Path) -> None:
+    """The store spent its reserve on the sandbox's filesystem meanwhile: the room seen afterwards is the
+    reserve's, so a failure then is the full disk's; a command that passes is still a result."""
+    met = "disk full: the filesystem mounted at /x (0 KiB free) cannot take a write to the store at /x/store"
+    box = ToolContext(sandbox=tmp_path, timeout_s=20.0, full_disk=lambda: met)
+    with pytest.raises(DiskFullError) as info:
+        await TOOLS["run"].run(box, {"cmd": "exit 3", "verify": True})
+    assert "exited with code 3: a write of keel's there met a full disk meanwhile" in info.value.message
+    result = await TOOLS["run"].run(box, {"cmd": "echo fine"})
+    assert result.ok and result.output["stdout"] == "fine\n"

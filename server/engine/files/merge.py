@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from keel.protocol.diskspace import disk_full, says_no_space
+from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none, says_no_space
 from keel.protocol.treepaths import GIT_EXCLUDE_TEMPS, is_temp, temp_name
 from keel.server import gitrun
 from keel.server.engine.files import trees
@@ -88,9 +88,30 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
 
 def check_out(target: Path) -> None:
     """Write a unit's git sandbox's files and index from its HEAD (a no-op for a copy), with as many
-    workers as cores (git's parallel checkout): a unit's start is mostly this."""
-    if is_git(target):
+    workers as cores (git's parallel checkout): a unit's start is mostly this. A checkout that fails where
+    there is less room than its files need failed for want of space: git removes the file it could not
+    write, leaving room behind, and may only say it was "unable to write" it."""
+    if not is_git(target):
+        return
+    try:
         git(target, "-c", "checkout.workers=0", "reset", "-q", "--hard", "HEAD")
+    except SandboxError as exc:
+        if why := failed_for_space(exc.message, free_or_none(target), checkout_bytes(target)):
+            raise disk_full(target, f"{exc.message} ({why})", "the sandbox") from None
+        raise
+
+
+def checkout_bytes(sandbox: Path) -> int:
+    """The bytes of the files of the worktree's HEAD (0 when git cannot say)."""
+    proc = git(sandbox, "ls-tree", "-r", "-l", "-z", "HEAD", check=False)
+    if proc.returncode != 0:
+        return 0
+    total = 0
+    for entry in proc.stdout.split("\0"):
+        fields = entry.split(None, 4)  # mode, type, object, size (- for a submodule), path
+        if len(fields) == 5 and fields[3].isdigit():
+            total += int(fields[3])
+    return total
 
 
 def commit_pending(mission_sandbox: Path) -> None:

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
 from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry, is_tree_ref
 from keel.protocol.treepaths import CONFIG, GIT_DIR, KEEL_DIR, create_temp, is_persons, is_temp, path_problem
@@ -475,7 +476,8 @@ def point_tree(txn: Txn, manifest: CheckpointManifest, what: str, base: BaseFile
 def materialize(root: Path, tree: SandboxTree, blob: Callable[[str], bytes], what: str = "the snapshot") -> list[str]:
     """Make `root` hold exactly the tree's files (.git and keel's state untouched); returns the paths
     changed. A path that is not one of the person's files (protocol/treepaths.path_problem) is an
-    UnsafePathError naming `what`, before anything is changed."""
+    UnsafePathError naming `what`, before anything is changed. A file that cannot be written for want of
+    space is a DiskFullError (the mission pauses), never a crash."""
     want = tree_files(tree)
     for path in want:
         if problem := path_problem(path):
@@ -492,7 +494,12 @@ def materialize(root: Path, tree: SandboxTree, blob: Callable[[str], bytes], wha
             (root / path).chmod(0o755 if mode == "x" else 0o644)
             changed.append(path)
             continue
-        write_file(root, path, mode, blob(digest))
+        try:
+            write_file(root, path, mode, blob(digest))
+        except OSError as exc:  # a sandbox made again here (a move, a worker, a restore) on a full disk
+            if says_no_space(exc):
+                raise disk_full(root / path, str(exc), "the sandbox file") from None
+            raise
         changed.append(path)
     return sorted(set(changed))
 

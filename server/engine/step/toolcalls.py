@@ -3,14 +3,18 @@
 Read-only and idempotent tools run and are recorded. An effectful tool first records an intent (its
 `preview`), runs, then records the result. An intent found without a result (the host died in between)
 is reconciled against the sandbox: the effect is there (record its result), visibly absent (run it), or
-undecidable (ask the person "rerun" or "skip"). Every entry is recorded through the unit's session
-(`UnitSteps.record`). Depends on keel.server.tools, the journal and the engine's interface module; never on
-the host or unitrun modules.
+undecidable (ask the person "rerun" or "skip"). A verification (`run` with verify=true) whose failure
+was a full disk's (the tool raised DiskFullError: nothing of it is journaled) has its intent marked to run
+again: it ran to its end, so nothing of it is in doubt but its verdict, and the resume runs the check
+again instead of asking. Every entry is recorded through the unit's session (`UnitSteps.record`).
+Depends on keel.server.tools, the journal and the engine's interface module; never on the host or
+unitrun modules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import Any, NoReturn
@@ -18,6 +22,8 @@ from typing import Any, NoReturn
 import msgspec
 
 from keel.protocol import agent as ap
+from keel.protocol.diskspace import same_filesystem
+from keel.protocol.errors import DiskFullError
 from keel.protocol.records import Evidence, JournalEntry, Question
 from keel.protocol.rpc import INVALID_PARAMS
 from keel.protocol.spec import MissionSpec
@@ -47,10 +53,12 @@ class ToolCalls:
     def _context(self) -> ToolContext:
         s = self.session
         owner = {OWNER_VAR: command_owner(s.host.mission_id, s.lane)}
+        store, sandbox = s.host.store, s.sandbox
         return ToolContext(
-            sandbox=s.sandbox,
+            sandbox=sandbox,
             timeout_s=s.host.spec.permissions.command_timeout_s,
             env={**s.host.tool_env, **owner},  # an allowlist: no provider key, no store credential
+            full_disk=lambda: full if (full := store.full_disk()) and same_filesystem(store.path, sandbox) else "",
         )
 
     async def run(self, call: ap.ToolRunParams, step: Step) -> Any:
@@ -98,11 +106,27 @@ class ToolCalls:
             return await self._done(tool, call, step, ap.ToolRunResult(ok=False, error=exc.message))
         intent = StepResult(preview, phase="intent", tool_class=tool.klass, summary=_describe(call))
         await self.session.record_intent(step, intent, call.tool)
-        return await self._finish(tool, ctx, call, step)
+        return await self._finish(tool, ctx, call, step, preview)
 
-    async def _finish(self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step) -> Any:
-        result = await tool.run(ctx, call.args)
+    async def _finish(
+        self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, preview: Any = None
+    ) -> Any:
+        try:
+            result = await tool.run(ctx, call.args)
+        except DiskFullError:
+            if isinstance(preview, dict) and preview.get("verify"):
+                await self._check_again_on_resume(tool, call, step, preview)
+            raise
         return await self._done(tool, call, step, result)
+
+    async def _check_again_on_resume(self, tool: Tool, call: ap.ToolRunParams, step: Step, preview: Any) -> None:
+        """A verification a full disk failed: its intent is marked to run again, so the resume checks again
+        instead of asking whether it happened. Where even that cannot be written (the store is full too), the
+        intent stays as it was and the resume asks."""
+        summary = f"{_describe(call)}: failed for want of space, run again on resume"
+        again = StepResult(preview, phase="intent", tool_class=tool.klass, summary=summary, rerun=True)
+        with contextlib.suppress(DiskFullError):
+            await self.session.record(step, again)
 
     async def _done(
         self, tool: Tool, call: ap.ToolRunParams, step: Step, result: ap.ToolRunResult, effect: str = "done"
@@ -126,14 +150,14 @@ class ToolCalls:
         if intent.rerun_approved:
             again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
             await s.record_intent(step, again, call.tool)
-            return await self._finish(tool, ctx, call, step)
+            return await self._finish(tool, ctx, call, step, intent.result)
         verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
         s.host.stats["reconciled"] += 1
         if verdict.done is True and verdict.result is not None:
             return await self._done(tool, call, step, verdict.result, effect="reconciled")
         if verdict.done is False:  # its intent was recorded by an earlier run: the lease is renewed first
             await s.hold_lease(float("-inf"))
-            return await self._finish(tool, ctx, call, step)
+            return await self._finish(tool, ctx, call, step, intent.result)
         await ask_rerun_or_skip(
             s,
             step,

@@ -5,9 +5,11 @@ unit in arrival order (the SDK sends them one at a time); a request whose finger
 entry at its number is a NondeterminismError. An effectful tool call records an intent before it runs;
 an intent found without a result is reconciled against the sandbox or turned into a question. A full disk
 anywhere in a unit (a tool's write, a journal commit, the subagent's completion, its sandbox) stops the
-mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result;
-so does a worker process that could not open the store at each of its starts (reason `store`, with the
-server's words).
+mission paused (disk_full) and the unit as `stopped`: nothing of it is recorded as a failure or a result
+(a sandbox that could not be made, a worker that died or an agent that failed the unit while the store
+met a full disk or the filesystem had no room: `_full_disk`, over diskspace.failed_for_space); so does
+a worker process that could not open the store at each of its starts (reason `store`, with the server's
+words).
 Each agent method has one handler (`HANDLERS`); every handler hands a StepResult to `record`, the one
 place a step is journaled. Depends on storage, protocol and the engine's own modules; sees the host only
 through interface.Host, never imports the host module.
@@ -28,7 +30,7 @@ import msgspec
 
 from keel.protocol import agent as ap
 from keel.protocol import rpc
-from keel.protocol.diskspace import disk_full, nearly_full
+from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none, says_no_space
 from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
@@ -124,8 +126,8 @@ class UnitSession:
             self._tree = placement.files or self._tree  # a fresh sandbox's scanner knows its files already
         except DiskFullError as exc:
             return await self._disk_full(exc.message)
-        except KeelError as exc:
-            return Outcome(K.FAILED, error=f"cannot make the sandbox of unit {self.unit.id}: {exc.message}")
+        except (KeelError, OSError) as exc:
+            return await self._unmade(exc.message if isinstance(exc, KeelError) else str(exc))
         for start in range(1, MAX_AGENT_STARTS + 1):
             try:
                 granted = await self.registry.grant(self.unit.id, placement)
@@ -143,7 +145,7 @@ class UnitSession:
                     return Outcome(K.STOPPED)
                 if self.fatal is not None:
                     return Outcome(K.FAILED, error=str(self.fatal))
-                if full := self._full_disk():  # a worker that died or could not start for want of space
+                if full := self._full_disk("worker stopped"):  # it died or could not start for want of space
                     return await self._disk_full(full)
                 if not exc.died:
                     return Outcome(K.FAILED, error=exc.message)
@@ -160,9 +162,16 @@ class UnitSession:
                     return await self._disk_full(exc.message)
                 if self.stopping:
                     return Outcome(K.STOPPED)
+                if self.fatal is None and (full := self._full_disk("agent failed the unit")):
+                    return await self._disk_full(full)
                 return Outcome(K.FAILED, error=str(self.fatal or f"agent failed the unit: {exc.message}"))
             except (TimeoutError, msgspec.ValidationError) as exc:
                 return Outcome(K.FAILED, error=f"agent {self.unit.id} did not answer properly: {exc!r}")
+            except OSError as exc:  # the unit's home or its agent's log could not be made
+                if not says_no_space(exc):
+                    raise
+                where = exc.filename or self.sandbox
+                return await self._disk_full(disk_full(where, str(exc), f"unit {self.unit.id}'s files at").message)
             finally:
                 await self._close()
         return Outcome(K.FAILED, error=f"{error} (gave up after {MAX_AGENT_STARTS} starts)")
@@ -274,15 +283,25 @@ class UnitSession:
         await self.host.stop_for_disk_full(message)
         return Outcome(K.STOPPED)
 
-    def _full_disk(self) -> str:
-        """Why the store's or this unit's sandbox's filesystem counts as full now, or ""."""
+    async def _unmade(self, words: str) -> Outcome:
+        """The unit's sandbox could not be made (`words`: the error's own): for want of space the mission
+        pauses; while the mission stops the unit is left to the resume; otherwise the unit fails."""
+        if full := self._full_disk("sandbox could not be made", words):
+            return await self._disk_full(full)
+        if self.stopping:
+            return Outcome(K.STOPPED)
+        return Outcome(K.FAILED, error=f"cannot make the sandbox of unit {self.unit.id}: {words}")
+
+    def _full_disk(self, doing: str, words: str = "") -> str:
+        """Why the store's or this unit's sandbox's filesystem counts as full now, or "": a write of the
+        store's met a full disk, or what failed (`doing`; its own `words`, never an agent's, which a replay
+        would repeat) failed for want of space there (diskspace.failed_for_space)."""
         if full := self.host.store.full_disk():
             return full
-        for path, what in ((self.host.store.path, "the store at"), (self.sandbox, "the sandbox")):
-            if nearly_full(path):
-                return disk_full(
-                    path, f"unit {self.unit.id}'s worker stopped while the filesystem was full", what
-                ).message
+        for path, what in ((self.sandbox, "the sandbox"), (self.host.store.path, "the store at")):
+            if why := failed_for_space(words, free_or_none(path)):
+                cause = f"unit {self.unit.id}'s {doing}: {words[:200] + '; ' if words else ''}{why}"
+                return disk_full(path, cause, what).message
         return ""
 
     async def stop(self) -> None:
@@ -575,6 +594,7 @@ class UnitSession:
             at=time.time(),
             cost=StepCost(wall_ms=round(wall_ms, 3), tokens=result.tokens),
             summary=result.summary,
+            rerun_approved=result.rerun,
             effect=mark,
         )
         host = self.host
