@@ -23,6 +23,7 @@ from acpkit import (
     kill_host,
     require_agent,
     settle,
+    wait_for,
     workspace,
 )
 
@@ -147,3 +148,23 @@ def test_the_same_command_asked_twice_in_one_turn_is_answered_from_the_journal(
     _check(ws, mission, side)
     assert model.steps().count("test") == 2, (model.steps(), out)
 
+
+def test_gemini_after_rerun_pays_no_request_twice(model: ScriptedModel, tmp_path: Path) -> None:
+    """The host dies with the test command's intent durable and the command not started (fault point
+    INTENT_RUN). Gemini CLI starts a new session on every run: the resume's session asks the same requests
+    as the first, and after a person answers "rerun" (truthfully: it never ran) the next session asks them
+    again. Each request already paid for in this unit, in any session, is answered from the journal."""
+    ws, side = _start(tmp_path, "gemini", model)
+    side.hold.unlink()
+    held = tmp_path / "intent.held"
+    proc = ws.start(env={"KEEL_FAULT_INTENT_RUN": f"{held}:hold"})
+    wait_for("the command's intent to be durable (the host held)", held.exists)
+    kill_host(proc)
+    held.unlink()
+    settle("gemini", ws.root)
+    assert side.lines() == 0, "the strike must come before the command ran"
+    mission = ws.mission_id()
+    ws.keel("resume", mission)
+    assert answer_truthfully(ws, mission, side) >= 1, "the command in doubt must be asked about"
+    _check(ws, mission, side)
+    assert model.paid_twice() == [], f"{len(model.paid_twice())} requests were paid twice"
