@@ -110,8 +110,10 @@ class UnitBridge:
         stop = str((answer or {}).get("stopReason", ""))
         await self.ctx.evidence("acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop})
         if stop not in ("end_turn", ""):
-            said = f"; its message: {text[:300]}" if text else " without a message"
-            raise RuntimeError(f"{self.preset.title} stopped with {stop!r}{_refused_line(self.refusals)}{said}")
+            said = f"; its last message: {text[:300]}" if text else "; it said nothing"
+            raise RuntimeError(
+                f"{self.preset.title} stopped with {stop!r} before finishing{_refused_line(self.refusals)}{said}"
+            )
         return {"stop_reason": stop, "message": text, "session": self.session, "restarts": len(self.restarts)}
 
     async def _turns(self, prompt: str) -> Any:
@@ -348,8 +350,8 @@ def _refused_line(refusals: list[str]) -> str:
     """What keel refused in this run, for the message of a unit the agent did not finish."""
     if not refusals:
         return ""
-    shown = list(dict.fromkeys(refusals))
-    return f", after keel refused {len(refusals)} effect(s) it asked for ({'; '.join(shown[-3:])[:600]})"
+    shown = "; ".join(list(dict.fromkeys(refusals))[-3:])[:600]
+    return f"; keel refused {len(refusals)} effect(s) it asked for ({shown})"
 
 
 def _journal_note(history: tuple[str, ...]) -> str:
