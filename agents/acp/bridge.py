@@ -38,7 +38,11 @@ from keel.protocol import agent as ap
 PROTOCOL_VERSION = 1
 TOOL_OF_KIND = {"edit": "write_file", "delete": "write_file", "move": "write_file", "execute": "run", "fetch": "fetch"}
 _EVIDENCE_TEXT = 4000
-MAX_TOLD = 2  # follow-up prompts telling the agent what keel refused, per start
+MAX_TOLD = 3  # follow-up prompts telling the agent what keel refused, per start
+ALLOW = ("allow_once", "allow_always")
+# a "no" that ends the agent's turn: Codex's `abort` (its core's ReviewDecision::Abort interrupts the turn);
+# codex-acp 0.16 offers no other "no" for a command or a patch (docs/acp-agents.md)
+ABORTING = frozenset({"abort"})
 MAX_STARTS = 3  # an outside agent that dies mid-unit is started again (load, continue) this often per run
 
 
@@ -61,6 +65,8 @@ class UnitBridge:
         self.done: dict[str, str] = {}
         self.effects: set[str] = set()  # call ids of allowed effects whose outcome is not reported yet
         self.refused: list[str] = []  # effects keel did not make, with the reason, not yet told to the agent
+        self.refusals: list[str] = []  # every effect keel did not make in this run, for a failure's message
+        self.turn_cut = False  # keel's "no" ended the agent's turn (the only one it offered aborts)
 
     # -- the unit -----------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -96,18 +102,31 @@ class UnitBridge:
         )
         hello = await self._call("initialize", self._initialize())
         prompt = await self._open_session(hello or {})
-        answer = await self._prompt(prompt)
-        for _ in range(MAX_TOLD):  # what keel refused reaches the agent with its reasons
-            if not self.refused or str((answer or {}).get("stopReason", "")) != "end_turn":
-                break
-            told, self.refused = _refusals_note(self.refused), []
-            answer = await self._prompt(told)
+        try:
+            answer = await self._turns(prompt)
+        except AcpError as exc:
+            raise RuntimeError(f"{self.preset.title}'s turn failed: {exc}{_refused_line(self.refusals)}") from None
         text = "".join(self.message).strip()
         stop = str((answer or {}).get("stopReason", ""))
         await self.ctx.evidence("acp.message", summary=text[:200], data={"text": text[:_EVIDENCE_TEXT], "stop": stop})
         if stop not in ("end_turn", ""):
-            raise RuntimeError(f"{self.preset.title} stopped with {stop!r}: {text[:300]}")
+            said = f"; its last message: {text[:300]}" if text else "; it said nothing"
+            raise RuntimeError(
+                f"{self.preset.title} stopped with {stop!r} before finishing{_refused_line(self.refusals)}{said}"
+            )
         return {"stop_reason": stop, "message": text, "session": self.session, "restarts": len(self.restarts)}
+
+    async def _turns(self, prompt: str) -> Any:
+        """The prompt, then what keel refused with its reasons and recorded outcomes, as the agent's next turn:
+        after a turn that ended, or that keel's own "no" cut short (Codex offers only a "no" that aborts)."""
+        answer = await self._prompt(prompt)
+        for _ in range(MAX_TOLD):
+            stop = str((answer or {}).get("stopReason", ""))
+            if not self.refused or not (stop == "end_turn" or (stop == "cancelled" and self.turn_cut)):
+                break
+            told, self.refused, self.turn_cut = _refusals_note(self.refused), [], False
+            answer = await self._prompt(told)
+        return answer
 
     async def _prompt(self, text: str) -> Any:
         assert self.conn is not None
@@ -202,7 +221,7 @@ class UnitBridge:
     async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
         call = params.get("toolCall") or {}
         if str(call.get("title", "")).startswith(f"mcp__{MCP_SERVER}__"):
-            return _selected(params, ("allow_once", "allow_always"))  # a keel tool call: journaled and checked there
+            return _selected(params, ALLOW)  # a keel tool call: journaled and checked there
         kind = str(call.get("kind") or "other")
         tool = TOOL_OF_KIND.get(kind, "run")  # an effect keel cannot classify counts as a command
         title = str(call.get("title") or kind)
@@ -210,15 +229,22 @@ class UnitBridge:
         call_id = str(call.get("toolCallId", ""))
         try:
             verdict = await self.ctx.effect(tool, title, call_id, detail)
-            if verdict.allow:
-                self.done[call_id] = f"{tool}: {title} (started, no outcome reported)"
-                self.effects.add(call_id)
-            elif verdict.reason:
-                self.refused.append(f"{title}: {verdict.reason}")
         except HostError as exc:
-            self.refused.append(f"{title}: {exc.message}")
+            self._refuse(title, exc.message)
             return {"outcome": {"outcome": "cancelled"}}
-        return _selected(params, ("allow_once", "allow_always") if verdict.allow else ("reject_once", "reject_always"))
+        if verdict.allow:
+            self.done[call_id] = f"{tool}: {title} (started, no outcome reported)"
+            self.effects.add(call_id)
+            return _selected(params, ALLOW)
+        self._refuse(title, verdict.reason or "refused")
+        answer, ends_turn = _refusal(params)
+        self.turn_cut = self.turn_cut or ends_turn
+        return answer
+
+    def _refuse(self, title: str, reason: str) -> None:
+        line = f"{title[:200]}: {reason}"
+        self.refused.append(line)
+        self.refusals.append(line)
 
     async def _write(self, params: dict[str, Any]) -> dict[str, Any]:
         path = Path(str(params.get("path", "")))
@@ -310,6 +336,24 @@ def _selected(params: dict[str, Any], wanted: tuple[str, ...]) -> dict[str, Any]
     return {"outcome": {"outcome": "cancelled"}}
 
 
+def _refusal(params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The permission answer refusing an effect, and whether it ends the agent's turn: a "no" that lets the
+    turn go on is chosen over one that aborts it (Codex's `abort`), a single "no" over a lasting one."""
+    rejects = [o for o in params.get("options") or [] if o.get("kind") in ("reject_once", "reject_always")]
+    if not rejects:
+        return {"outcome": {"outcome": "cancelled"}}, True
+    chosen = min(rejects, key=lambda o: (o.get("optionId") in ABORTING, o.get("kind") != "reject_once"))
+    return {"outcome": {"outcome": "selected", "optionId": chosen.get("optionId")}}, chosen.get("optionId") in ABORTING
+
+
+def _refused_line(refusals: list[str]) -> str:
+    """What keel refused in this run, for the message of a unit the agent did not finish."""
+    if not refusals:
+        return ""
+    shown = "; ".join(list(dict.fromkeys(refusals))[-3:])[:600]
+    return f"; keel refused {len(refusals)} effect(s) it asked for ({shown})"
+
+
 def _journal_note(history: tuple[str, ...]) -> str:
     started = [line for line in history if line.startswith("this run: ") or "effect/ask" in line or "tool/run" in line]
     effects = [line for line in started if " - " in line or "started, no" in line]
@@ -325,8 +369,10 @@ def _journal_note(history: tuple[str, ...]) -> str:
 
 
 def _refusals_note(refused: list[str]) -> str:
-    lines = "\n".join(f"- {line}" for line in refused[-20:])
+    lines = "\n".join(f"- {line}" for line in list(dict.fromkeys(refused))[-20:])
     return (
-        "keel did not make these effects you asked for, for these reasons (an effect a person said already "
-        "happened is not to be made again). Finish the task with that in mind, without asking for them again.\n" + lines
+        "keel did not make these effects you asked for; here is its answer to each, with the reason and, for one "
+        "that already happened, its recorded outcome (a call of yours whose result says it was aborted, cancelled "
+        "or rejected is one of these: it was not made again, and this is its result). Go on from these results "
+        "and finish the task, without asking for them again.\n" + lines
     )

@@ -53,18 +53,19 @@ class Workspace:
             [KEEL, *args], cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout
         )
 
-    def start(self, mission: str = "task.mission.toml") -> subprocess.Popen[str]:
-        return self.spawn("run", mission)
+    def start(self, mission: str = "task.mission.toml", env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """`keel run` of the mission; `env` adds to this run's environment only (fault points)."""
+        return self.spawn("run", mission, env=env)
 
     def worker(self) -> subprocess.Popen[str]:
         """A `keel worker` of this workspace: it takes the units a `workers = true` mission offers."""
         return self.spawn("worker", "--units", "1")
 
-    def spawn(self, *args: str) -> subprocess.Popen[str]:
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [KEEL, *args],
             cwd=self.root,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -8,8 +8,12 @@ session (after a SIGKILL, `session/load` and a "continue" prompt) gets the step 
     read calc.py -> write calc.py (adds mul) -> write test_calc.py -> run the tests -> answer "done"
 
 A step counts as done when the history holds the result of the tool call the server made for it (its call
-id names the step); with `retry_cut = n`, a result that says the call was cut or not made (aborted,
-cancelled, interrupted) does not count, up to n of them: the model makes the call again, as a model does.
+id names the step). As a real model does, it makes a call again whose result says the call was cut or not
+made (aborted, cancelled, interrupted, refused, denied): up to `retry_cut` such results (2 by default) per
+step. With `twice`, it asks for the test command a second time right after its first result (a model that
+asks for the same thing twice). It reads keel's journal note in its prompt as a model does: a step its
+conversation holds no result for, whose effect the note says completed (or a person said happened), is not
+made again (unless `reads_note` is off); a result in its own history that says "interrupted" weighs more.
 Every request is recorded with a normalised fingerprint (keel's own protocol.modelwire.normalise), so a
 test can count requests served twice. Faults: `stall_at(step)` streams the start of that step's answer and
 then hangs (until `release()`), `fail_next(n, status)` answers the next
@@ -64,7 +68,9 @@ class ScriptedModel:
         self.stalled = threading.Event()
         self._failures: list[int] = []
         self.run_tests = RUN_TESTS  # the test command the script runs (a test may make it slow)
-        self.retry_cut = 0  # how many cut or refused results of a step the model answers by calling again
+        self.retry_cut = 2  # how many cut or refused results of a step the model answers by calling again
+        self.twice = False  # the test command is asked for once more after its first result
+        self.reads_note = True  # keel's journal note in the prompt is heeded
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
 
@@ -96,17 +102,23 @@ class ScriptedModel:
         return [s.step for s in self.served if s.completed]
 
     def paid_twice(self) -> list[str]:
-        """Requests answered in full more than once (the same normalised body)."""
-        counts = Counter(s.fingerprint for s in self.served if s.completed and s.step != "side")
+        """Requests answered in full more than once (the same normalised body), side requests included (Gemini
+        CLI's routing and next-speaker checks, Claude Code's titles): each is paid for."""
+        counts = Counter(s.fingerprint for s in self.served if s.completed)
         return [fp for fp, n in counts.items() if n > 1]
 
     # -- the script ---------------------------------------------------------------------------------
     def next_step(self, api: str, body: dict[str, Any]) -> str:
         results = _step_results(api, body)
+        told = _journal_done(body) if self.reads_note else set()
 
         def done(step: str) -> bool:
             texts = results.get(step, [])
             cut = sum(bool(_CUT.search(t)) for t in texts)
+            if step in told and not texts:  # its own history, when it has one, is what the model goes by
+                return True
+            if self.twice and step == "test" and len(texts) == 1 and not cut:
+                return False  # asked for again, as if the first result were overlooked
             return len(texts) > cut or cut > self.retry_cut
 
         return next((s for s in STEPS if not done(s)), "done")
@@ -162,7 +174,9 @@ class ScriptedModel:
             return self._failures.pop(0) if self._failures else None
 
 
-_CUT = re.compile(r"abort|cancel|interrupt", re.IGNORECASE)
+# what a tool result says when the call was cut or not made: keel's refusals ("keel did not make this effect
+# again", "a person said ..."), Codex's "aborted by user", Gemini CLI's cancellations
+_CUT = re.compile(r"abort|cancel|interrupt|refus|denied|rejected|did not make|a person said", re.IGNORECASE)
 
 
 def _step_results(api: str, body: dict[str, Any]) -> dict[str, list[str]]:
@@ -190,6 +204,33 @@ def _step_results(api: str, body: dict[str, Any]) -> dict[str, list[str]]:
         for step in (p for p in call_id.split("_") if p in STEPS):
             results.setdefault(step, []).append(json.dumps(result))
     return results
+
+
+def _journal_done(body: Any) -> set[str]:
+    """The steps whose effect keel's journal note in the prompt says completed or a person said happened
+    (each note line names the effect by its start: the edit's text or the command)."""
+    done: set[str] = set()
+    for text in _strings(body):
+        if "keel's journal" not in text:
+            continue
+        for line in text.splitlines():
+            if "recorded outcome: completed" not in line and "A person said it had already happened" not in line:
+                continue
+            if "import unittest" in line:
+                done.add("create")
+            elif "def mul" in line:
+                done.add("edit")
+            elif "effects.log" in line or "python3 -m unittest" in line:
+                done.add("test")
+    return done
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [s for item in value for s in _strings(item)] if isinstance(value, list) else []
 
 
 def _tool_names(api: str, body: dict[str, Any]) -> list[str]:

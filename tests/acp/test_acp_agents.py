@@ -2,8 +2,8 @@
 server on 127.0.0.1: a unit that reads, edits, creates a file and runs the tests completes; SIGKILL of the
 agent, of the host, of both, of the unit's worker and of the ACP bridge mid-prompt, then resume: the
 mission completes, the files equal an undisturbed run's, no request is paid twice beyond the one in flight,
-the test command ran once; a denied permission; a failover mid-session through the proxy; the agent's
-environment holds no key.
+the test command ran once; a denied permission, and a model that keeps asking for it; a failover
+mid-session through the proxy; the agent's environment holds no key.
 """
 
 from __future__ import annotations
@@ -233,6 +233,25 @@ def test_denied_permission_keeps_the_effect_from_happening(agent: str, model: Sc
         return
     # an effect the agent asked for (`denied run: ...`)
     assert any(t.startswith("denied run") for t in titles), titles
+
+
+@pytest.mark.parametrize("agent", ["gemini", "codex"])
+def test_a_model_that_keeps_asking_for_a_refused_command_fails_the_unit_saying_what_keel_refused(
+    agent: str, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The mission's permissions refuse commands and the model asks for one again and again, whatever it is
+    told: the agent gives up (Gemini CLI at its own limit, Codex when keel stops telling it) and the unit's
+    failure names the command keel refused and why, never a bare stop reason."""
+    require_agent(agent)
+    model.retry_cut = 1000
+    ws = workspace(tmp_path, agent, [model], permissions='[permissions]\ntools = ["read_file", "write_file"]\n')
+    out = finish(ws.start())
+    mission = ws.mission_id()
+    record = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]
+    assert record["state"] == "failed", (record, out)
+    assert (
+        "keel refused" in record["error"] and "'run' is not allowed by this mission's permissions" in record["error"]
+    ), record["error"]
 
 
 @pytest.mark.parametrize("agent", AGENTS)

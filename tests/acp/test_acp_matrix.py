@@ -61,12 +61,21 @@ class Outcome:
     paid_twice: int
     sent_again: int
     redone_s: float
+    state: str = "completed"
+    error: str = ""  # the mission's error when it did not complete
+
+    @property
+    def failed_by_refusal(self) -> bool:
+        """The mission failed on an effect keel refused (a repeat, a skip) instead of going on."""
+        return self.state == "failed" and ("keel refused" in self.error or "'cancelled'" in self.error)
 
 
-def strike(tmp: Path, agent: str, kind: str, target: str) -> Outcome:
-    """One mission struck once; returns what the strike cost after checking the product."""
+def strike(tmp: Path, agent: str, kind: str, target: str, twice: bool = False) -> Outcome:
+    """One mission struck once; returns what the strike cost after checking the product. With `twice`,
+    the model asks for the test command a second time right after its first result."""
     require_agent(agent)
     model = ScriptedModel().start()
+    model.twice = twice
     try:
         return _strike(tmp, model, agent, kind, target)
     finally:
@@ -112,16 +121,27 @@ def _strike(tmp: Path, model: ScriptedModel, agent: str, kind: str, target: str)
         if proc.poll() is None:
             kill_host(proc)
     record = json.loads(ws.keel("status", mission, "--json").stdout)["mission"]
-    assert record["state"] == "completed", (record, ws.keel("log", mission).stdout[-3000:])
+    sent_again, redone = _redone(model, struck_at)
+    outcome = Outcome(agent, kind, target, asked, side.lines(), len(model.paid_twice()), sent_again, redone)
+    outcome.state, outcome.error = record["state"], str(record.get("error") or "")
+    if record["state"] != "completed":
+        raise Struck(outcome, f"{record}\n{ws.keel('log', mission).stdout[-3000:]}")
     sandbox = ws.sandbox(mission)
     assert (sandbox / "calc.py").read_text() == NEW_CALC
     assert (sandbox / "test_calc.py").read_text() == TEST_CALC
     left = sorted(str(p.relative_to(sandbox)) for p in sandbox.rglob("*") if p.is_file() and not _cache(p))
     assert left == ["calc.py", "task.mission.toml", "test_calc.py"], left  # the files of an undisturbed run
-    assert side.lines() == 1, f"the test command ran {side.lines()} times"
-    assert model.paid_twice() == [], "a model request was paid twice"
-    sent_again, redone = _redone(model, struck_at)
-    return Outcome(agent, kind, target, asked, side.lines(), len(model.paid_twice()), sent_again, redone)
+    if side.lines() != 1 or model.paid_twice():
+        raise Struck(outcome, f"the test command ran {side.lines()} times; {outcome.paid_twice} requests paid twice")
+    return outcome
+
+
+class Struck(AssertionError):
+    """A struck mission whose product is wrong, with what the strike cost."""
+
+    def __init__(self, outcome: Outcome, why: str) -> None:
+        super().__init__(why)
+        self.outcome = outcome
 
 
 def _cache(path: Path) -> bool:
@@ -169,21 +189,28 @@ def test_random_strikes(tmp_path: Path) -> None:
     failures: list[str] = []
     for n in range(iterations):
         agent, kind, target = rng.choice(AGENTS), rng.choice(KINDS), rng.choice(TARGETS)
+        twice = rng.random() < 0.5  # the model asks for the test command twice in one turn
         folder = tmp_path / f"s{n}"
         folder.mkdir()
         try:
-            outcomes.append(strike(folder, agent, kind, target))
+            outcomes.append(strike(folder, agent, kind, target, twice))
+        except Struck as exc:
+            outcomes.append(exc.outcome)
+            failures.append(f"{agent} {kind} {target} twice={twice}: {str(exc)[:300]}")
         except AssertionError as exc:
-            failures.append(f"{agent} {kind} {target}: {str(exc)[:300]}")
+            failures.append(f"{agent} {kind} {target} twice={twice}: {str(exc)[:300]}")
     kinds = Counter(f"{o.kind}/{o.target}" for o in outcomes)
     duplicates = sum(max(0, o.side_effects - 1) for o in outcomes)
+    paid_twice = sum(o.paid_twice for o in outcomes)
+    by_refusal = sum(o.failed_by_refusal for o in outcomes)
     print(
-        f"\nacp chaos (seed {seed}): {len(outcomes) + len(failures)} strikes "
+        f"\nacp chaos (seed {seed}): {iterations} strikes "
         f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); by agent "
         f"{dict(Counter(o.agent for o in outcomes))}; effects checked {3 * len(outcomes)}; "
         f"duplicates {duplicates}; asked {sum(o.asked for o in outcomes)}; "
-        f"model requests paid twice {sum(o.paid_twice for o in outcomes)}; "
+        f"model requests paid twice {paid_twice}; missions failed by a refusal {by_refusal}; "
         f"model requests sent again {sum(o.sent_again for o in outcomes)}; "
         f"seconds of agent work redone {sum(o.redone_s for o in outcomes):.1f}; failures {len(failures)}"
     )
+    assert (duplicates, paid_twice, by_refusal) == (0, 0, 0), "\n".join(failures)
     assert not failures, "\n".join(failures)

@@ -93,9 +93,11 @@ def test_codex_crash_while_its_command_runs_is_never_run_again_silently(
     strike: str, model: ScriptedModel, tmp_path: Path
 ) -> None:
     """Codex's requests carry a call id, a turn id and a start time that differ on every try: the same
-    command is still the same effect. Its model makes the cut call again: keel asks."""
+    command is still the same effect. Its model makes the cut call again: keel asks, and a person says it
+    happened (skip). The model makes the call again twice more, as models do with a result that says
+    "aborted": keel answers each with the person's word, and Codex goes on to finish the task (it offers
+    only an aborting "no": the bridge tells it the answer in its next turn)."""
     ws, side = _start(tmp_path, "codex", model)
-    model.retry_cut = 1  # the loaded session says the call was aborted: the model makes it again
     proc = ws.start()
     side.wait_running()
     if strike == "host":
@@ -145,10 +147,10 @@ def test_after_skip_a_retry_of_the_command_is_not_run_and_the_agent_is_told_why(
     model: ScriptedModel, tmp_path: Path
 ) -> None:
     """The host dies while Gemini CLI's command runs; on resume the repeat is asked about and a person
-    answers "skip". The model tries the command again, twice: neither runs, and the person's reason
-    reaches the model."""
+    answers "skip". The model, heedless of keel's journal note, tries the command again, twice: neither
+    runs, and the person's reason reaches the model."""
     ws, side = _start(tmp_path, "gemini", model)
-    model.retry_cut = 2
+    model.reads_note = False
     proc = ws.start()
     side.wait_running()
     kill_host(proc)
@@ -159,3 +161,39 @@ def test_after_skip_a_retry_of_the_command_is_not_run_and_the_agent_is_told_why(
     assert answer_truthfully(ws, mission, side) == 1, "asked once: the answer holds for every retry"
     _check(ws, mission, side)
     assert any("a person said" in s.fingerprint for s in model.served), "the reason must reach the model"
+
+
+@pytest.mark.parametrize("agent", ["codex", "gemini"])
+def test_the_same_command_asked_twice_in_one_turn_is_answered_from_the_journal(
+    agent: str, model: ScriptedModel, tmp_path: Path
+) -> None:
+    """The model asks for the test command again right after it ran, in the same turn: keel refuses the
+    repeat with the recorded result (nothing runs), and the agent goes on to finish the task."""
+    ws, side = _start(tmp_path, agent, model)
+    side.hold.unlink()
+    model.twice = True
+    out = finish(ws.start())
+    mission = ws.mission_id()
+    _check(ws, mission, side)
+    assert model.steps().count("test") == 2, (model.steps(), out)
+
+
+def test_gemini_after_rerun_pays_no_request_twice(model: ScriptedModel, tmp_path: Path) -> None:
+    """The host dies with the test command's intent durable and the command not started (fault point
+    INTENT_RUN). Gemini CLI starts a new session on every run: the resume's session asks the same requests
+    as the first, and after a person answers "rerun" (truthfully: it never ran) the next session asks them
+    again. Each request already paid for in this unit, in any session, is answered from the journal."""
+    ws, side = _start(tmp_path, "gemini", model)
+    side.hold.unlink()
+    held = tmp_path / "intent.held"
+    proc = ws.start(env={"KEEL_FAULT_INTENT_RUN": f"{held}:hold"})
+    wait_for("the command's intent to be durable (the host held)", held.exists)
+    kill_host(proc)
+    held.unlink()
+    settle("gemini", ws.root)
+    assert side.lines() == 0, "the strike must come before the command ran"
+    mission = ws.mission_id()
+    ws.keel("resume", mission)
+    assert answer_truthfully(ws, mission, side) >= 1, "the command in doubt must be asked about"
+    _check(ws, mission, side)
+    assert model.paid_twice() == [], f"{len(model.paid_twice())} requests were paid twice"

@@ -473,9 +473,10 @@ class UnitSession:
         return result
 
     def forwarded(self, params: Any, fp: str) -> JournalEntry | None:
-        """The recorded answer to this very model request (same outside session, same request number, same
-        normalised fingerprint), if an earlier run of this unit paid for it already."""
-        if not self.appending or not isinstance(params, dict) or not params.get("session"):
+        """The recorded answer to this very model request (same normalised fingerprint, same place in its
+        conversation), if this unit paid for it already: in this run or an earlier one, in any of the outside
+        agent's sessions (Gemini CLI starts a new one on every run, and asks what the last one asked)."""
+        if not self.appending or not isinstance(params, dict):
             return None
         for entry in self.entries.values():
             result = entry.result if isinstance(entry.result, dict) else {}
@@ -485,7 +486,6 @@ class UnitSession:
                 and not entry.error
                 and entry.fingerprint == fp
                 and result.get("body")
-                and result.get("session") == params["session"]
                 and result.get("ordinal") == params.get("ordinal")
             ):
                 return entry
