@@ -90,3 +90,25 @@ def test_the_export_point_restores_with_files_to_the_undisturbed_result(tmp_path
     assert files(Path(record(store, mid).sandbox)) == RESULT
     assert side.read_text().split() == ["effect"]  # made before the point: answered from the journal
     ok(keel("verify", store=store))
+
+
+@pytest.mark.parametrize(
+    "workspace",
+    ["git", pytest.param("folder", marks=pytest.mark.lmdb_only("copy sandboxes merge the same on either backend"))],
+)
+def test_the_point_before_an_export_restores_with_files_to_the_undisturbed_result(
+    tmp_path: Path, workspace: str
+) -> None:
+    """Right after the export, back to the pause before it: the mission files lose the carried work, and the
+    unit, unchanged since the pause but now based on what was carried, is made again from the pause's
+    snapshots of its sandbox, so its work merges onto the files it had at the pause."""
+    store, mid, side = _paused_mid_unit(tmp_path, workspace)
+    paused = point_after(store, mid, "paused")
+    ok(keel("export", mid, "-o", str(tmp_path / "m.keelbundle"), store=store))
+    ok(keel("restore", mid, paused, "--files", store=store))
+    assert "out.txt" not in files(Path(record(store, mid).sandbox))
+    resumed = keel("resume", mid, "--plain", store=store, timeout=120)
+    assert record(store, mid).question is None, record(store, mid).question
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert files(Path(record(store, mid).sandbox)) == RESULT
+    assert side.read_text().split() == ["effect"]
