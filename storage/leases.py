@@ -245,6 +245,19 @@ def forget_tree(txn: Txn, mission_id: str, unit_id: str, lane: str) -> None:
         _put(txn, mission_id, msgspec.structs.replace(lease, place=msgspec.structs.replace(lease.place, tree="")))
 
 
+def carried(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> bool:
+    """The unit's work up to its lease's snapshot is in the mission sandbox (an export carried it): that
+    snapshot becomes the one its sandbox started from, so that its later work merges onto what was carried
+    wherever its sandbox is made from the store (a restore to a point from now on, a move, a worker).
+    False when the lease was replaced meanwhile or names no snapshot (an outside agent's sandbox)."""
+    lease = _current(txn, mission_id, unit_id, epoch)
+    if lease is None or not lease.place.kept():
+        return False
+    place = msgspec.structs.replace(lease.place, base_tree=lease.place.tree)
+    _put(txn, mission_id, msgspec.structs.replace(lease, place=place))
+    return True
+
+
 def mark_merged(txn: Txn, mission_id: str, unit_id: str) -> None:
     """The unit's files are in the mission's sandbox (written with the checkpoint that merged them)."""
     lease = get(txn, mission_id, unit_id)

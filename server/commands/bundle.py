@@ -22,11 +22,12 @@ from keel.protocol.states import TERMINAL_MISSION_STATES
 from keel.server import sandboxcopy, signing
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.engine.files import merge, places, trees
+from keel.server.engine import checkpoint
+from keel.server.engine.files import places, trees
 from keel.server.engine.hostlock import host_alive
 from keel.server.engine.units import registry
 from keel.server.exits import Exit
-from keel.storage import Store, Txn
+from keel.storage import Store, Txn, leases
 from keel.storage import bundle as b
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir, store_exists
@@ -98,14 +99,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def _carry_unit_work(store: Store, mission_id: str, sandbox: Path) -> None:
     """A bundle carries the mission sandbox only: unfinished units' work goes into it first."""
-    try:
-        carried = registry.carry_unfinished(store, mission_id, sandbox)
-    except merge.MergeConflict as conflict:
-        raise b.BundleError(
-            f"cannot export mission {mission_id}: {conflict} (work of an unfinished unit, "
-            f"which the bundle would lose); resume the mission until that unit finishes, "
-            f"then export"
-        ) from None
+    carried, conflict = registry.carry_unfinished(store, mission_id, sandbox)
     if carried:
         _checkpoint_carried(store, mission_id, sandbox, carried)
         print(
@@ -113,12 +107,20 @@ def _carry_unit_work(store: Store, mission_id: str, sandbox: Path) -> None:
             f"(their sandboxes stay on this machine)",
             file=sys.stderr,
         )
+    if conflict is not None:
+        raise b.BundleError(
+            f"cannot export mission {mission_id}: {conflict} (work of an unfinished unit, "
+            f"which the bundle would lose); resume the mission until that unit finishes, "
+            f"then export"
+        )
 
 
 def _checkpoint_carried(store: Store, mission_id: str, sandbox: Path, carried: list[str]) -> None:
-    """The mission sandbox now holds the carried work: a checkpoint names its files, so that a resume that
-    checks the sandbox against its HEAD's files (after a restore with files) finds them, here and where
-    the bundle is imported."""
+    """The mission sandbox now holds the carried work: a checkpoint names its files, and, for each unit,
+    the snapshot of its sandbox at its mark both as its files and as the files it started from (its lease
+    since the carry), so a restore to this point makes each unit's sandbox again with nothing left to merge
+    of what was carried, replays its journal and goes on. A resume that checks the sandbox against its
+    HEAD's files (after a restore with files) finds them too, here and where the bundle is imported."""
     files = trees.Snapshotter()
     scan = files.scan(sandbox)
 
@@ -132,6 +134,7 @@ def _checkpoint_carried(store: Store, mission_id: str, sandbox: Path, carried: l
             reason=f"export: carried the work of unit(s) {', '.join(carried)}",
             created_at=time.time(),
             parent=m.head(txn, mission_id) or "",
+            units=checkpoint.with_unit_trees(head.units, leases.list_leases(txn, mission_id)),
             sandbox_tree=files.store_txn(txn, sandbox, scan),
         )
         m.commit_checkpoint(txn, manifest)

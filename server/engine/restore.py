@@ -91,8 +91,10 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
 
 def _unchanged_since(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark, latest: UnitMark) -> bool:
     """Nothing of the unit happened after the point: the same lane, no journal entry past the point's mark,
-    and not finished since. Its sandbox then still holds its files at the point (a unit's sandbox is not
-    in the point's snapshot, and a replay does not redo its writes), so it resumes there."""
+    not finished since, and still based on the files it was based on at the point (an export since carried
+    its work into the mission sandbox and made that its base: leases.carried). Its sandbox then still holds
+    its files at the point (a unit's sandbox is not in the point's snapshot, and a replay does not redo its
+    writes), and its work merges onto the point's mission files, so it resumes there."""
     unit_lane = lane(unit_id, mark.epoch)
     held = leases.get(txn, mission_id, unit_id)
     return (
@@ -102,6 +104,7 @@ def _unchanged_since(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark, la
         and held is not None
         and held.lane == unit_lane
         and held.state != LeaseState.DONE
+        and (not mark.base_tree or held.place.base_tree == mark.base_tree)
     )
 
 

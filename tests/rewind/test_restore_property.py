@@ -98,10 +98,22 @@ def _resume(store: Path, mission_id: str, side: Path) -> None:
     assert _lines(side) - before_lines == len(added), "a command ran that the journal does not record as run"
 
 
+def _export(store: Path, mission_id: str, bundle: Path) -> None:
+    """Export with the mission's own store: it carries the unfinished units' work into the mission sandbox
+    and adds a point. Refused only when that work conflicts with the mission sandbox (after a restore
+    without files, which can leave later files there): the mission stays paused."""
+    done = keel("export", mission_id, "-o", str(bundle), store=store)
+    if done.returncode == 5 and "cannot export mission" in done.stderr:
+        assert record(store, mission_id).state.value == "paused", done.stderr
+        return
+    ok(done)
+
+
 ACTION = st.one_of(
     st.tuples(st.just("restore"), st.floats(0, 1), st.booleans()),
     st.tuples(st.just("fork"), st.floats(0, 1), st.just(False)),
     st.tuples(st.just("resume"), st.just(0.0), st.just(False)),
+    st.tuples(st.just("export"), st.just(0.0), st.just(False)),
 )
 
 
@@ -128,6 +140,9 @@ def test_random_restores_forks_and_resumes_end_in_the_undisturbed_tree(
         if kind == "resume":
             if record(store, current).state.value != "completed":
                 _resume(store, current, side)
+            continue
+        if kind == "export":
+            _export(store, current, tmp / "m.keelbundle")
             continue
         listed = sorted(points(store, current), key=lambda p: p["time"])
         point = listed[min(int(where * len(listed)), len(listed) - 1)]["id"]

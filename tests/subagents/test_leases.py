@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from keel.protocol.errors import InvalidTransitionError
+from keel.protocol.records import Placement
 from keel.protocol.states import LeaseState
 from keel.storage import Store, leases
 
@@ -52,3 +53,19 @@ def test_a_lease_state_moves_only_along_its_table(tmp_path: Path) -> None:
             store.write(lambda t: leases.update(t, "m1", "a", 1, state="running"))
         stored = store.read(lambda t: leases.get(t, "m1", "a"))
         assert stored.state == "orphaned" and msgspec.json.encode(stored.state) == b'"orphaned"'
+
+
+def test_a_carried_unit_starts_from_its_snapshot_at_the_mark(tmp_path: Path) -> None:
+    """After an export carried a unit's work into the mission sandbox, its lease names the snapshot at its
+    mark as the one it started from; a lease replaced since, or one without snapshots, is left as it is."""
+    tree, base = "1" * 64, "2" * 64
+    place = Placement(sandbox="/s", tree=tree, base_tree=base, last_checkpoint=4)
+    with Store.open(tmp_path / "store") as store:
+        store.write(lambda t: leases.grant(t, "m1", "a", lane="a", host_id="h", ttl_s=5, place=place))
+        assert store.write(lambda t: leases.carried(t, "m1", "a", 1))
+        moved = store.read(lambda t: leases.get(t, "m1", "a")).place
+        assert moved == msgspec.structs.replace(place, base_tree=tree)
+        assert not store.write(lambda t: leases.carried(t, "m1", "a", 2))  # no such epoch: nothing written
+        store.write(lambda t: leases.grant(t, "m1", "b", lane="b", host_id="h", ttl_s=5, place=Placement(tree="d")))
+        assert not store.write(lambda t: leases.carried(t, "m1", "b", 1))  # an outside agent's: no snapshot
+        assert store.read(lambda t: leases.get(t, "m1", "b")).place == Placement(tree="d")

@@ -265,9 +265,16 @@ def merge_unit(mission_sandbox: Path, target: Path, unit: str, commit: str) -> N
 
 def carry(mission_sandbox: Path, target: Path, unit: str, commit: str = "") -> None:
     """Bring a unit's work so far, finished or not, into the mission sandbox: committed on its branch
-    first (git), then merged like a finished unit's (idempotent); MergeConflict merges nothing."""
-    if target.is_dir():
-        merge_unit(mission_sandbox, target, unit, commit or commit_unit(target, unit))
+    first (git), then merged like a finished unit's (idempotent); MergeConflict merges nothing. What was
+    carried is then the unit's base: its later work merges onto it (git: the merge is the new merge base;
+    a copy: its base file names the carried files)."""
+    if not target.is_dir():
+        return
+    merge_unit(mission_sandbox, target, unit, commit or commit_unit(target, unit))
+    if base_file(target).exists():
+        tmp = base_file(target).with_suffix(".keel-tmp")
+        tmp.write_text(json.dumps(file_digests(target), sort_keys=True))
+        os.replace(tmp, base_file(target))
 
 
 def _merge_copy(mission_sandbox: Path, target: Path, unit: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -385,16 +386,18 @@ class Registry:
         return lambda txn: leases.mark_merged(txn, self.mission_id, uid)
 
 
-def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> list[str]:
+def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> tuple[list[str], MergeConflict | None]:
     """Merge the work of every unit not yet succeeded (and not yet merged) from its own sandbox into the
     mission sandbox, so that the mission sandbox holds all of the mission's work (export: a bundle carries
     only the mission sandbox). A unit whose sandbox is not on this machine (a `keel worker` ran it, or a
-    restore reopened it) is carried from the snapshots its lease names. Only while no host runs the
-    mission. Returns the units carried; a conflict raises MergeConflict (the units before it stay carried,
-    that one merged nothing)."""
+    restore reopened it) is carried from the snapshots its lease names. Each carried unit's lease then
+    names its snapshot at the mark as the one it started from (leases.carried), so that a checkpoint
+    written from now on makes its sandbox again consistently with the mission files that hold its work.
+    Only while no host runs the mission. Returns the units carried and the conflict that stopped the
+    carrying, if one did (the units before it stay carried, that one merged nothing)."""
     head = store.read(lambda t: m.head_checkpoint(t, mission_id))
     marks = head.units if head else {}
-    carried = []
+    carried: list[str] = []
     for held in store.read(lambda t: leases.list_leases(t, mission_id)):
         mark = marks.get(held.unit)
         if (
@@ -405,15 +408,28 @@ def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> li
             or held.lane != lane(held.unit, mark.epoch)
         ):
             continue
-        if held.place.sandbox and Path(held.place.sandbox).is_dir():
-            merge.carry(mission_sandbox, Path(held.place.sandbox), held.unit, held.place.commit)
-            carried.append(held.unit)
-        elif held.place.kept():
-            with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
-                made = placement.make_here(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
-                merge.carry(mission_sandbox, Path(made.place.sandbox), held.unit)
-            carried.append(held.unit)
-    return carried
+        try:
+            if not _carry_one(store, mission_id, mission_sandbox, held):
+                continue
+        except MergeConflict as conflict:
+            return carried, conflict
+        store.write(functools.partial(leases.carried, mission_id=mission_id, unit_id=held.unit, epoch=held.epoch))
+        carried.append(held.unit)
+    return carried, None
+
+
+def _carry_one(store: Store, mission_id: str, mission_sandbox: Path, held: UnitLease) -> bool:
+    """Merge one unit's work so far into the mission sandbox, from its sandbox here or else from its lease's
+    snapshots; False when it has neither."""
+    if held.place.sandbox and Path(held.place.sandbox).is_dir():
+        merge.carry(mission_sandbox, Path(held.place.sandbox), held.unit, held.place.commit)
+        return True
+    if not held.place.kept():
+        return False
+    with tempfile.TemporaryDirectory(prefix="keel-carry-") as tmp:
+        made = placement.make_here(store, Path(tmp), mission_id, held, Path(tmp) / held.unit)
+        merge.carry(mission_sandbox, Path(made.place.sandbox), held.unit)
+    return True
 
 
 def terminate(held: UnitLease, mission_id: str) -> bool:
