@@ -221,25 +221,27 @@ def blob_refs(raw: bytes) -> list[str]:
 
 
 def deletion_order(named: dict[str, list[str]]) -> list[str]:
-    """The blobs of `named` (each with the blobs it names), each before every one of them it names."""
-    order: list[str] = []  # each after every one it names: reversed at the end
+    """The blobs of `named` (each with the blobs it names), each before every one of them it names. Those
+    that name none (files: nearly all of them) simply go last."""
+    inner = {digest: [r for r in refs if named.get(r)] for digest, refs in named.items() if refs}
+    order: list[str] = []  # each after every one it names: reversed below
     done: set[str] = set()
-    for first in named:
+    for first in inner:
         if first in done:
             continue
         done.add(first)
-        stack = [(first, iter(named[first]))]
+        stack = [(first, iter(inner[first]))]
         while stack:
             digest, refs = stack[-1]
-            ref = next((r for r in refs if r in named and r not in done), None)
+            ref = next((r for r in refs if r not in done), None)
             if ref is None:
                 order.append(digest)
                 stack.pop()
             else:
                 done.add(ref)
-                stack.append((ref, iter(named[ref])))
+                stack.append((ref, iter(inner[ref])))
     order.reverse()
-    return order
+    return order + [digest for digest, refs in named.items() if not refs]
 
 
 def _lease_trees(held: UnitLease) -> list[str]:

@@ -23,6 +23,7 @@ blob removed was unreachable from every root at the moment it went, as in one tr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -60,12 +61,16 @@ def collect(
     dry_run: bool = False,
     budget_s: float = BUDGET_S,
     most: int = MOST_STEPS,
+    planned: Callable[[GcPlan], object] | None = None,
 ) -> GcReport:
-    """Collect the store's garbage; with `dry_run` only say what would go (one read transaction)."""
+    """Collect the store's garbage; with `dry_run` only say what would go (one read transaction).
+    `planned` is called between the plan and the first removal."""
     plan = store.read(lambda t: plan_txn(t, keep_last=keep_last, keep=keep))
     if dry_run:
         plan.report.dry_run = True
         return plan.report
+    if planned is not None:
+        planned(plan)
     return _Sweep(plan, budget_s, most).run(store)
 
 

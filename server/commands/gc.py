@@ -17,6 +17,7 @@ import msgspec
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
+from keel.server.engine import faultpoints
 from keel.server.engine.units import unitgc
 from keel.server.exits import Exit
 from keel.storage.errors import StoreBusyError
@@ -57,7 +58,13 @@ def run_gc(args: argparse.Namespace) -> int:
     if args.keep_last is not None and args.keep_last < 0:
         raise GcUsageError(f"--keep-last must be 0 or more (got {args.keep_last})")
     with open_store(args) as store:
-        report = collect(store, keep_last=args.keep_last, keep=tuple(args.keep), dry_run=args.dry_run)
+        report = collect(
+            store,
+            keep_last=args.keep_last,
+            keep=tuple(args.keep),
+            dry_run=args.dry_run,
+            planned=lambda _: faultpoints.pause_here("GC_PLANNED"),  # tests: writes between the plan and the sweep
+        )
         units = unitgc.collect(store, store_path(args), dry_run=args.dry_run)
         compacted, busy = None, None
         try:

@@ -4,16 +4,20 @@ old points frees file and folder blobs; and checks that what a store's roots rea
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
-from keel.protocol.records import CheckpointManifest, MissionRecord, RestorePoint, is_tree_ref
+from keel.protocol.records import CheckpointManifest, Event, MissionRecord, RestorePoint, is_tree_ref
 from keel.protocol.spec import MissionSpec, UnitSpec
 from keel.protocol.states import MissionState
 from keel.server.engine.files.trees import Snapshotter
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
+from keel.storage.errors import StoreBusyError
+from keel.storage.record import Codec, content_digest, seal
 from keel.storage.snapshots import load_tree, manifest_trees
 
 
@@ -53,9 +57,18 @@ def new_mission(store: Store, mission_id: str, workspace: Path) -> None:
     store.write(lambda t: m.put_mission(t, record))
 
 
-def checkpoint(store: Store, mission_id: str, sandbox: Path, snapshots: Snapshotter, reason: str = "unit") -> str:
-    """Snapshot the sandbox and commit a checkpoint holding it, as a host does (one write transaction)."""
+def checkpoint(
+    store: Store,
+    mission_id: str,
+    sandbox: Path,
+    snapshots: Snapshotter,
+    reason: str = "unit",
+    waits: list[float] | None = None,
+) -> str:
+    """Snapshot the sandbox and commit a checkpoint holding it, as a host does (one write transaction);
+    `waits` gets how long the write took, waiting for the lock included."""
     scan = snapshots.scan(sandbox)
+    began = time.monotonic()
 
     def write(txn: Txn) -> str:
         head = m.head_checkpoint(txn, mission_id)
@@ -73,7 +86,10 @@ def checkpoint(store: Store, mission_id: str, sandbox: Path, snapshots: Snapshot
         )
         return m.commit_checkpoint(txn, manifest).checkpoint
 
-    return store.write(write)
+    digest = store.write(write)
+    if waits is not None:
+        waits.append(time.monotonic() - began)
+    return digest
 
 
 def grow(store: Store, mission_id: str, folder: Path, *, checkpoints: int, files: int, changes: int) -> Path:
@@ -88,11 +104,41 @@ def grow(store: Store, mission_id: str, folder: Path, *, checkpoints: int, files
     return sandbox
 
 
-def strays(store: Store, count: int, size: int = 64, per_txn: int = 5000) -> None:
-    """Blobs nothing refers to."""
+def long_history(store: Store, mission_id: str, count: int, config_bytes: int) -> None:
+    """`count` more checkpoints on the mission's chain, all naming one large config blob (one transaction)."""
+
+    def write(txn: Txn) -> None:
+        config = txn.put_object({"notes": "n" * config_bytes})
+        for _ in range(count):
+            head = m.head_checkpoint(txn, mission_id)
+            manifest = CheckpointManifest(
+                mission_id=mission_id,
+                number=head.number + 1 if head else 1,
+                reason="unit",
+                created_at=time.time(),
+                parent=m.head(txn, mission_id) or "",
+                graph=head.graph if head else txn.put_object([UnitSpec(id="u1")]),
+                config=config,
+                units={},
+                sandbox_tree=head.sandbox_tree if head else "",
+                state=MissionState.PAUSED,
+            )
+            m.commit_checkpoint(txn, manifest)
+
+    store.write(write)
+
+
+def strays(store: Store, count: int, size: int = 64, per_txn: int = 10_000) -> None:
+    """Blobs nothing refers to (written as `Txn.put_blob` writes them, without looking for each first)."""
     for start in range(0, count, per_txn):
-        n = min(per_txn, count - start)
-        store.write(lambda t, n=n: [t.put_blob(os.urandom(size)) for _ in range(n)])  # type: ignore[misc]
+        blobs = [os.urandom(size) for _ in range(min(per_txn, count - start))]
+
+        def write(txn: Txn, blobs: list[bytes] = blobs) -> None:
+            for data in blobs:
+                key = content_digest(data).encode()
+                txn.put_raw(DB.BLOBS, key, seal(DB.BLOBS.value, key, data, Codec.RAW))
+
+        store.write(write)
 
 
 def missing_blobs(txn: Txn) -> list[str]:
@@ -124,3 +170,36 @@ def missing_blobs(txn: Txn) -> list[str]:
             continue
         out += [f"{who}: file {e.path} {e.blob[:12]}" for e in loaded.entries if txn.get_blob(e.blob) is None]
     return out
+
+
+def keep_writing(
+    store_path: Path, sandbox: Path, stop: Path, out: Path, *, files: int, changes: int, versions: int
+) -> None:
+    """Another process's writes while gc runs, until `stop` exists: checkpoints of mission m1 whose sandbox
+    is put back to the files of each old version in turn (`versions` > 0: their blobs are ones the policy
+    may be dropping), or else small writes (an event) as often as it can. Writes `out`: how many, how many
+    gave up waiting for the write lock (StoreBusyError), and the longest a write took."""
+    waits: list[float] = []
+    busy = 0
+    snapshots = Snapshotter()
+    with Store.open(store_path, create=False) as store:
+        while not stop.exists():
+            try:
+                if versions:
+                    write_files(sandbox, files_at(files, 1 + len(waits) % versions, changes))
+                    checkpoint(store, "m1", sandbox, snapshots, reason="put back meanwhile", waits=waits)
+                else:
+                    began = time.monotonic()
+                    store.write(
+                        lambda t: m.add_event(t, "m1", Event(kind="note", at=time.time(), message="still here"))
+                    )
+                    waits.append(time.monotonic() - began)
+            except StoreBusyError:
+                busy += 1
+                waits.append(store.write_timeout)
+    out.write_text(json.dumps({"writes": len(waits), "busy": busy, "longest_s": max(waits, default=0.0)}))
+
+
+if __name__ == "__main__":  # python -m tests.storage.gckit STORE SANDBOX STOP OUT FILES CHANGES VERSIONS
+    a = sys.argv[1:]
+    keep_writing(Path(a[0]), Path(a[1]), Path(a[2]), Path(a[3]), files=int(a[4]), changes=int(a[5]), versions=int(a[6]))
