@@ -22,6 +22,7 @@ blob removed was unreachable from every root at the moment it went, as in one tr
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from functools import partial
@@ -37,9 +38,9 @@ from keel.storage.keys import DB
 from keel.storage.txn import Txn
 
 BUDGET_S = 0.05  # a write transaction stops taking steps once it has held the lock this long
-MOST_STEPS = 2000  # and after this many deletions
+MOST_STEPS = 20_000  # or after this many steps
 
-Step = tuple[str, Any]
+Step = tuple[Callable[[Txn, Any, "_Done"], None], Any]  # what to do, and to what
 
 
 class _Done(msgspec.Struct):
@@ -80,10 +81,10 @@ class _Sweep:
         self.budget_s = budget_s
         self.most = max(1, most)
         self.steps: list[Step] = [
-            *(("point", point) for point in plan.points),
-            *(("retire", mission_id) for mission_id in plan.retire),
-            *(("orphan", record) for record in plan.orphans),
-            *(("blob", digest) for digest in plan.blobs),
+            *((self._point, point) for point in plan.points),
+            *((self._retire, mission_id) for mission_id in plan.retire),
+            *((self._orphan, record) for record in plan.orphans),
+            *((self._blob, digest) for digest in plan.blobs),
         ]
 
     def run(self, store: Store) -> GcReport:
@@ -111,12 +112,12 @@ class _Sweep:
         began.append(time.monotonic())
         catch_up(txn, self.plan)
         done = _Done()
-        while at + done.steps < len(self.steps) and (
-            done.steps == 0 or (done.steps < self.most and time.monotonic() - began[-1] < self.budget_s)
-        ):
-            kind, what = self.steps[at + done.steps]
-            getattr(self, f"_{kind}")(txn, what, done)
+        end = min(len(self.steps), at + self.most)
+        for step, what in itertools.islice(self.steps, at, end):
+            step(txn, what, done)
             done.steps += 1
+            if time.monotonic() - began[-1] >= self.budget_s:
+                break
         return done
 
     def _point(self, txn: Txn, point: tuple[str, bytes, str], done: _Done) -> None:
