@@ -22,7 +22,6 @@ blob removed was unreachable from every root at the moment it went, as in one tr
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from functools import partial
@@ -112,8 +111,8 @@ class _Sweep:
         began.append(time.monotonic())
         catch_up(txn, self.plan)
         done = _Done()
-        end = min(len(self.steps), at + self.most)
-        for step, what in itertools.islice(self.steps, at, end):
+        for n in range(at, min(len(self.steps), at + self.most)):
+            step, what = self.steps[n]
             step(txn, what, done)
             done.steps += 1
             if time.monotonic() - began[-1] >= self.budget_s:
