@@ -14,9 +14,10 @@ leases, HEAD) of missions that no longer exist. A damaged record aborts the coll
 `plan_txn` only reads: it is the whole of `keel gc --dry-run`, and the plan that `gcsweep.collect` carries
 out in short write transactions. The plan keeps the root records as they were (`roots_seen`, `tails`) so
 that each of those transactions can find the roots written since (`catch_up`) and spare what they reach.
-Unreachable blobs are listed so that a blob comes before every blob it names (`deletion_order`): at every
-commit a blob still in the store names only blobs still in the store, which writers rely on (a snapshot
-reuses a folder blob that exists without writing its files again: server/engine/files/trees.store_txn).
+Unreachable blobs are listed with the blobs each names, so that the sweep removes a blob before every blob
+it names (`deletion_order`): at every commit a blob still in the store names only blobs still in the store,
+which writers rely on (a snapshot reuses a folder blob that exists without writing its files again:
+server/engine/files/trees.store_txn).
 
 Depends on keel.storage only. Sandbox file snapshots are reached through each manifest's `sandbox_tree`
 and its unfinished units' `tree` and `base_tree` (`snapshots.manifest_trees`: their folder blobs, or an
@@ -78,7 +79,7 @@ class GcPlan:
     points: list[tuple[str, bytes, str]]  # the dropped points: ("mission:point", key, checkpoint)
     retire: dict[str, Retire]
     orphans: list[tuple[DB, bytes]]
-    blobs: list[str]  # unreachable ones, each before the blobs it names
+    blobs: dict[str, list[str]]  # unreachable ones, each with the blobs it names (`deletion_order`)
     sizes: dict[str, int]
     live: set[str]  # reachable, with everything each reaches; the sweep adds what writes name meanwhile
     stop: frozenset[str]  # checkpoints retired before this collection: their chains end there
@@ -150,7 +151,7 @@ def plan_txn(txn: Txn, *, keep_last: int | None = None, keep: tuple[str, ...] = 
             sizes[digest] = len(raw)
             named[digest] = blob_refs(raw)
     report.blobs_removed, report.bytes_freed = len(sizes), sum(sizes.values())
-    plan = GcPlan(report, dropped, retire, orphans, deletion_order(named), sizes, live, before, tails=tails)
+    plan = GcPlan(report, dropped, retire, orphans, named, sizes, live, before, tails=tails)
     plan.roots_seen = {(db, key): raw for db in _ROOT_DBS for key, raw in txn.scan_raw(db, b"")}
     return plan
 

@@ -42,10 +42,15 @@ def _stopped(proc: subprocess.Popen[str], stop: Path, out: Path) -> dict[str, fl
 
 
 def test_what_writes_name_again_while_gc_runs_stays_whole(tmp_path: Path, backend: str) -> None:
+    """Between gc's plan and its removals: a restore of m0 to a point being dropped, a fork from the
+    checkpoint where gc cuts m0's chain, m0's sandbox put back to a dropped point's files; and while gc
+    removes, another process puts m1's sandbox back to its first versions' files again and again."""
     store_path = tmp_path / "store"
+    count = 20_000 if backend == "lmdb" else 600  # blobs nothing names: several write transactions' worth
     with Store.open(store_path) as store:
+        m0 = grow(store, "m0", tmp_path / "m0", checkpoints=CHECKPOINTS, files=FILES, changes=CHANGES)
         sandbox = grow(store, "m1", tmp_path / "m1", checkpoints=CHECKPOINTS, files=FILES, changes=CHANGES)
-        strays(store, 6000 if backend == "lmdb" else 1000)  # several write transactions' worth
+        strays(store, count)
     planned = tmp_path / "planned"
     gc = subprocess.Popen(
         [sys.executable, "-m", "keel.server.cli", "gc", "--keep-last", "1", "--json", "--store", str(store_path)],
@@ -56,27 +61,27 @@ def test_what_writes_name_again_while_gc_runs_stays_whole(tmp_path: Path, backen
     )
     try:
         wait_for(planned.exists)  # gc has made its plan and waits: what it would remove is fixed now
-        ok(keel("restore", "m1", "p4", store=store_path))  # a new checkpoint naming p4's snapshot
-        fork = json.loads(ok(keel("fork", "m1", f"p{CHECKPOINTS - 1}", "--json", store=store_path)).stdout)
-        write_files(sandbox, files_at(FILES, 3, CHANGES))  # the files as at p3, which gc drops
+        ok(keel("restore", "m0", "p4", store=store_path))  # a new checkpoint naming p4's snapshot
+        fork = json.loads(ok(keel("fork", "m0", f"p{CHECKPOINTS - 1}", "--json", store=store_path)).stdout)
+        write_files(m0, files_at(FILES, 3, CHANGES, "m0"))  # the files as at p3, which gc drops
         with Store.open(store_path) as store:
-            checkpoint(store, "m1", sandbox, Snapshotter(), reason="put back")
-        writer, stop, out = _writer(tmp_path, sandbox, versions=CHECKPOINTS - 1)  # and more, while gc removes
+            checkpoint(store, "m0", m0, Snapshotter(), reason="put back")
+        writer, stop, out = _writer(tmp_path, sandbox, versions=3)  # m1's versions 1-3, while gc removes
         wait_for(lambda: read(store_path, lambda t: m.head_checkpoint(t, "m1")).reason == "put back meanwhile")
         planned.unlink()
-        stdout, stderr = gc.communicate(timeout=120)
+        stdout, stderr = gc.communicate(timeout=300)
     finally:
         gc.kill()
         gc.wait()
     writes = _stopped(writer, stop, out)
     assert gc.returncode == 0, stderr
     report = json.loads(stdout)
-    assert report["blobs_removed"] > 0 and report["transactions"] > 1
+    assert report["blobs_removed"] > count and report["transactions"] > 1  # m1's versions 4-7 went
     assert report["blobs_spared"] > 0  # blobs gc had planned to remove were named again, and stayed
     assert writes["busy"] == 0 and writes["writes"] > 0, writes
     ok(keel("verify", store=store_path))
     assert read(store_path, missing_blobs) == []
-    for mission in ("m1", fork["mission"]):  # the oldest points left restore
+    for mission in ("m0", fork["mission"], "m1"):  # the oldest points left restore
         for point in read(store_path, lambda t, x=mission: m.restore_points(t, x))[:2]:  # type: ignore[misc]
             ok(keel("restore", mission, point.id, store=store_path))
     ok(keel("verify", store=store_path))

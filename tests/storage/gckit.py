@@ -21,18 +21,19 @@ from keel.storage.record import Codec, content_digest, seal
 from keel.storage.snapshots import load_tree, manifest_trees
 
 
-def content(path: str, version: int) -> bytes:
-    """A sandbox file's bytes at a version: each version of each file is a blob of its own."""
-    return f"{path} at version {version}\n".encode() * 8
+def content(mission_id: str, path: str, version: int) -> bytes:
+    """A sandbox file's bytes at a version: each version of each file of each mission is a blob of its own."""
+    return f"{mission_id}: {path} at version {version}\n".encode() * 8
 
 
-def files_at(count: int, version: int, changes: int) -> dict[str, bytes]:
-    """The sandbox after `version` checkpoints, each of which changed the next `changes` files (round robin)."""
+def files_at(count: int, version: int, changes: int, mission_id: str = "m1") -> dict[str, bytes]:
+    """A mission's sandbox after `version` checkpoints, each of which changed the next `changes` files (round
+    robin)."""
     out = {}
     for i in range(count):
         path = f"d{i % 8}/s{i % 3}/f{i}.txt"
         last = max((v for v in range(1, version + 1) if i in _changed(v, count, changes)), default=0)
-        out[path] = content(path, last)
+        out[path] = content(mission_id, path, last)
     return out
 
 
@@ -99,7 +100,7 @@ def grow(store: Store, mission_id: str, folder: Path, *, checkpoints: int, files
     new_mission(store, mission_id, folder)
     snapshots = Snapshotter()
     for version in range(1, checkpoints + 1):
-        write_files(sandbox, files_at(files, version, changes))
+        write_files(sandbox, files_at(files, version, changes, mission_id))
         checkpoint(store, mission_id, sandbox, snapshots)
     return sandbox
 
