@@ -90,7 +90,8 @@ def _describe(report: GcReport, units: unitgc.UnitGcReport, compacted: tuple[int
         + (f" ({report.blobs_spared} named again meanwhile)" if report.blobs_spared else "")
     )
     if report.transactions:
-        print(f"  in {report.transactions} write transactions, the longest {report.longest_txn_ms:.0f} ms")
+        plural = "s" if report.transactions != 1 else ""
+        print(f"  in {report.transactions} write transaction{plural}, the longest {report.longest_txn_ms:.0f} ms")
     for point in report.points_dropped:
         print(f"  dropped restore point {point}")
     print("\n".join(unitgc.describe(units)))
