@@ -161,11 +161,16 @@ def _raw(txn: Txn, db: DB, key: bytes) -> bytes | None:
 
 
 def reachable_blobs(
-    get_blob: Callable[[str], bytes | None], roots: list[str], stop: set[str] | frozenset[str] = frozenset()
+    get_blob: Callable[[str], bytes | None],
+    roots: list[str],
+    stop: set[str] | frozenset[str] = frozenset(),
+    seen: set[str] | None = None,
 ) -> set[str]:
     """Every blob digest reachable from these manifests: the manifests, their parents, and what they name.
-    A missing manifest, or one in `stop`, ends its chain (the caller decides whether that is an error)."""
-    seen: set[str] = set()
+    A missing manifest, or one in `stop`, ends its chain (the caller decides whether that is an error).
+    `seen`: blobs already known reachable together with all they reach; they are not walked again, and
+    the set is extended in place and returned."""
+    seen = set() if seen is None else seen
     stack = list(roots)
     while stack:
         digest = stack.pop()

@@ -1,6 +1,7 @@
 """`keel gc [--keep-last N] [--keep POINT ...] [--dry-run] [--compact]`: remove what no mission reaches any more.
 
-The store's part is storage/gc.py's, in one write transaction; then the sandboxes and branches of finished,
+The store's part is storage/gc.py's plan, made in one read transaction and carried out by storage/gcsweep.py
+in short write transactions (no other writer waits long for it); then the sandboxes and branches of finished,
 merged units go (server/engine/units/unitgc.py); with `--compact` the LMDB file is rewritten without its free
 pages (`Store.compact`: LMDB reuses freed pages but never gives them back to the filesystem). This module
 parses the policy and prints.
@@ -16,10 +17,12 @@ import msgspec
 from keel.protocol.errors import ErrorCode, KeelError
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
+from keel.server.engine import faultpoints
 from keel.server.engine.units import unitgc
 from keel.server.exits import Exit
 from keel.storage.errors import StoreBusyError
-from keel.storage.gc import GcReport, gc_txn
+from keel.storage.gc import GcReport
+from keel.storage.gcsweep import collect
 
 
 class GcUsageError(KeelError):
@@ -55,7 +58,13 @@ def run_gc(args: argparse.Namespace) -> int:
     if args.keep_last is not None and args.keep_last < 0:
         raise GcUsageError(f"--keep-last must be 0 or more (got {args.keep_last})")
     with open_store(args) as store:
-        report = store.write(lambda t: gc_txn(t, keep_last=args.keep_last, keep=tuple(args.keep), dry_run=args.dry_run))
+        report = collect(
+            store,
+            keep_last=args.keep_last,
+            keep=tuple(args.keep),
+            dry_run=args.dry_run,
+            planned=lambda _: faultpoints.pause_here("GC_PLANNED"),  # tests: writes between the plan and the sweep
+        )
         units = unitgc.collect(store, store_path(args), dry_run=args.dry_run)
         compacted, busy = None, None
         try:
@@ -78,7 +87,11 @@ def _describe(report: GcReport, units: unitgc.UnitGcReport, compacted: tuple[int
         f"gc {verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
         f"{len(report.points_dropped)} restore points, {report.orphan_records} records of deleted missions; "
         f"{report.blobs_kept} blobs kept"
+        + (f" ({report.blobs_spared} named again meanwhile)" if report.blobs_spared else "")
     )
+    if report.transactions:
+        plural = "s" if report.transactions != 1 else ""
+        print(f"  in {report.transactions} write transaction{plural}, the longest {report.longest_txn_ms:.0f} ms")
     for point in report.points_dropped:
         print(f"  dropped restore point {point}")
     print("\n".join(unitgc.describe(units)))

@@ -18,7 +18,7 @@ from keel.server.engine.files import trees
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.errors import CorruptRecordError
-from keel.storage.gc import gc_txn
+from keel.storage.gcsweep import collect
 from keel.storage.record import content_digest
 from keel.storage.snapshots import load_tree
 from keel.storage.verify import verify_all
@@ -94,7 +94,7 @@ def test_gc_and_verify_follow_folder_trees(tmp_path: Path) -> None:
         (root / "e" / "f.txt").write_text("never checkpointed\n")
         third = _snapshot(store, snap, root)  # stored, but its checkpoint never committed
         assert verify_all(store).ok, verify_all(store).problems
-        report = store.write(lambda t: gc_txn(t))
+        report = collect(store)
         assert report.blobs_removed == 3  # its root, e/ and the new f.txt; a/, many/ and top.txt are shared
         blobs = _blob_bytes(store)
         assert first in blobs and second in blobs and third not in blobs
@@ -143,7 +143,7 @@ def test_a_flat_tree_written_by_the_previous_keel_still_restores_and_is_kept(tmp
         (root / "new.txt").write_text("after the upgrade\n")
         after = _snapshot(store, trees.Snapshotter(), root)
         store.write(lambda t: _checkpoint(t, after))
-        report = store.write(lambda t: gc_txn(t))
+        report = collect(store)
         assert flat in _blob_bytes(store) and report.blobs_removed == 0
         assert verify_all(store).ok, verify_all(store).problems
         manifest = store.read(lambda t: m.get_checkpoint(t, old_point))
