@@ -25,7 +25,7 @@ import msgspec
 
 from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR
-from keel.protocol.environblock import SECRET_NAME
+from keel.protocol.environblock import SECRET_NAME, is_secret
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
 from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
 from keel.storage.location import STORE_ENV_VAR, store_env, with_store_env
@@ -93,11 +93,12 @@ def plain_env(given: dict[str, str]) -> dict[str, str]:
 
 
 def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict[str, str]:
-    """The parent's environment without anything that looks like a secret (or is named in `hide`, e.g.
-    the providers' `api_key_env` variables) and without the store's settings (KEEL_STORE, libpq's PG*),
-    plus the mission's env."""
+    """The parent's environment without anything that looks like a secret (environblock.is_secret: a
+    secret-looking name, DATABASE_URL, which may carry a password; or a name in `hide`, e.g. the providers'
+    `api_key_env` variables) and without the store's settings (KEEL_STORE, libpq's PG*), plus the mission's
+    env."""
     keel_only = keel_only_env(hide)
-    env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k) and k not in keel_only}
+    env = {k: v for k, v in os.environ.items() if not is_secret(k) and k not in keel_only}
     env.update(plain_env(extra))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

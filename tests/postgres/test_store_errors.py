@@ -20,7 +20,9 @@ def test_a_write_that_waits_past_its_limit_is_busy_and_names_the_holder(tmp_path
         holder.execute("SET application_name = 'the nightly report'")
         holder.execute("BEGIN")
         holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_CLASS, schema))
-        written = keel_in(tmp_path, "gc", "--store", url, env={"KEEL_WRITE_LOCK_TIMEOUT_S": "0.5"})
+        mission = tmp_path / "mission.toml"  # `keel run` writes at once: the mission's record
+        mission.write_text('[mission]\nname = "m"\nagent = "true"\n\n[[units]]\nid = "u"\n')
+        written = keel_in(tmp_path, "run", str(mission), "--store", url, env={"KEEL_WRITE_LOCK_TIMEOUT_S": "0.5"})
         holder.execute("ROLLBACK")
     assert written.returncode == 7, written.stdout + written.stderr
     assert "the nightly report" in written.stderr and "unreachable" not in written.stderr, written.stderr
