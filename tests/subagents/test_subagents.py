@@ -190,6 +190,7 @@ def test_a_lost_or_tampered_sandbox_with_effects_is_a_question_never_a_silent_re
     assert lease(store, mid, "a").lane == "a#1"  # type: ignore[union-attr]
     head = read(store, lambda t: m.head_checkpoint(t, mid))
     assert head.units["a"].epoch == 1
+    keel("pause", mid, "--wait", "60", store=store, check_rc=0)  # the host `answer` started: not left running
 
 
 def test_a_tampered_sandbox_the_person_keeps_resumes_from_the_journal(tmp_path: Path) -> None:
