@@ -51,6 +51,7 @@ def commit(
 ) -> RestorePoint:
     """Write a checkpoint manifest (sharing unchanged blobs), move HEAD, add a restore point."""
     faultpoints.pause_here("CHECKPOINT")  # inside the write transaction, for crash tests
+    marks = {uid: _with_agent_state(txn, mission_id, uid, mark) for uid, mark in marks.items()}
     parent = m.head(txn, mission_id) or ""
     previous = m.get_checkpoint(txn, parent) if parent else None
     manifest = CheckpointManifest(
@@ -68,6 +69,18 @@ def commit(
         files_restored=files_restored,
     )
     return m.commit_checkpoint(txn, manifest, label=label)
+
+
+def _with_agent_state(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark) -> UnitMark:
+    """The mark, its agent state's blob present. A `state/save` step stores the state as a blob that only the
+    next checkpoint names; a `keel gc` that fell in between removed it as unreachable. The unit's journal
+    holds the state itself: it is stored again (under the digest it encodes to now)."""
+    if not mark.agent_state or txn.get_raw(DB.BLOBS, mark.agent_state.encode()) is not None:
+        return mark
+    saved = m.journal_last_done(txn, mission_id, lane(unit_id, mark.epoch), "state/save")
+    if saved is None or not isinstance(saved.result, dict) or "state" not in saved.result:
+        return mark  # nothing to store it from: `keel verify` names the missing blob
+    return msgspec.structs.replace(mark, agent_state=txn.put_object(saved.result["state"]))
 
 
 class QuietMark(msgspec.Struct, frozen=True):
