@@ -87,6 +87,7 @@ _SESSION = (
     "SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3"
 )
 
+LINGER_S = 5.0  # an idle connection beyond the pool's first is closed once it has not been used for this long
 RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 30.0
 _PAGE = 512  # rows per round trip of a long scan
@@ -131,7 +132,8 @@ class PgStore(Store):
         self.write_timeout = default_timeout() if write_timeout is None else write_timeout
         self.reconnect_s = seconds_from_env(RECONNECT_ENV, DEFAULT_RECONNECT_S)
         self.disk_full = ""
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # with when each was given back
+        self.linger_s = LINGER_S
         self._lock = threading.Lock()
         self._closed = False
         self._lock_key = 0
@@ -168,7 +170,7 @@ class PgStore(Store):
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 
     def stat(self) -> dict[str, Any]:
@@ -214,18 +216,28 @@ class PgStore(Store):
             if self._closed:
                 raise StoreError(f"store {self.describe()} is closed")
             while self._idle:
-                conn = self._idle.pop()
+                conn, _ = self._idle.pop()  # the one given back last: the others may age out
                 if not conn.closed:
                     return conn
         return self._connect(patience)
 
     def _give(self, conn: psycopg.Connection[Any]) -> None:
+        """Back to the pool. The pool keeps one idle connection for good; one more is kept while it was used
+        within `linger_s` (a burst of threads reading at once), then closed, so a process at rest holds one
+        connection (and its listener's) however busy it once was."""
         healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        now = time.monotonic()
+        leftover: psycopg.Connection[Any] | None = conn
         with self._lock:
             if healthy and not self._closed:
-                self._idle.append(conn)
-                return
-        conn.close()
+                self._idle.append((conn, now))
+                leftover = None
+            stale = [c for c, since in self._idle[:-1] if now - since > self.linger_s]
+            self._idle = [(c, since) for c, since in self._idle[:-1] if now - since <= self.linger_s] + self._idle[-1:]
+        for old in stale:
+            old.close()
+        if leftover is not None:
+            leftover.close()
 
     def _prepare(self) -> None:
         """Make the tables where they do not exist yet (under the store's lock: other machines may be

@@ -1,6 +1,7 @@
 """Per-mission wake-ups on PostgreSQL: a commit's NOTIFY names the missions and databases it changed, and a
 subscriber for one mission (and some of its databases) is woken by those commits only; a subscriber for no
-mission in particular by every commit. A waiting host is then not woken by every other mission's writes."""
+mission in particular by every commit. A waiting host is then not woken by every other mission's writes. And
+a store's connection pool shrinks back to one connection at rest."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from keel.protocol.records import Control
 from keel.storage import Store, leases
 from keel.storage.keys import DB, mission_prefix
 from keel.storage.missions import CONTROL_CHANGES, change_token
+from keel.storage.pg import PgStore
 from tests.pgserver import PgServer
 
 
@@ -65,3 +67,30 @@ def test_change_tokens() -> None:
     assert change_token(DB.LEASES, b"m1") == "hostlease/m1"  # the host lease: the mission id alone
     assert change_token(DB.MISSIONS, b"m1") == "missions/m1"
     assert change_token(DB.BLOBS, b"ab" * 32) is None
+
+
+def test_a_store_at_rest_holds_one_pooled_connection_however_busy_it_was(tmp_path: Path, pg_server: PgServer) -> None:
+    with Store.open(pg_server.store_folder(tmp_path / "store")) as store:
+        assert isinstance(store, PgStore)
+        store.linger_s = 0.5
+        barrier = threading.Barrier(6)
+
+        def read_at_once() -> None:
+            barrier.wait()
+            store.read(lambda t: t.get_raw(DB.META, b"nothing") or time.sleep(0.3))
+
+        threads = [threading.Thread(target=read_at_once) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        mine = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        with pg_server.connect() as admin:
+            busy = admin.execute(mine, (store.application,)).fetchone()
+            assert busy is not None and busy[0] >= 6  # the burst had a connection each
+            time.sleep(0.6)
+            store.read(lambda t: t.get_raw(DB.META, b"nothing"))  # at rest, a read now and then
+            deadline = time.monotonic() + 10
+            while (rest := admin.execute(mine, (store.application,)).fetchone()) and rest[0] > 1:
+                assert time.monotonic() < deadline, rest
+                time.sleep(0.05)
