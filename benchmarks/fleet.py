@@ -44,22 +44,19 @@ def _store(folder: Path, url: str) -> Path:
     return folder
 
 
-def _start_missions(root: Path, store: Path, count: int, side: Path) -> list[str]:
-    ids = []
+def _start_missions(root: Path, store: Path, count: int, side: Path) -> None:
     for n in range(count):
         folder = root / f"m{n}"
         folder.mkdir(parents=True)
         steps: list[dict[str, Any]] = [{"tool": "run", "args": {"cmd": f"echo m{n} >> {side}"}}]
         mission = write_mission(folder, [{"id": "u", "params": {"steps": steps}}], workers=True)
-        out = subprocess.run(
+        subprocess.run(
             [*KEEL, "run", str(mission), "--detach", "--store", str(store)],
             capture_output=True,
             text=True,
             check=True,
             cwd=folder,
         )
-        ids.append(out.stdout.strip().split()[-1])
-    return ids
 
 
 def _states(store: Path) -> dict[str, str]:
@@ -73,23 +70,23 @@ def _db(server: PgServer, sql: str) -> Any:
         return None if row is None else row[0]
 
 
-def _keel_processes(marker: str) -> tuple[int, float]:
-    """How many processes' command lines name `marker`, and their RSS in MB."""
-    count, rss = 0, 0.0
+def _pids(marker: str) -> list[int]:
+    """The processes whose command lines name `marker`."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker.encode() not in (entry / "cmdline").read_bytes():
-                continue
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        count += 1
-        for line in status.splitlines():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def _rss_mb(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
-                rss += int(line.split()[1]) / 1024
-    return count, rss
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _idle(server: PgServer, root: Path, n: int, seconds: float) -> dict[str, float]:
@@ -104,7 +101,8 @@ def _idle(server: PgServer, root: Path, n: int, seconds: float) -> dict[str, flo
     time.sleep(seconds)
     after, took = int(_db(server, commits)), time.monotonic() - started
     connections = int(_db(server, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'keel%'"))
-    processes, rss = _keel_processes(str(store))
+    pids = _pids(str(store))
+    processes, rss = len(pids), sum(_rss_mb(pid) for pid in pids)
     _kill_all(str(store))  # the throwaway missions' hosts: nothing of them is kept
     return {
         "tps": (after - before) / took,
@@ -156,21 +154,11 @@ def _work(server: PgServer, root: Path, n: int, workers: int) -> dict[str, float
 def _kill_all(marker: str) -> None:
     """SIGKILL every process whose command line names `marker`, and wait until none is left."""
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pids = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _names(e, marker)]
-        if not pids:
-            return
+    while (pids := _pids(marker)) and time.monotonic() < deadline:
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
-
-
-def _names(entry: Path, marker: str) -> bool:
-    try:
-        return marker.encode() in (entry / "cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def main() -> None:

@@ -222,22 +222,22 @@ class PgStore(Store):
         return self._connect(patience)
 
     def _give(self, conn: psycopg.Connection[Any]) -> None:
-        """Back to the pool. The pool keeps one idle connection for good; one more is kept while it was used
-        within `linger_s` (a burst of threads reading at once), then closed, so a process at rest holds one
-        connection (and its listener's) however busy it once was."""
+        """Back to the pool. The pool keeps the connection given back last for good; the others while they
+        were used within `linger_s` (a burst of threads reading at once), so a process at rest holds one
+        connection (and its listener's) however busy it once was. `_take` pops the last one given back, so
+        the pool is ordered by when each came back and the stale ones lead it."""
         healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         now = time.monotonic()
-        leftover: psycopg.Connection[Any] | None = conn
+        closing = []
         with self._lock:
             if healthy and not self._closed:
                 self._idle.append((conn, now))
-                leftover = None
-            stale = [c for c, since in self._idle[:-1] if now - since > self.linger_s]
-            self._idle = [(c, since) for c, since in self._idle[:-1] if now - since <= self.linger_s] + self._idle[-1:]
-        for old in stale:
+            else:
+                closing.append(conn)
+            while len(self._idle) > 1 and now - self._idle[0][1] > self.linger_s:
+                closing.append(self._idle.pop(0)[0])
+        for old in closing:
             old.close()
-        if leftover is not None:
-            leftover.close()
 
     def _prepare(self) -> None:
         """Make the tables where they do not exist yet (under the store's lock: other machines may be

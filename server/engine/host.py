@@ -446,7 +446,8 @@ class MissionHost:
         seen_txn = -1
         try:
             while not self._stop.is_set():
-                if self.store.txn_id() != seen_txn:
+                # woken (or its safety poll due) on a store that says what changed: read; else only on a change
+                if changes.live or self.store.txn_id() != seen_txn:
                     seen_txn, controls = self.store.read(self._unseen_controls)
                     if controls:
                         await self._on_controls(controls)
