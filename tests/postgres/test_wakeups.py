@@ -73,11 +73,10 @@ def test_a_store_at_rest_holds_one_pooled_connection_however_busy_it_was(tmp_pat
     with Store.open(pg_server.store_folder(tmp_path / "store")) as store:
         assert isinstance(store, PgStore)
         store.linger_s = 0.5
-        barrier = threading.Barrier(6)
+        inside = threading.Barrier(6, timeout=60)  # every read holds its connection until all six do
 
         def read_at_once() -> None:
-            barrier.wait()
-            store.read(lambda t: t.get_raw(DB.META, b"nothing") or time.sleep(0.3))
+            store.read(lambda t: t.get_raw(DB.META, b"nothing") or inside.wait())
 
         threads = [threading.Thread(target=read_at_once) for _ in range(6)]
         for thread in threads:
