@@ -91,9 +91,13 @@ class Store(abc.ABC):
     def read(self, fn: Callable[[Txn], T]) -> T: ...
 
     @abc.abstractmethod
-    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None, whole: bool = False) -> T:
         """Run `fn` in a write transaction and commit it durably; `fn` may run more than once. Waits at
-        most `timeout` (default `write_timeout`) for another writer, then StoreBusyError."""
+        most `timeout` (default `write_timeout`) for another writer, then StoreBusyError.
+
+        LMDB has one writer at a time. On PostgreSQL a write fences only the missions it touches, so
+        missions' writes never wait on each other; `whole` (garbage collection, migrations: writes that
+        judge the whole store) waits for every other writer, and every other writer for it."""
         ...
 
     @abc.abstractmethod
@@ -166,7 +170,7 @@ class Store(abc.ABC):
                 txn.put(DB.META, SCHEMA_KEY, SchemaInfo(version=SCHEMA_VERSION, written_by=__version__))
 
         if not self._schema_current():
-            self.write(run)
+            self.write(run, whole=True)
 
     def _schema_current(self) -> bool:
         """Whether the schema is this keel's; a newer one is StoreTooNewError."""

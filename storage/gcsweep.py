@@ -93,7 +93,7 @@ class _Sweep:
         at = 0
         while at < len(self.steps):
             began: list[float] = []
-            done = store.write(partial(self._batch, at=at, began=began))
+            done = store.write(partial(self._batch, at=at, began=began), whole=True)
             report.longest_txn_ms = max(report.longest_txn_ms, (time.monotonic() - began[-1]) * 1000)
             report.transactions += 1
             at += done.steps

@@ -3,13 +3,12 @@
 Layout (in the schema the URL's search_path names, `public` by default):
 
     keel_records (db text, key bytea, value bytea, PRIMARY KEY (db, key))   every record, sealed
-    keel_clock   (txn bigint)                                               one row: the change signal
 
 `bytea` sorts bytewise, as LMDB's keys do, so prefix scans and logs read in the same order. A row's
 bytes are the sealed record LMDB would hold, verified on every read: a row changed behind keel's back
 is a CorruptRecordError naming its database and key, as on LMDB.
 
-First contact: opening a database that has no keel tables makes them, and one with no schema record writes
+First contact: opening a database that has no keel table makes it, and one with no schema record writes
 it, also for a read-only verb (`keel missions` on a new database lists none); a role that may not create
 the tables gets a StoreError that names them.
 
@@ -20,13 +19,16 @@ only, never every other mission's writes (a wake-up may be lost; they still poll
 after a reconnect).
 
 Transactions: a read is one REPEATABLE READ READ ONLY transaction (a consistent snapshot, never waiting
-on a writer). A write takes the store's transaction-scoped advisory lock first, so writers follow one
-another as LMDB's do (on every machine at once), then bumps `keel_clock` (what `txn_id()` and the
-watchers see) and notes its transaction id. Waiting for the lock is bounded by `write_timeout`
-(`lock_timeout`); then StoreBusyError names the holder (its application name says which keel process on
-which machine). A connection lost before COMMIT was sent is retried; a connection lost during COMMIT
-leaves the outcome unknown, and keel reads it back (`pg_xact_status` of the noted transaction id) on a
-new connection: committed is success, anything else runs `fn` again. Never a guess.
+on a writer). A write is READ COMMITTED and fences what it touches (`pgtxn`: a mission's records under
+the mission's transaction-scoped advisory lock), so a mission's writes follow one another as LMDB's do, on
+every machine at once, while different missions' writes never wait on each other; it holds the store's lock
+shared, and a `whole` write (gc, migrations) exclusively. It notes its transaction id. `txn_id()` is a
+number of the server's current snapshot, which grows with every commit (no row every writer updates).
+Waiting for a lock is bounded by `write_timeout` (`lock_timeout`); then StoreBusyError names the holder (its
+application name says which keel process on which machine); a deadlock between two writes that span
+missions runs the one the server failed again. A connection lost before COMMIT was sent is retried; a
+connection lost during COMMIT leaves the outcome unknown, and keel reads it back (`pg_xact_status` of the
+noted transaction id) on a new connection: committed is success, anything else runs `fn` again. Never a guess.
 
 A server that refuses keel's credentials or role (a wrong or missing password, a role or database that does
 not exist, no pg_hba.conf rule) is StoreRefusedError at once, with the server's words: waiting would not
@@ -43,18 +45,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
 
-from keel.storage import missions
 from keel.storage.base import Store
 from keel.storage.errors import (
     StoreBusyError,
@@ -63,9 +63,10 @@ from keel.storage.errors import (
     StoreRefusedError,
     StoreUnavailableError,
 )
-from keel.storage.keys import DB, SEQ_BYTES
 from keel.storage.location import URL_FILE
-from keel.storage.txn import Txn, prefix_end
+from keel.storage.pgtxn import ANY_CHANGE, PgTxn, snapshot_number
+from keel.storage.pgwords import first_line, refused_for_good, server_words, unreachable_why
+from keel.storage.txn import Txn
 from keel.storage.writelock import default_timeout, seconds_from_env
 
 T = TypeVar("T")
@@ -90,8 +91,6 @@ _SESSION = (
 LINGER_S = 5.0  # an idle connection beyond the pool's first is closed once it has not been used for this long
 RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 30.0
-_PAGE = 512  # rows per round trip of a long scan
-_FIRST_PAGE = 8
 _LOCK_CLASS = 0x6B65656C  # 'keel': the advisory lock's first key; the second is the schema's hash
 _BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
 WAIT_REPORT_S = 5.0  # how often a long wait for the server is reported (`on_wait`)
@@ -103,11 +102,6 @@ CREATE TABLE IF NOT EXISTS keel_records (
     value bytea NOT NULL,
     PRIMARY KEY (db, key)
 );
-CREATE TABLE IF NOT EXISTS keel_clock (
-    one boolean PRIMARY KEY DEFAULT true CHECK (one),
-    txn bigint NOT NULL
-);
-INSERT INTO keel_clock (txn) VALUES (0) ON CONFLICT DO NOTHING;
 """
 
 
@@ -245,7 +239,7 @@ class PgStore(Store):
 
         def run(conn: psycopg.Connection[Any]) -> None:
             row = conn.execute(
-                "SELECT hashtext(current_schema()), to_regclass('keel_clock') IS NOT NULL,"
+                "SELECT hashtext(current_schema()), to_regclass('keel_records') IS NOT NULL,"
                 " current_setting('search_path')"
             ).fetchone()
             assert row is not None
@@ -264,8 +258,8 @@ class PgStore(Store):
                         conn.execute(_TABLES)
                 except pgerrors.InsufficientPrivilege as exc:
                     raise StoreError(
-                        f"the PostgreSQL store {self.describe()} has no keel tables yet (keel_records, keel_clock) "
-                        f"and this role may not make them: {_first_line(exc)}; grant it CREATE on the schema, or "
+                        f"the PostgreSQL store {self.describe()} has no keel table yet (keel_records) "
+                        f"and this role may not make them: {first_line(exc)}; grant it CREATE on the schema, or "
                         "let a role that has it run any keel command once"
                     ) from None
 
@@ -315,7 +309,7 @@ class PgStore(Store):
 
         return self._with_connection(run)
 
-    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None, whole: bool = False) -> T:
         if self.readonly:
             raise StoreError(f"store {self.describe()} was opened read-only")
         limit = self.write_timeout if timeout is None else timeout
@@ -328,27 +322,33 @@ class PgStore(Store):
             xid = ""
             committing = False
             try:
+                txn = PgTxn(conn, write=True, store_key=self._lock_key)
+                txn.waiting = (_LOCK_CLASS, self._lock_key)
                 cur = conn.execute(  # one round trip: no parameters, so the simple query protocol
                     f"BEGIN; SET LOCAL lock_timeout = {max(1, int(limit * 1000))};"
-                    f" SELECT pg_advisory_xact_lock({_LOCK_CLASS}, {self._lock_key});"
-                    " UPDATE keel_clock SET txn = txn + 1 RETURNING pg_current_xact_id()::text"
+                    f" SELECT pg_advisory_xact_lock{'' if whole else '_shared'}({_LOCK_CLASS}, {self._lock_key});"
+                    " SELECT pg_current_xact_id()::text"
                 )
                 while cur.nextset():
                     pass  # to the last statement's result
                 row = cur.fetchone()
                 assert row is not None
-                xid = str(row[0])
-                txn = PgTxn(conn, write=True)
+                xid, txn.waiting = str(row[0]), None
                 result = fn(txn)
                 committing = True
                 conn.execute(f"NOTIFY {self._channel}, '{txn.payload()}'; COMMIT")  # one round trip
                 return result
             except pgerrors.LockNotAvailable:  # an OperationalError too: the server answered, the lock is held
                 _rollback(conn)
+                what = "store" if txn.waiting in (None, (_LOCK_CLASS, self._lock_key)) else "part of store"
                 raise StoreBusyError(
-                    f"store {self.describe()} is being written by {self._holder()} for more than {limit:g} s; "
-                    "nothing was written"
+                    f"{what} {self.describe()} is being written by {self._holder(txn.waiting)} for more than "
+                    f"{limit:g} s; nothing was written"
                 ) from None
+            except pgerrors.DeadlockDetected:  # two writes that span missions each waited for the other's
+                _rollback(conn)
+                attempt += 1
+                _back_off(attempt)
             except psycopg.OperationalError as exc:
                 if not conn.broken:
                     _rollback(conn)
@@ -391,15 +391,16 @@ class PgStore(Store):
                 raise StoreError(f"the outcome of transaction {xid} on {self.describe()} can no longer be read back")
             time.sleep(0.05)  # in progress: its backend has not finished yet
 
-    def _holder(self) -> str:
-        """Who holds the store's write lock, for StoreBusyError."""
+    def _holder(self, lock: tuple[int, int] | None) -> str:
+        """Who holds the advisory lock a write waited for (the store's, or a mission's fence), for StoreBusyError."""
+        key1, key2 = lock or (_LOCK_CLASS, self._lock_key)
 
         def run(conn: psycopg.Connection[Any]) -> str:
             row = conn.execute(
                 "SELECT a.application_name, a.client_addr::text, a.state FROM pg_locks l"
                 " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
                 " AND l.classid = %s::oid AND l.objid = %s::oid AND l.granted LIMIT 1",
-                (_LOCK_CLASS, self._lock_key & 0xFFFFFFFF),
+                (key1 & 0xFFFFFFFF, key2 & 0xFFFFFFFF),
             ).fetchone()
             if row is None:
                 return "another process"
@@ -463,13 +464,10 @@ class PgStore(Store):
 
     # -- facts ----------------------------------------------------------------------------------
     def txn_id(self) -> int:
-        row = self._with_connection(lambda conn: conn.execute("SELECT txn FROM keel_clock").fetchone())
-        return 0 if row is None else int(row[0])
-
-
-ANY_CHANGE = "*"  # a payload that concerns every subscriber: a reconnect, or a change too large to name
-_PAYLOAD_MAX = 4000  # bytes of tokens a NOTIFY names before it says ANY_CHANGE (PostgreSQL allows < 8000)
-_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.:/-]+")
+        """A number of the database's current snapshot (`pgtxn.snapshot_number`): it grows with every commit."""
+        row = self._with_connection(lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone())
+        assert row is not None
+        return snapshot_number(str(row[0]))
 
 
 class _Listener:
@@ -490,152 +488,6 @@ class _Listener:
         return any(token.endswith(f"/{self.mission}") for token in tokens)
 
 
-class PgTxn(Txn):
-    """A transaction of the PostgreSQL backend: each operation is one statement on its connection."""
-
-    def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
-        self._conn = conn
-        self.write = write
-        self._changed: set[str] = set()  # what this write transaction changed (change_token)
-
-    def payload(self) -> str:
-        """The NOTIFY payload of this write transaction: its change tokens, or ANY_CHANGE when they are too many
-        to name or not plain."""
-        text = ",".join(sorted(self._changed))
-        if len(text) > _PAYLOAD_MAX or (text and not all(_TOKEN_CHARS.fullmatch(t) for t in self._changed)):
-            return ANY_CHANGE
-        return text
-
-    def _note(self, db: DB, key: bytes) -> None:
-        if (token := missions.change_token(db, key)) is not None:
-            self._changed.add(token)
-
-    def snapshot_id(self) -> int:
-        row = self._conn.execute("SELECT txn FROM keel_clock").fetchone()
-        return 0 if row is None else int(row[0])
-
-    def clock(self) -> float:
-        """The database server's clock (`clock_timestamp()`), the same for every machine."""
-        row = self._conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-        assert row is not None
-        return float(row[0])
-
-    def get_raw(self, db: DB, key: bytes) -> bytes | None:
-        row = self._conn.execute(
-            "SELECT value FROM keel_records WHERE db = %s AND key = %s", (db.value, key), binary=True
-        ).fetchone()
-        return None if row is None else bytes(row[0])
-
-    def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
-        self._note(db, key)
-        if overwrite:
-            self._conn.execute(
-                "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s)"
-                " ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value",
-                (db.value, key, sealed),
-            )
-            return True
-        row = self._conn.execute(
-            "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (db.value, key, sealed),
-        ).fetchone()
-        return row is not None
-
-    def delete(self, db: DB, key: bytes) -> bool:
-        self._note(db, key)
-        row = self._conn.execute(
-            "DELETE FROM keel_records WHERE db = %s AND key = %s RETURNING 1", (db.value, key)
-        ).fetchone()
-        return row is not None
-
-    def scan_raw(
-        self, db: DB, prefix: bytes, *, reverse: bool = False, start: bytes | None = None
-    ) -> Iterator[tuple[bytes, bytes]]:
-        """Pages of rows, the first small (most scans stop early: a newest entry, an existence check),
-        each next one twice as large, up to _PAGE."""
-        upper = prefix_end(prefix)
-        lower = start if start is not None and start > prefix and not reverse else prefix
-        bound = "" if upper is None else " AND key < %(upper)s"
-        order, step = ("DESC", "key < %(after)s") if reverse else ("", "key > %(after)s")
-        first = f"SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s{bound}"
-        rest = f"SELECT key, value FROM keel_records WHERE db = %(db)s AND key >= %(lower)s{bound} AND {step}"
-        params: dict[str, Any] = {"db": db.value, "lower": lower, "upper": upper}
-        query, page = first, _FIRST_PAGE
-        while True:
-            rows = self._conn.execute(f"{query} ORDER BY key {order} LIMIT {page}", params, binary=True).fetchall()
-            for key, value in rows:
-                yield bytes(key), bytes(value)
-            if len(rows) < page:
-                return
-            params["after"] = bytes(rows[-1][0])
-            query, page = rest, min(page * 2, _PAGE)
-
-    def last_seq(self, db: DB, prefix: bytes) -> int:
-        """The newest sequence number of the log under `prefix` (0: empty), read from the index alone."""
-        upper = prefix_end(prefix)
-        bound = "" if upper is None else " AND key < %(upper)s"
-        row = self._conn.execute(
-            f"SELECT key FROM keel_records WHERE db = %(db)s AND key >= %(prefix)s{bound} AND length(key) = %(size)s"
-            " ORDER BY key DESC LIMIT 1",
-            {"db": db.value, "prefix": prefix, "upper": upper, "size": len(prefix) + SEQ_BYTES},
-            binary=True,
-        ).fetchone()
-        return 0 if row is None else int.from_bytes(bytes(row[0])[len(prefix) :], "big")
-
-
-# What a server (or libpq) says when it will never let this connection in, however often it is tried.
-_REFUSALS = (
-    "password authentication failed",
-    "no password supplied",
-    "authentication failed",  # SCRAM, md5, ident, peer, cert
-    "no pg_hba.conf entry",
-    "pg_hba.conf rejects",
-    "does not exist",  # a role or a database
-    "is not permitted to log in",
-    "permission denied for database",
-    "password is required",
-)
-
-
-def refused_for_good(message: str) -> bool:
-    """Whether a failed connection's message is a refusal of keel's credentials or role (permanent) rather
-    than a server that is away, starting up, shutting down or full (worth waiting for)."""
-    text = message.lower()
-    return any(words in text for words in _REFUSALS)
-
-
-# libpq's words for a server it cannot reach, and what they mean to an operator
-_LOST = "the connection to it was lost (a network cut, or the server stopped)"
-_UNREACHABLE = (
-    ("server closed the connection unexpectedly", _LOST),
-    ("connection refused", "nothing accepts connections at its address (the server is down or restarting)"),
-    ("timeout expired", "no answer within the connect timeout (a network cut, or the server is overloaded)"),
-    ("could not translate host name", "its host name does not resolve"),
-    ("no route to host", "there is no route to its host"),
-    ("network is unreachable", "there is no route to its network"),
-    ("the database system is starting up", "the server is starting up"),
-    ("the database system is shutting down", "the server is shutting down"),
-    ("the database system is in recovery mode", "the server is recovering after a crash"),
-    ("ssl syscall error", _LOST),
-)
-
-
-def unreachable_why(message: str) -> str:
-    """Why a server cannot be reached, in an operator's words, with libpq's own words after them."""
-    text = message.lower()
-    words = _first_line(Exception(message)).removeprefix("connection failed: ")
-    for needle, meaning in _UNREACHABLE:
-        if needle in text:
-            return f"{meaning} [{words}]"
-    return words
-
-
-def server_words(message: str) -> str:
-    """The part of libpq's message that is the server's own ("FATAL:  password authentication failed …")."""
-    line = message.strip().splitlines()[0] if message.strip() else message
-    return line.rsplit(" failed: ", 1)[-1].replace("FATAL:  ", "")
-
-
 def _back_off(attempt: int) -> None:
     time.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
 
@@ -649,21 +501,16 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
         conn.close()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _translate(exc: psycopg.Error, store: PgStore) -> StoreError:
     """A typed error for a database error: a full disk on the server is StoreFullError (the engine pauses
     `disk_full`), a lost server StoreUnavailableError, anything else StoreError with the server's words."""
     if isinstance(exc, pgerrors.DiskFull):
         return StoreFullError(
-            f"the PostgreSQL server of {store.describe()} has no space left: {_first_line(exc)}; "
+            f"the PostgreSQL server of {store.describe()} has no space left: {first_line(exc)}; "
             "nothing committed was lost"
         )
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(
             f"the PostgreSQL store {store.describe()} is unreachable: {unreachable_why(str(exc))}"
         )
-    return StoreError(f"PostgreSQL store {store.describe()}: {_first_line(exc)}")
+    return StoreError(f"PostgreSQL store {store.describe()}: {first_line(exc)}")

@@ -286,8 +286,9 @@ class LmdbStore(Store):
         finally:
             self._end(txn)
 
-    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None) -> T:
-        """Run `fn` in a write transaction and commit it durably; `fn` may run more than once.
+    def write(self, fn: Callable[[Txn], T], *, timeout: float | None = None, whole: bool = False) -> T:
+        """Run `fn` in a write transaction and commit it durably; `fn` may run more than once (every write
+        is `whole`: one writer at a time).
 
         Waits at most `timeout` (default `write_timeout`) for another writer (StoreBusyError names it;
         0 tries once, for a caller that has somewhere else to send the write). On a full disk the

@@ -64,6 +64,12 @@ class Txn(abc.ABC):
         """A record's sealed bytes, unverified: callers open them with `storage/record.py`."""
         ...
 
+    def try_mission(self, mission_id: str) -> bool:
+        """Fence `mission_id` for this write without waiting: False when another write holds its fence now
+        (a worker then looks at the next offer instead of queueing behind the one others are taking). With
+        one writer at a time (LMDB) nothing else can hold it."""
+        return True
+
     def clock(self) -> float:
         """Seconds since the epoch by the store's clock: lease heartbeats and expiry are judged by it, so
         on a shared database no machine's clock decides whether another machine's worker is alive."""

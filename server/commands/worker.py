@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import signal
 import sys
 import time
@@ -80,6 +81,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
         if supervisor is not None:
             await asyncio.to_thread(supervisor.look, store)
         offers = await asyncio.to_thread(store.read, offered_units) if len(running) < args.units else []
+        random.shuffle(offers)  # workers that look at once each try a different offer first
         for mission_id, offered in offers:
             if len(running) >= args.units or (mission_id, offered.unit, offered.epoch) in refused:
                 continue

@@ -42,5 +42,5 @@ def test_a_role_that_may_not_make_the_tables_is_told_which_are_missing(tmp_path:
         conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
     listed = keel_in(tmp_path, "missions", "--store", pg_server.role_url(role, schema), env={"PGPASSWORD": password})
     assert listed.returncode != 0
-    assert "has no keel tables yet (keel_records, keel_clock)" in listed.stderr, listed.stderr
+    assert "has no keel table yet (keel_records)" in listed.stderr, listed.stderr
     assert "read-only" not in listed.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keel.storage.pg import refused_for_good, server_words, unreachable_why
+from keel.storage.pgwords import refused_for_good, server_words, unreachable_why
 
 AT = 'connection failed: connection to server at "10.0.0.1", port 5432 failed: '
 

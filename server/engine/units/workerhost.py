@@ -264,6 +264,8 @@ def claim_here(
     sandbox = places.worker_sandbox_path(store_path, worker, mission_id, offered.lane, offered.epoch + 1)
 
     def write(txn: Txn) -> UnitLease:
+        if not txn.try_mission(mission_id):  # another write of the mission is under way (another worker's claim?)
+            raise leases.StaleLeaseError(f"mission {mission_id} is being written: its offers are looked at later")
         if (state := m.get_mission(txn, mission_id).state) != MissionState.RUNNING:  # a pause came first
             raise leases.StaleLeaseError(f"mission {mission_id} is {state}: its offers are closed")
         return leases.claim(
