@@ -1,6 +1,7 @@
 """Benchmark: many missions on one PostgreSQL, waiting for workers, then worked through by `keel worker`s.
 
     python benchmarks/fleet.py [--missions 10,50] [--workers 1,2,4] [--work-missions 20] [--idle 10]
+        [--hosting in-process|process]
 
 A throwaway PostgreSQL cluster on this machine (tests/pgserver.py, max_connections 300). Each mission has
 one unit (`workers = true`) of one step: a command that appends to a side log. For each N of --missions, N
@@ -30,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine")
 
 from engine_helpers import write_mission
 
-from keel.storage import Store
+from keel.protocol.states import MissionState
+from keel.server.engine import control
+from keel.storage import Store, hostlease
 from keel.storage import missions as m
 from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
@@ -44,19 +47,26 @@ def _store(folder: Path, url: str) -> Path:
     return folder
 
 
-def _start_missions(root: Path, store: Path, count: int, side: Path) -> None:
-    for n in range(count):
-        folder = root / f"m{n}"
-        folder.mkdir(parents=True)
-        steps: list[dict[str, Any]] = [{"tool": "run", "args": {"cmd": f"echo m{n} >> {side}"}}]
-        mission = write_mission(folder, [{"id": "u", "params": {"steps": steps}}], workers=True)
-        subprocess.run(
-            [*KEEL, "run", str(mission), "--detach", "--store", str(store)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=folder,
-        )
+def _start_missions(root: Path, store: Path, count: int, side: Path, hosting: str) -> subprocess.Popen[bytes] | None:
+    """`count` missions waiting for workers: each with a host process of its own (`keel run --detach`), or
+    queued (`keel run --queue`) for one `keel supervise --in-process` that hosts them all (returned)."""
+    with Store.open(store, create=False) as opened:
+        for n in range(count):
+            folder = root / f"m{n}"
+            folder.mkdir(parents=True)
+            steps: list[dict[str, Any]] = [{"tool": "run", "args": {"cmd": f"echo m{n} >> {side}"}}]
+            mission = write_mission(folder, [{"id": "u", "params": {"steps": steps}}], workers=True)
+            record = control.create_mission(opened, mission)  # as `keel run` does, without a process each
+            if hosting == "process":
+                control.spawn_host(store, record.id)
+            else:
+                opened.write(lambda t, mid=record.id: m.set_mission_state(t, mid, MissionState.RUNNING))
+    if hosting == "process":
+        return None
+    log = (root / "supervise.log").open("ab")
+    return subprocess.Popen(
+        [*KEEL, "supervise", "--in-process", "--interval", "2", "--store", str(store)], stdout=log, stderr=log, cwd=root
+    )
 
 
 def _states(store: Path) -> dict[str, str]:
@@ -89,9 +99,10 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _idle(server: PgServer, root: Path, n: int, seconds: float) -> dict[str, float]:
+def _idle(server: PgServer, root: Path, n: int, seconds: float, hosting: str) -> dict[str, float]:
     store = _store(root / "store", server.store_url(server.new_schema()))
-    _start_missions(root, store, n, root / "side.log")
+    _start_missions(root, store, n, root / "side.log", hosting)
+    _hosted(store, n)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and sum(s == "running" for s in _states(store).values()) < n:
         time.sleep(0.2)
@@ -112,10 +123,11 @@ def _idle(server: PgServer, root: Path, n: int, seconds: float) -> dict[str, flo
     }
 
 
-def _work(server: PgServer, root: Path, n: int, workers: int) -> dict[str, float]:
+def _work(server: PgServer, root: Path, n: int, workers: int, hosting: str) -> dict[str, float]:
     store = _store(root / "store", server.store_url(server.new_schema()))
     side = root / "side.log"
-    _start_missions(root, store, n, side)
+    _start_missions(root, store, n, side, hosting)
+    _hosted(store, n)
     started = time.monotonic()
     procs = [
         subprocess.Popen(
@@ -151,6 +163,23 @@ def _work(server: PgServer, root: Path, n: int, workers: int) -> dict[str, float
     }
 
 
+def _hosted(store: Path, n: int) -> None:
+    """Until every mission's host has taken its lease (and offered its unit)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        with Store.open(store, create=False) as s:
+            if (
+                sum(
+                    lease is not None
+                    for lease in s.read(lambda t: [hostlease.get(t, r.id) for r in m.list_missions(t)])
+                )
+                >= n
+            ):
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"fleet: the {n} missions were not all hosted within 300 s")
+
+
 def _kill_all(marker: str) -> None:
     """SIGKILL every process whose command line names `marker`, and wait until none is left."""
     deadline = time.monotonic() + 60
@@ -167,14 +196,20 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4", help="numbers of workers (default 1,2,4)")
     parser.add_argument("--work-missions", type=int, default=20, help="missions the workers finish (default 20)")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds the waiting is measured (default 10)")
+    parser.add_argument(
+        "--hosting",
+        choices=("in-process", "process"),
+        default="in-process",
+        help="one `keel supervise --in-process` hosts every mission (default), or a host process each",
+    )
     args = parser.parse_args()
     server = PgServer()
     try:
-        print("waiting missions: what they cost")
+        print(f"waiting missions ({args.hosting} hosting): what they cost")
         print(f"{'N':>6} {'txn/s':>8} {'per mission':>12} {'connections':>12} {'processes':>10} {'RSS MB':>8}")
         for n in (int(x) for x in args.missions.split(",") if x):
             with tempfile.TemporaryDirectory(prefix="keel-fleet-") as tmp:
-                r = _idle(server, Path(tmp), n, args.idle)
+                r = _idle(server, Path(tmp), n, args.idle, args.hosting)
             print(
                 f"{n:>6} {r['tps']:>8.1f} {r['tps'] / n:>12.2f} {r['connections']:>12.0f} "
                 f"{r['processes']:>10.0f} {r['rss_mb']:>8.0f}",
@@ -185,7 +220,7 @@ def main() -> None:
         rates = []
         for w in (int(x) for x in args.workers.split(",") if x):
             with tempfile.TemporaryDirectory(prefix="keel-fleet-") as tmp:
-                r = _work(server, Path(tmp), args.work_missions, w)
+                r = _work(server, Path(tmp), args.work_missions, w, args.hosting)
             rates.append(r["steps_s"])
             print(
                 f"{w:>6} {r['seconds']:>8.1f} {r['steps_s']:>8.2f} {r['completed']:>10.0f} "

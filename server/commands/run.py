@@ -27,6 +27,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help=help_of("run"))
     p.add_argument("file", help="mission file (TOML)")
     _host_flags(p)
+    p.add_argument(
+        "--queue",
+        action="store_true",
+        help="record the mission running with no host, for a `keel supervise` of the store to host; print the id",
+    )
     p.set_defaults(run=run_mission)
     p = sub.add_parser("resume", parents=[common], help=help_of("resume"))
     p.add_argument("id", help="mission id (or a unique prefix)")
@@ -58,6 +63,10 @@ def run_mission(args: argparse.Namespace) -> int:
     prepare_keel_dir(path)
     with Store.open(path) as store:
         record = control.create_mission(store, Path(args.file))
+        if args.queue:  # running, with no host yet: the first `keel supervise` of the store that looks hosts it
+            store.write(lambda t: m.set_mission_state(t, record.id, MissionState.RUNNING))
+            print(record.id)
+            return Exit.OK
         if args.detach:
             control.spawn_host(path, record.id)
             print(record.id)

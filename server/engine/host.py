@@ -1,4 +1,5 @@
-"""The mission host: one process per running mission; drives the task graph and owns the journal.
+"""The mission host: one per running mission (a process of its own, or a task of `keel supervise --in-process`,
+hosting.py); drives the task graph and owns the journal.
 
 Loop: start ready units (up to max_parallel), each in its own agent subprocess; record each finished
 unit with a checkpoint (a restore point); watch the control log for pause requests and stop at a
@@ -19,7 +20,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -57,7 +58,8 @@ from keel.storage.hostlease import FencedHostError
 S = MissionState
 K = OutcomeKind
 POLL_S = 0.02
-WOKEN_POLL_S = 10.0  # a store that wakes this host when its controls change: read anyway this often
+WOKEN_POLL_S = 300.0  # a store that wakes this host when its controls change (NOTIFY: lost only with its
+# connection, and the listener wakes everyone after a reconnect): read anyway this often
 
 
 class MissionHost:
@@ -97,6 +99,8 @@ class MissionHost:
         self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)  # commands': an allowlist
         blank_secrets(self.models.hidden_env)  # the providers' keys: not readable from this process's environ
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
+        self.beats_itself = True  # False: a process hosting many missions renews their leases together (hosting.py)
+        self.on_fenced: Callable[[], object] | None = None  # None: a fenced host ends its process
 
     # -- state --------------------------------------------------------------------------------------
     async def _set_state(self, state: MissionState, **changes: object) -> MissionRecord:
@@ -211,7 +215,7 @@ class MissionHost:
     async def run(self) -> MissionState:
         loop = asyncio.get_running_loop()
         self.writer.on_disk_full = lambda message: loop.call_soon_threadsafe(self._disk_alarm, message)
-        beating = asyncio.create_task(self._heartbeat())
+        beating = asyncio.create_task(self._heartbeat() if self.beats_itself else asyncio.sleep(0))
         try:
             self._check_room()
             final = await self._run_mission()
@@ -292,7 +296,10 @@ class MissionHost:
         except FencedHostError as exc:
             sys.stderr.write(f"keel host: {exc.message}\n")
             sys.stderr.flush()
-            os._exit(Exit.BUSY)
+            if self.on_fenced is None:
+                os._exit(Exit.BUSY)
+            self.on_fenced()  # this mission's host alone stops, writing nothing more (its write raises)
+            raise
 
     async def _heartbeat(self) -> None:
         """Renew the host lease every quarter of its ttl (the fence runs first in that write too)."""

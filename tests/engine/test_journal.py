@@ -102,8 +102,10 @@ def test_a_group_commits_as_soon_as_every_unit_has_an_entry_waiting(tmp_path: Pa
 HOLD_WRITER_LOCK = """
 import sys
 from keel.storage import Store
+from keel.storage.keys import DB
 
-def hold(txn):  # inside a write transaction: the store's write lock is held (writer.lock, or the database's)
+def hold(txn):  # inside a write transaction: the store's write lock is held (writer.lock), or on PostgreSQL
+    txn.get_raw(DB.META, b"late")  # the fence of the records the test's writer puts
     print("held", flush=True)
     sys.stdin.read()
 

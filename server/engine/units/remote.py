@@ -46,7 +46,7 @@ from keel.storage.reach import Reach, gap_for
 K = OutcomeKind
 L = LeaseState
 POLL_S = 0.1  # how often a unit's lease is read where the store does not say when it changed (LMDB)
-OFFERED_POLL_S = 10.0  # an offer nobody has claimed, on a store that says when the lease changes: a safety net
+OFFERED_POLL_S = 300.0  # an offer nobody has claimed, on a store that says when the lease changes: a safety net
 MAX_LAPSES = 3  # workers lost with the unit in one run of it; after that the host runs it itself
 
 
