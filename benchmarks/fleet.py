@@ -33,7 +33,7 @@ from engine_helpers import write_mission
 
 from keel.protocol.states import MissionState
 from keel.server.engine import control
-from keel.storage import Store, hostlease
+from keel.storage import Store, leases
 from keel.storage import missions as m
 from keel.storage.location import URL_FILE
 from tests.pgserver import PgServer
@@ -164,20 +164,15 @@ def _work(server: PgServer, root: Path, n: int, workers: int, hosting: str) -> d
 
 
 def _hosted(store: Path, n: int) -> None:
-    """Until every mission's host has taken its lease (and offered its unit)."""
-    deadline = time.monotonic() + 300
+    """Until every mission's host has started it and offered its unit to workers."""
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         with Store.open(store, create=False) as s:
-            if (
-                sum(
-                    lease is not None
-                    for lease in s.read(lambda t: [hostlease.get(t, r.id) for r in m.list_missions(t)])
-                )
-                >= n
-            ):
-                return
+            offered = s.read(lambda t: leases.offers(t, [r.id for r in m.list_missions(t)]))
+        if len(offered) >= n:
+            return
         time.sleep(0.5)
-    raise SystemExit(f"fleet: the {n} missions were not all hosted within 300 s")
+    raise SystemExit(f"fleet: the {n} missions did not all offer their unit within 600 s")
 
 
 def _kill_all(marker: str) -> None:

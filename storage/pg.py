@@ -89,6 +89,8 @@ _SESSION = (
 )
 
 LINGER_S = 5.0  # an idle connection beyond the pool's first is closed once it has not been used for this long
+POOL_ENV = "KEEL_STORE_POOL"
+DEFAULT_POOL = 4  # connections a process uses at once, at most: 1,000 missions hosted and 8 workers hold < 50
 RECONNECT_ENV = "KEEL_STORE_RECONNECT_S"
 DEFAULT_RECONNECT_S = 30.0
 _LOCK_CLASS = 0x6B65656C  # 'keel': the advisory lock's first key; the second is the schema's hash
@@ -129,6 +131,10 @@ class PgStore(Store):
         self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # with when each was given back
         self.linger_s = LINGER_S
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)  # a connection given back (for a take at the cap)
+        self.most = pool_size()  # connections in use at once, at most (the listener's aside)
+        self._in_use = 0
+        self._holding = threading.local()  # connections this thread has taken and not given back
         self._closed = False
         self._lock_key = 0
         self._channel = "keel_changes"
@@ -206,14 +212,32 @@ class PgStore(Store):
         return conn
 
     def _take(self, patience: float | None = None) -> psycopg.Connection[Any]:
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"store {self.describe()} is closed")
+        """A connection of the pool. At most `most` are in use at once: a thread that takes one more then
+        waits until one is given back (however many threads a process runs, hosting many missions), unless
+        it holds one already (a read inside a write: waiting could then wait for itself)."""
+        held = getattr(self._holding, "count", 0)
+        with self._returned:
+            while True:
+                if self._closed:
+                    raise StoreError(f"store {self.describe()} is closed")
+                if self._idle or self._in_use < self.most or held:
+                    break
+                self._returned.wait()
+            self._in_use += 1
             while self._idle:
                 conn, _ = self._idle.pop()  # the one given back last: the others may age out
                 if not conn.closed:
+                    self._holding.count = held + 1
                     return conn
-        return self._connect(patience)
+        try:
+            conn = self._connect(patience)
+        except BaseException:
+            with self._returned:
+                self._in_use -= 1
+                self._returned.notify()
+            raise
+        self._holding.count = held + 1
+        return conn
 
     def _give(self, conn: psycopg.Connection[Any]) -> None:
         """Back to the pool. The pool keeps the connection given back last for good; the others while they
@@ -223,7 +247,10 @@ class PgStore(Store):
         healthy = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         now = time.monotonic()
         closing = []
-        with self._lock:
+        self._holding.count = max(0, getattr(self._holding, "count", 1) - 1)
+        with self._returned:
+            self._in_use -= 1
+            self._returned.notify()
             if healthy and not self._closed:
                 self._idle.append((conn, now))
             else:
@@ -486,6 +513,16 @@ class _Listener:
         if self.dbs:
             return any(f"{db}/{self.mission}" in tokens for db in self.dbs)
         return any(token.endswith(f"/{self.mission}") for token in tokens)
+
+
+def pool_size() -> int:
+    """Connections a process uses at once at most: $KEEL_STORE_POOL, else DEFAULT_POOL (a pooler in front of
+    the server, PgBouncer in transaction mode, can share them further: docs/postgres.md)."""
+    text = os.environ.get(POOL_ENV, "")
+    try:
+        return max(1, int(text)) if text else DEFAULT_POOL
+    except ValueError:
+        raise StoreError(f"${POOL_ENV} must be a whole number of connections (got {text!r})") from None
 
 
 def _back_off(attempt: int) -> None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from keel.protocol.records import Control
-from keel.storage import Store, leases
+from keel.storage import Store, Txn, leases
 from keel.storage.keys import DB, mission_prefix
 from keel.storage.missions import CONTROL_CHANGES, change_token
 from keel.storage.pg import PgStore
@@ -72,7 +73,7 @@ def test_change_tokens() -> None:
 def test_a_store_at_rest_holds_one_pooled_connection_however_busy_it_was(tmp_path: Path, pg_server: PgServer) -> None:
     with Store.open(pg_server.store_folder(tmp_path / "store")) as store:
         assert isinstance(store, PgStore)
-        store.linger_s = 0.5
+        store.linger_s, store.most = 0.5, 6
         inside = threading.Barrier(6, timeout=60)  # every read holds its connection until all six do
 
         def read_at_once() -> None:
@@ -93,3 +94,30 @@ def test_a_store_at_rest_holds_one_pooled_connection_however_busy_it_was(tmp_pat
             while (rest := admin.execute(mine, (store.application,)).fetchone()) and rest[0] > 1:
                 assert time.monotonic() < deadline, rest
                 time.sleep(0.05)
+
+
+def test_a_process_uses_at_most_its_pools_connections_at_once(tmp_path: Path, pg_server: PgServer) -> None:
+    """Twelve threads reading at once (a process hosting many missions) share the pool's `most` connections:
+    the others wait for one to be given back, and every read is made."""
+    with Store.open(pg_server.store_folder(tmp_path / "store")) as store:
+        assert isinstance(store, PgStore)
+        store.most = 3
+        lock, inside, most_inside = threading.Lock(), [0], [0]
+
+        def read_slowly(txn: Txn) -> int:
+            with lock:
+                inside[0] += 1
+                most_inside[0] = max(most_inside[0], inside[0])
+            time.sleep(0.1)
+            with lock:
+                inside[0] -= 1
+            return 1
+
+        with ThreadPoolExecutor(12) as pool:
+            made = list(pool.map(lambda _: store.read(read_slowly), range(24)))
+        assert made == [1] * 24
+        assert most_inside[0] == 3
+        mine = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+        with pg_server.connect() as admin:
+            row = admin.execute(mine, (store.application,)).fetchone()
+            assert row is not None and row[0] <= 3 + 1  # the pool's and, had anything subscribed, its listener's
