@@ -211,10 +211,11 @@ class PgStore(Store):
         conn.execute(_SESSION)
         return conn
 
-    def _take(self, patience: float | None = None) -> psycopg.Connection[Any]:
+    def _take(self, patience: float | None = None, *, wait: bool = True) -> psycopg.Connection[Any]:
         """A connection of the pool. At most `most` are in use at once: a thread that takes one more then
         waits until one is given back (however many threads a process runs, hosting many missions), unless
-        it holds one already (a read inside a write: waiting could then wait for itself)."""
+        it holds one already (a read inside a write: waiting could then wait for itself); `wait=False`:
+        StoreBusyError instead of waiting."""
         held = getattr(self._holding, "count", 0)
         with self._returned:
             while True:
@@ -222,6 +223,8 @@ class PgStore(Store):
                     raise StoreError(f"store {self.describe()} is closed")
                 if self._idle or self._in_use < self.most or held:
                     break
+                if not wait:
+                    raise StoreBusyError(f"store {self.describe()}: every connection of this process is in use")
                 self._returned.wait()
             self._in_use += 1
             while self._idle:
@@ -345,7 +348,7 @@ class PgStore(Store):
         deadline = time.monotonic() + patience
         attempt = 0
         while True:
-            conn = self._take(patience)
+            conn = self._take(patience, wait=timeout != 0)
             xid = ""
             committing = False
             try:
@@ -368,9 +371,10 @@ class PgStore(Store):
             except pgerrors.LockNotAvailable:  # an OperationalError too: the server answered, the lock is held
                 _rollback(conn)
                 what = "store" if txn.waiting in (None, (_LOCK_CLASS, self._lock_key)) else "part of store"
+                holder = "another write" if timeout == 0 else self._holder(txn.waiting)  # 0: asked not to wait
                 raise StoreBusyError(
-                    f"{what} {self.describe()} is being written by {self._holder(txn.waiting)} for more than "
-                    f"{limit:g} s; nothing was written"
+                    f"{what} {self.describe()} is being written by {holder} for more than {limit:g} s; "
+                    "nothing was written"
                 ) from None
             except pgerrors.DeadlockDetected:  # two writes that span missions each waited for the other's
                 _rollback(conn)
