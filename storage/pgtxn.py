@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
 
 from keel.storage import missions
 from keel.storage.keys import DB, SEQ_BYTES
+from keel.storage.record import Codec, content_digest, seal
 from keel.storage.txn import Txn, prefix_end
 
 ANY_CHANGE = "*"  # a payload that concerns every subscriber: a reconnect, or a change too large to name
@@ -36,6 +37,7 @@ _PAYLOAD_MAX = 4000  # bytes of tokens a NOTIFY names before it says ANY_CHANGE 
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_.:/-]+")
 _PAGE = 512  # rows per round trip of a long scan
 _FIRST_PAGE = 8
+_SEND_ANYWAY = 16 * 1024  # a blob up to this size is sent with an INSERT that keeps the one there, without asking
 _SNAPSHOT_SCALE = 1 << 20  # more than the transactions a server can have in progress at once
 
 
@@ -83,6 +85,7 @@ class PgTxn(Txn):
         self._held: set[bytes] = set()  # the fences this write holds
         self.waiting: tuple[int, int] | None = None  # the lock it is waiting for (its holder is named on a timeout)
         self._changed: set[str] = set()  # what this write transaction changed (change_token)
+        self._known: dict[tuple[DB, bytes], bytes | None] = {}  # fenced records as this write read or left them
 
     # -- fences ---------------------------------------------------------------------------------
     def _fence(self, name: bytes | None) -> bool:
@@ -134,8 +137,47 @@ class PgTxn(Txn):
 
     # -- records --------------------------------------------------------------------------------
     def get_raw(self, db: DB, key: bytes) -> bytes | None:
+        """A record; a write reads each fenced record once (no other writer can change it under the fence)."""
+        name = fence(db, key)
+        if not self.write or name is None:
+            return self._get(db, key)
+        self._fence(name)
+        if (db, key) not in self._known:
+            self._known[db, key] = self._get(db, key)
+        return self._known[db, key]
+
+    def exists(self, db: DB, key: bytes) -> bool:
+        if self.write and (db, key) in self._known:
+            return self._known[db, key] is not None
         self._fence(fence(db, key))
-        return self._get(db, key)
+        return (
+            self._conn.execute("SELECT 1 FROM keel_records WHERE db = %s AND key = %s", (db.value, key)).fetchone()
+            is not None
+        )
+
+    def which_exist(self, db: DB, keys: Iterable[bytes]) -> set[bytes]:
+        """One round trip per thousand keys (no values read); for blobs, which need no fence."""
+        wanted = list(dict.fromkeys(keys))
+        if db is not DB.BLOBS:
+            return super().which_exist(db, wanted)
+        found: set[bytes] = set()
+        for at in range(0, len(wanted), 1000):
+            rows = self._conn.execute(
+                "SELECT key FROM keel_records WHERE db = %s AND key = ANY(%s)",
+                (db.value, wanted[at : at + 1000]),
+                binary=True,
+            ).fetchall()
+            found.update(bytes(row[0]) for row in rows)
+        return found
+
+    def put_blob(self, data: bytes) -> str:
+        """Stored once: a small blob in one round trip (an INSERT that leaves an existing one), a large one
+        only after asking whether it is there (its bytes are not sent again)."""
+        digest = content_digest(data)
+        key = digest.encode()
+        if len(data) <= _SEND_ANYWAY or not self.exists(DB.BLOBS, key):
+            self.put_raw(DB.BLOBS, key, seal(DB.BLOBS.value, key, data, Codec.RAW), overwrite=False)
+        return digest
 
     def _get(self, db: DB, key: bytes) -> bytes | None:
         row = self._conn.execute(
@@ -144,7 +186,8 @@ class PgTxn(Txn):
         return None if row is None else bytes(row[0])
 
     def put_raw(self, db: DB, key: bytes, sealed: bytes, *, overwrite: bool = True) -> bool:
-        self._fence(fence(db, key))
+        name = fence(db, key)
+        self._fence(name)
         self._note(db, key)
         if overwrite:
             self._conn.execute(
@@ -152,16 +195,24 @@ class PgTxn(Txn):
                 " ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value",
                 (db.value, key, sealed),
             )
-            return True
-        row = self._conn.execute(
-            "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
-            (db.value, key, sealed),
-        ).fetchone()
-        return row is not None
+            written = True
+        else:
+            row = self._conn.execute(
+                "INSERT INTO keel_records (db, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (db.value, key, sealed),
+            ).fetchone()
+            written = row is not None
+        if name is not None and self.write:
+            if written:
+                self._known[db, key] = sealed
+            else:
+                self._known.pop((db, key), None)  # one was there: read it if asked
+        return written
 
     def delete(self, db: DB, key: bytes) -> bool:
         self._fence(fence(db, key))
         self._note(db, key)
+        self._known.pop((db, key), None)
         row = self._conn.execute(
             "DELETE FROM keel_records WHERE db = %s AND key = %s RETURNING 1", (db.value, key)
         ).fetchone()

@@ -103,6 +103,10 @@ class Txn(abc.ABC):
     def exists(self, db: DB, key: bytes) -> bool:
         return self.get_raw(db, key) is not None
 
+    def which_exist(self, db: DB, keys: Iterable[bytes]) -> set[bytes]:
+        """Which of `keys` are in `db` (a backend with round trips asks for them all at once)."""
+        return {key for key in keys if self.exists(db, key)}
+
     def scan(
         self, db: DB, prefix: bytes, type_: type[T], *, reverse: bool = False, start: bytes | None = None
     ) -> Iterator[tuple[bytes, T]]:

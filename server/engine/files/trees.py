@@ -303,13 +303,15 @@ class Snapshotter:
         and subfolders were stored with it)."""
         folders = self._fold(scan.entries)
         data, digest = _top(scan, folders[-1].digest)
-        for folder in folders:
-            if txn.exists(DB.BLOBS, folder.digest.encode()):
-                continue
+        stored = txn.which_exist(DB.BLOBS, [folder.digest.encode() for folder in folders])
+        missing = [folder for folder in folders if folder.digest.encode() not in stored]
+        named = {e.blob.encode() for folder in missing for e in folder.files if e.blob not in scan.fresh}
+        present = txn.which_exist(DB.BLOBS, named)  # one question for them all, not one per file
+        for folder in missing:
             for entry in folder.files:
                 if entry.blob in scan.fresh:
                     txn.put_blob(scan.fresh[entry.blob])
-                elif not txn.exists(DB.BLOBS, entry.blob.encode()):
+                elif entry.blob.encode() not in present:
                     self._store_again(txn, root, entry)
             txn.put_blob(folder.data)
         if scan.base:
