@@ -631,11 +631,16 @@ def _hand_on(store: Store, store_path: Path, mission_id: str) -> None:
     let go of the host lock) found the lock held and left the answer to it: start the next host here.
     Looked at after the lock is released, so an answer either sees the lock free and starts a host itself,
     or is seen here (both may: the second host finds the first and stops)."""
+    if answered(store, mission_id):
+        spawn_host(store_path, mission_id)
 
-    def answered(txn: Txn) -> bool:
+
+def answered(store: Store, mission_id: str) -> bool:
+    """Whether the mission waits for an answer that it has been given (a control its host has not seen)."""
+
+    def read(txn: Txn) -> bool:
         record = m.get_mission(txn, mission_id)
         unseen = m.controls_after(txn, mission_id, record.control_seen)
         return record.state == S.WAITING_INPUT and any(c.action == "answer" for _, c in unseen)
 
-    if store.read(answered):
-        spawn_host(store_path, mission_id)
+    return store.read(read)

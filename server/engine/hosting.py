@@ -24,8 +24,9 @@ from pathlib import Path
 
 from keel.protocol.errors import KeelError
 from keel.protocol.records import HostLease
+from keel.protocol.states import MissionState
 from keel.server.engine.files import places
-from keel.server.engine.host import MissionHost
+from keel.server.engine.host import MissionHost, answered
 from keel.server.engine.hostlock import HostLock, host_ttl, lease_holder_dead
 from keel.server.engine.step.progress import Progress
 from keel.storage import Store, Txn, hostlease
@@ -53,12 +54,15 @@ class Hosting:
 
     async def _host(self, mission_id: str) -> None:
         lock = HostLock(places.lock_path(self.store_path, mission_id), mission_id)
+        again = False
         try:
             lock.acquire()
             try:
-                await self._run(mission_id)
+                state = await self._run(mission_id)
             finally:
                 lock.release()
+            # an answer that came while the host was stopping found the lock held and was left to it
+            again = state == MissionState.WAITING_INPUT and await asyncio.to_thread(answered, self.store, mission_id)
         except asyncio.CancelledError:
             self.say(f"mission {mission_id}: its host here stopped (its lease was taken over, or this process stops)")
         except (KeelError, FencedHostError) as exc:
@@ -68,8 +72,10 @@ class Hosting:
         finally:
             self.tasks.pop(mission_id, None)
             self.hosts.pop(mission_id, None)
+        if again:
+            self.start(mission_id)
 
-    async def _run(self, mission_id: str) -> None:
+    async def _run(self, mission_id: str) -> MissionState:
         def claim(txn: Txn) -> HostLease:
             return hostlease.claim(
                 txn,
@@ -82,7 +88,7 @@ class Hosting:
             )
 
         lease = await asyncio.to_thread(self.store.write, claim)
-        progress = Progress("plain")
+        progress = Progress("plain", prefix=f"mission {mission_id}: ")
         host = await asyncio.to_thread(MissionHost, self.store, self.store_path, mission_id, progress, True, lease)
         host.beats_itself = False
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
@@ -92,6 +98,7 @@ class Hosting:
         self.say(f"mission {mission_id}: hosted here (epoch {host.lease.epoch})")
         state = await host.run()
         self.say(f"mission {mission_id}: {state.value}")
+        return state
 
     async def beat(self) -> None:
         """Renew every hosted mission's lease, in one write each quarter of the ttl; a host whose lease was

@@ -14,8 +14,9 @@ from typing import Any, TextIO
 class Progress:
     """mode: "tty" (one redrawn status line plus event lines), "plain" (lines), "json" (one event a line)."""
 
-    def __init__(self, mode: str, stream: TextIO | None = None) -> None:
+    def __init__(self, mode: str, stream: TextIO | None = None, prefix: str = "") -> None:
         self.mode = mode
+        self.prefix = prefix  # before every line (a process hosting many missions names each line's mission)
         self.stream = stream or sys.stdout
         self._status = ""
         self._last_draw = 0.0
@@ -34,7 +35,7 @@ class Progress:
         shown = {k: v for k, v in data.items() if v not in (None, "") and (k != "mission" or kind == "mission")}
         text = " ".join(f"{k}={v}" for k, v in shown.items())
         self._clear()
-        self._write(f"[{time.strftime('%H:%M:%S')}] {kind} {text}\n")
+        self._write(f"[{time.strftime('%H:%M:%S')}] {self.prefix}{kind} {text}\n")
         self._redraw()
 
     def line(self, text: str) -> None:
@@ -42,7 +43,7 @@ class Progress:
             self.event("log", message=text)
             return
         self._clear()
-        self._write(text + "\n")
+        self._write(self.prefix + text + "\n")
         self._redraw()
 
     def status(self, done: int, total: int, running: list[str], step: str) -> None:
