@@ -4,7 +4,7 @@ closed sets of outcomes as enums.
 Lifecycles: a mission, a unit in its task graph, a subagent's lease. `check_mission_transition`,
 `check_unit_transition` and `check_lease_transition` are the only places that decide whether a move is
 legal; every component that changes a state goes through them (storage/missions.set_mission_state,
-engine/graph.py, storage/leases.update). `OutcomeKind` (how a unit's run ended) and `StartDecision` (what a
+engine/graph.py, storage/leases.py's operations). `OutcomeKind` (how a unit's run ended) and `StartDecision` (what a
 starting host does) are results, not lifecycles: they have no moves. Depends on protocol/errors only.
 """
 

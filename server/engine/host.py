@@ -349,7 +349,7 @@ class MissionHost:
             full = ""
             async with self.registry.git_lock:  # a checkpoint sees the merge and the unit's success together
                 try:
-                    conflict = await self.registry.merge(uid)
+                    conflict, merged = await self.registry.merge(uid)
                 except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
                     self.graph.suspend(uid)
                     conflict, full = None, exc.message
@@ -361,7 +361,6 @@ class MissionHost:
             if conflict is not None:
                 await self.registry.ask_about_conflict(uid, conflict)
                 return
-            merged = self.registry.merged(uid)
         else:
             self.graph.fail(uid, outcome.error)
         event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind, message=(outcome.error or note)[:500])
@@ -482,9 +481,13 @@ class MissionHost:
         self._stop.set()
 
     async def wait_for_input(self, question: Question) -> None:
-        """A unit needs a person: record the question (waiting_input) and stop the mission there."""
+        """A unit needs a person: record the question (waiting_input) and stop the mission there. A question
+        a unit's run asks is about the lease it runs under (the answer acts on that lease only)."""
         if self._stop.is_set():
             return
+        session = self.sessions.get(question.unit)
+        if not question.epoch and session is not None:
+            question = msgspec.structs.replace(question, epoch=session.epoch)
         self._request_stop(S.WAITING_INPUT)
         with contextlib.suppress(InvalidTransitionError):
             await self._set_state(S.WAITING_INPUT, pause_reason=PauseReason.WAITING_INPUT, question=question)

@@ -7,6 +7,7 @@ replay), and decide whether there is anything to run. Depends on storage only.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -64,7 +65,8 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     now = time.time()
     m.add_evidence(txn, mission_id, _answered(question, text, lane, now))
     if question.kind in (QuestionKind.MERGE_CONFLICT, QuestionKind.REEXECUTE):  # acted on when the unit is recovered
-        leases.resolve(txn, mission_id, question.unit, Resolution(text))
+        with contextlib.suppress(leases.StaleLeaseError):  # the run it was about was replaced: nothing to act on
+            leases.resolve(txn, mission_id, question.unit, _asked_about(txn, mission_id, question), Resolution(text))
         return
     if question.kind == QuestionKind.UNCERTAIN_EFFECT:
         intent = m.journal_get(txn, mission_id, lane, question.seq)
@@ -82,7 +84,8 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
                     intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped", skipped=True
                 ),
             )
-            leases.forget_tree(txn, mission_id, question.unit, lane)
+            with contextlib.suppress(leases.StaleLeaseError):  # replaced since: its sandbox is not this one
+                leases.forget_tree(txn, mission_id, question.unit, _asked_about(txn, mission_id, question))
         else:
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, rerun_approved=True))
         return
@@ -99,6 +102,15 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
             summary="answered",
         ),
     )
+
+
+def _asked_about(txn: Txn, mission_id: str, question: Question) -> int:
+    """The epoch of the unit's lease the question is about: the one it names; a question an older keel
+    asked names none: the unit's current lease, when it is of the question's lane."""
+    if question.epoch:
+        return question.epoch
+    held = leases.get(txn, mission_id, question.unit)
+    return held.epoch if held is not None and held.lane == (question.lane or held.lane) else 0
 
 
 def _answered(question: Question, text: str, lane: str, now: float) -> Evidence:

@@ -65,7 +65,8 @@ def base_file(target: Path) -> Path:
 
 
 def create(mission_sandbox: Path, target: Path, branch: str) -> str:
-    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base. A git sandbox is
+    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base commit ("" for a copy,
+    whose base is the file digests kept next to it: `base_file`). A git sandbox is
     made without its files: `check_out` writes them, outside the lock on the mission sandbox, so that the
     units starting together write theirs at the same time."""
     discard(mission_sandbox, target, branch)
@@ -83,7 +84,7 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
     except OSError as exc:
         _raise_if_no_space(target, exc)
         raise
-    return "copy"
+    return ""
 
 
 def check_out(target: Path) -> None:

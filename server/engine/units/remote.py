@@ -206,7 +206,7 @@ class RemoteUnit:
             else:
                 assert held is not None
                 tree, base_tree, mark = held.place.tree, held.place.base_tree, held.place.last_checkpoint
-            place = Placement(base="copy", tree=tree, base_tree=base_tree, last_checkpoint=mark)
+            place = Placement(copied=True, tree=tree, base_tree=base_tree, last_checkpoint=mark)
             return leases.offer(
                 txn,
                 host.mission_id,
@@ -229,7 +229,7 @@ class RemoteUnit:
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.host.mission_id, self.unit.id)
             if current is not None and current.epoch == held.epoch and current.state == L.OFFERED:
-                leases.update(txn, self.host.mission_id, self.unit.id, held.epoch, state=L.EXPIRED)
+                leases.expire(txn, self.host.mission_id, self.unit.id, held.epoch)
 
         await self.host.writer.commit(write)
 
@@ -244,7 +244,7 @@ class RemoteUnit:
         if held is not None:
             self.host.progress.line(f"unit {self.unit.id} runs on its mission host: {held.why or held.state}")
             here = await self.registry.bring_here(held, fence=True)
-            if here.place.base != "copy":  # the sandbox stayed on the worker's machine: as any lost sandbox
+            if not here.place.is_copy():  # the sandbox stayed on the worker's machine: as any lost sandbox
                 where = f"worker {held.worker or '?'} ({held.hostname or '?'})"
                 why = f"its sandbox was on {where}, and the store holds no snapshot of it"
                 await self.registry.lost_sandbox(self.unit.id, here, why)

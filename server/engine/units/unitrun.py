@@ -603,19 +603,20 @@ class UnitSession:
         # an appending agent's effect in doubt is settled at its earlier entry: the high-water mark stays
         self.top = max(self.top, step.seq)
         hwm = self.top if self.appending else step.seq
-        changes: dict[str, Any] = {"last_checkpoint": hwm}
+        tree: str | None = None  # None: the entry changed no files, the lane's snapshot stays
         done = result.phase == "done"
         scan: Scan | None = None
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
-            changes["tree"] = ""
+            tree = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             # the snapshot itself is kept: the sandbox can be made again (another machine, a restore point)
             scan = await asyncio.to_thread(lambda: self._tree.scan(self.sandbox, paths=result.paths))
 
         def write(txn: Txn) -> None:
+            nonlocal tree
             if scan is not None:
-                changes["tree"] = self._tree.store_txn(txn, self.sandbox, scan)
-            leases.update(txn, mission_id, self.unit.id, epoch, place=changes)  # the fence: a stale worker stops here
+                tree = self._tree.store_txn(txn, self.sandbox, scan)
+            leases.recorded(txn, mission_id, self.unit.id, epoch, mark=hwm, tree=tree)  # the fence: stale stops here
             if not done:  # an effect's intent: the lease it starts under is renewed with it (hold_lease)
                 host.renew(txn)
             m.journal_put(txn, mission_id, self.lane, entry)
@@ -626,7 +627,7 @@ class UnitSession:
 
         urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
-        self._lease = (changes.get("tree", self._lease[0]), self._lease[1], hwm)
+        self._lease = (self._lease[0] if tree is None else tree, self._lease[1], hwm)
         self._keep(entry)
         if done:
             self.executed += 1

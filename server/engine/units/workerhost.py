@@ -64,7 +64,10 @@ class WorkerPlaces:
 
     async def prepare(self, uid: str) -> PreparedSandbox:
         held = self.lease
-        return PreparedSandbox(sandbox=held.place.sandbox, branch="", base=held.place.base, tree=held.place.tree)
+        place = held.place
+        return PreparedSandbox(
+            sandbox=place.sandbox, branch="", base=place.base, tree=place.tree, copied=place.is_copy()
+        )
 
     async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease:
         if self._first:
@@ -164,7 +167,7 @@ class UnitHost:
 
     def renew(self, txn: Txn) -> None:
         """The unit's lease, renewed with an effect's intent (its worker process heartbeats it otherwise)."""
-        leases.update(txn, self.mission_id, self.unit.id, self.session.epoch, heartbeat=txn.clock())
+        leases.beat(txn, self.mission_id, self.unit.id, self.session.epoch)
 
     def _still_held(self) -> bool:
         held = self.store.read(lambda t: leases.get(t, self.mission_id, self.unit.id))
@@ -274,7 +277,7 @@ def claim_here(
             worker=worker,
             ttl_s=ttl,
             sandbox=str(sandbox),
-            base="copy",
+            base="",  # a copy made from the stored snapshots, as the offer says (Placement.copied)
             hostname=hostname,
         )
 
@@ -282,7 +285,7 @@ def claim_here(
     assert Path(claimed.place.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
     try:
         built = placement.make_here(store, store_path, mission_id, claimed, sandbox)
-        if built.place.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
+        if not built.place.is_copy():  # an offer names both snapshots; a lease from elsewhere may not
             raise KeelError(f"mission {mission_id} unit {offered.unit}: the store holds no snapshot of its sandbox")
     except Exception as exc:
         why = f"worker {worker} could not make its sandbox: {exc}"[:2000]
