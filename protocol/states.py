@@ -96,6 +96,14 @@ class PauseReason(enum.StrEnum):
     BUDGET = "budget"  # a unit spent its budget of model requests or tokens ([budget])
 
 
+def stopped_state(reason: PauseReason) -> MissionState:
+    """The state a mission stops in for `reason`: offline while no provider is reachable, waiting for a
+    person's answer, else paused."""
+    if reason == PauseReason.OFFLINE:
+        return MissionState.OFFLINE
+    return MissionState.WAITING_INPUT if reason == PauseReason.WAITING_INPUT else MissionState.PAUSED
+
+
 M = MissionState
 MISSION_TRANSITIONS: dict[MissionState, frozenset[MissionState]] = {
     M.CREATED: frozenset({M.RUNNING, M.PAUSED, M.CANCELLED, M.FAILED}),

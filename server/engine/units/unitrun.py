@@ -34,7 +34,7 @@ from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none, s
 from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import OutcomeKind
+from keel.protocol.states import OutcomeKind, PauseReason
 from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
@@ -152,7 +152,9 @@ class UnitSession:
                 error = exc.message
                 if exc.exit_code == EXIT_NO_STORE and start == MAX_AGENT_STARTS:  # no start will do better
                     why = exc.last_words or error
-                    await self.host.stop_for_store(f"unit {self.unit.id}'s worker process, {start} times: {why}")
+                    await self.host.stop(
+                        PauseReason.STORE, f"unit {self.unit.id}'s worker process, {start} times: {why}"
+                    )
                     return Outcome(K.STOPPED)
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
@@ -280,7 +282,7 @@ class UnitSession:
             proc.send_body(notice)
 
     async def _disk_full(self, message: str) -> Outcome:
-        await self.host.stop_for_disk_full(message)
+        await self.host.stop(PauseReason.DISK_FULL, message)
         return Outcome(K.STOPPED)
 
     async def _unmade(self, words: str) -> Outcome:
@@ -347,7 +349,7 @@ class UnitSession:
         try:
             return await self._answer(handler, method, params, fp)
         except DiskFullError as exc:  # never the step's result: its intent (if any) stays for the resume
-            await self.host.stop_for_disk_full(exc.message)
+            await self.host.stop(PauseReason.DISK_FULL, exc.message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {exc.message}") from None
         finally:
             self.inflight -= 1
@@ -459,7 +461,7 @@ class UnitSession:
                 f"unit {self.unit.id} spent its budget in this run: {over}; `keel resume` gives it a new one "
                 "(or raise [budget] in the mission file)"
             )
-            await self.host.stop_for_budget(message)
+            await self.host.stop(PauseReason.BUDGET, message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
 
     async def files_now(self) -> str:

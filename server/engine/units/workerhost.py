@@ -31,7 +31,7 @@ from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord, Question, UnitLease, UnitMark, WorkerOffer
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import MissionState, OutcomeKind, UnitState
+from keel.protocol.states import MissionState, OutcomeKind, PauseReason, UnitState
 from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.files import merge, places
 from keel.server.engine.graph import Graph
@@ -50,6 +50,11 @@ from keel.storage import missions as m
 K = OutcomeKind
 WATCH_S = 0.25  # how often a running unit's mission state and lease are read
 FENCED_EXIT_S = 30.0  # a fenced worker process is killed if it has not exited by itself after this long
+HANDED_BACK_FOR = {  # what a unit's return to its mission host says, by why it could not go on here
+    PauseReason.DISK_FULL: "a full disk",
+    PauseReason.OFFLINE: "no model provider may serve it (offline)",
+    PauseReason.POLICY: "no model provider may serve it (policy)",
+}
 
 
 class WorkerPlaces:
@@ -191,7 +196,7 @@ class UnitHost:
                 self._stop.set()
                 return
 
-    def stop(self) -> None:
+    def stop_unit(self) -> None:
         """Stop the unit at a consistent point (this worker is stopping): its lease reads `orphaned`."""
         self._stop.set()
 
@@ -221,17 +226,9 @@ class UnitHost:
         self._give_back("plan/add: the task graph is its mission host's")
         raise HandlerError(ap.ERR_PAUSING, "this unit goes back to its mission host to add units")
 
-    async def stop_for_disk_full(self, message: str) -> None:
-        self._give_back(f"a full disk on worker {self.host_id}: {message}")
-
-    async def stop_for_store(self, message: str) -> None:
-        self._give_back(f"on worker {self.host_id}: {message}")
-
-    async def stop_for_provider(self, state: MissionState, message: str) -> None:
-        self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")
-
-    async def stop_for_budget(self, message: str) -> None:
-        self._give_back(f"on worker {self.host_id}: {message}")
+    async def stop(self, reason: PauseReason, message: str) -> None:
+        what = HANDED_BACK_FOR.get(reason, "")
+        self._give_back(f"{what}{' ' if what else ''}on worker {self.host_id}: {message}")
 
     # -- interface.Host: the mission's checkpoints are its host's; what a step adds is recorded ----------
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
