@@ -14,7 +14,7 @@ import msgspec
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.records import Evidence, HostInfo, JournalEntry, MissionRecord, Question
-from keel.protocol.states import MissionState, PauseReason, QuestionKind, Resolution, StartDecision
+from keel.protocol.states import MissionState, PauseReason, QuestionKind, Resolution, StartDecision, can
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
@@ -30,9 +30,9 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[StartDeci
     cancel = False
     for seq, control in m.controls_after(txn, mission_id, record.control_seen):
         last = seq
-        if control.action == "cancel" and record.state not in (S.COMPLETED, S.FAILED, S.CANCELLED):
+        if control.action == "cancel" and can(record.state).cancel:
             cancel = True
-        elif control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING, S.OFFLINE):
+        elif control.action == "pause" and can(record.state).pause:
             pause = True
         elif control.action == "answer" and question is not None:
             apply_answer(txn, mission_id, question, control.text)
