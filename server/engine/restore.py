@@ -16,7 +16,6 @@ Depends on storage and the engine's checkpoint, journal, places, sandbox and tre
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +36,7 @@ from keel.protocol.records import (
 from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState, can
 from keel.server import gitrun
 from keel.server.engine import checkpoint, faultpoints
-from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files import gitbase, merge, places, trees
 from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.journal import fresh_epoch, lane
 from keel.storage import DB, Store, Txn, leases
@@ -241,7 +240,7 @@ def fork(store: Store, store_path: Path, mission_id: str, point_id: str, name: s
         named = msgspec.structs.replace(record, spec=spec)
         return store.write(lambda t: _fork_txn(t, named, point, new_id, sandbox))
     except BaseException:
-        _remove_sandbox(workspace, sandbox, new_id, git)
+        merge.remove_sandbox(sandbox, git_toplevel(workspace) if git else None, f"keel/{new_id}")
         raise
 
 
@@ -258,13 +257,6 @@ def _fork_sandbox(workspace: Path, original: Path, target: Path, new_id: str) ->
         raise SandboxError(f"cannot create branch keel/{new_id}: {made.stderr.strip()}")
     ensure_sandbox(workspace, target, new_id)
     return True
-
-
-def _remove_sandbox(workspace: Path, target: Path, new_id: str, git: bool) -> None:
-    if git:
-        gitrun.run(workspace, "worktree", "remove", "--force", str(target))
-        gitrun.run(workspace, "branch", "-D", f"keel/{new_id}")
-    shutil.rmtree(target, ignore_errors=True)
 
 
 def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str, sandbox: Path) -> MissionRecord:

@@ -15,7 +15,6 @@ Depends on storage and the engine's files modules (merge, places, trees) and res
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import msgspec
@@ -85,9 +84,7 @@ def make_here(
     store) from the stored snapshots when both are there (a plain folder merged file by file), else pointing
     at a folder that does not exist here (lost)."""
     target = target or places.unit_sandbox_path(store_path, mission_id, held.lane)
-    if target.exists():
-        shutil.rmtree(target)
-    merge.base_file(target).unlink(missing_ok=True)
+    merge.remove_sandbox(target)
     place = msgspec.structs.replace(held.place, sandbox=str(target), branch="", base="", commit="", copied=False)
     moved_here = msgspec.structs.replace(held, place=place, pid=0, hostname="")
     get = store.read

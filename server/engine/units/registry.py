@@ -311,7 +311,7 @@ class Registry:
         place = held.place
         if place.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
             async with self.git_lock:
-                await asyncio.to_thread(merge.discard, self.host.sandbox, Path(place.sandbox), place.branch)
+                await asyncio.to_thread(merge.remove_sandbox, Path(place.sandbox), self.host.sandbox, place.branch)
         item = Evidence(
             kind="reexecuted",
             at=time.time(),

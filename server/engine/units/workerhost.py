@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -246,8 +245,8 @@ class UnitHost:
 def forget_sandbox(sandbox: Path) -> None:
     """A unit's sandbox on this worker once the unit left it (done, handed back, stopped or fenced): the store
     holds its files, and a later claim makes the sandbox again from there."""
-    shutil.rmtree(sandbox, ignore_errors=True)
-    merge.base_file(sandbox).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # what is left is made again (or removed) by the next claim of its lane
+        merge.remove_sandbox(sandbox)
 
 
 def offered_units(txn: Txn) -> list[tuple[str, UnitLease]]:
