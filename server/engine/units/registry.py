@@ -199,8 +199,10 @@ class Registry:
         offer = WorkerOffer(why=held.why) if held.why else None  # its host runs it; why it came back stays said
         here = msgspec.structs.replace(here, host_id=self.host.host_id, place=place, offer=offer)
 
-        await self.host.writer.commit(lambda txn: leases.moved(txn, self.mission_id, here, fence=fence))
-        return here
+        stored: UnitLease = await self.host.writer.commit(
+            lambda txn: leases.moved(txn, self.mission_id, here, fence=fence)
+        )
+        return stored  # under the next epoch when fenced: a question about the unit names that one
 
     async def recover(self) -> list[UnitLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
