@@ -48,7 +48,7 @@ def _entry_fn(unit: str, epoch: int, seq: int):  # type: ignore[no-untyped-def]
     entry = JournalEntry(seq=seq, kind="now", fingerprint=fingerprint("now", None), result=RESULT, at=time.time())
 
     def write(txn: Txn) -> None:
-        leases.update(txn, MISSION, unit, epoch, place={"last_checkpoint": seq})
+        leases.recorded(txn, MISSION, unit, epoch, mark=seq)
         m.journal_put(txn, MISSION, unit, entry)
 
     return write

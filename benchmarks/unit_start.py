@@ -56,7 +56,7 @@ def unit_start(ws: Path, mission_sandbox: Path, store_path: Path, store: Store, 
     took["snapshot"] = t4 - t3
     took["store base"] = t5 - t4
     took["whole"] = t5 - t0
-    merge.discard(mission_sandbox, path, merge.unit_branch("mbench", lane))
+    merge.remove_sandbox(path, mission_sandbox, merge.unit_branch("mbench", lane))
     return took
 
 

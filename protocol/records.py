@@ -50,6 +50,7 @@ class Question(msgspec.Struct, frozen=True, omit_defaults=True):
     kind: QuestionKind = QuestionKind.ASK
     fingerprint: str = ""  # of the journaled request the answer belongs to
     lane: str = ""  # the journal lane (unit id, or unit id#epoch after a restore)
+    epoch: int = 0  # of the unit's lease the question is about, which the answer acts on (0: asked by an older keel)
 
 
 class MissionRecord(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -92,7 +93,7 @@ class Placement(msgspec.Struct, frozen=True, omit_defaults=True):
 
     sandbox: str = ""
     branch: str = ""
-    base: str = ""  # the mission-branch commit (or tree digest, for copies) the sandbox started from
+    base: str = ""  # the mission-branch commit a git sandbox started from ("" for a copy)
     tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
     base_tree: str = ""  # on a shared store: the stored snapshot the sandbox started from (see `tree`)
     last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
@@ -100,12 +101,29 @@ class Placement(msgspec.Struct, frozen=True, omit_defaults=True):
     merged: bool = False
     result: Any = None
     ran_on: WorkerPlace | None = None  # the worker that ran it, once its files were brought to its host
+    # the sandbox is a plain folder, not a git worktree (a copy of a mission sandbox without git, or made from
+    # the stored snapshots): merged file by file against the digests it started from, kept next to it
+    copied: bool = False
+
+    def is_copy(self) -> bool:
+        """The sandbox is a plain folder (`copied`; records of older keels said so with `base` "copy")."""
+        return self.copied or self.base == "copy"
+
+    def made(self) -> bool:
+        """A sandbox was made for the lease (a git worktree from its base commit, or a copy), not only named."""
+        return bool(self.base) or self.is_copy()
 
     def started_in(self, sandbox: str, base: str) -> Placement:
-        """Where a new worker of the unit's lane works: in `sandbox`, started from `base`, going on from the
-        lane's snapshots and journal mark (nothing of a finished run: no branch, commit, result)."""
+        """Where a new worker of the unit's lane works: in `sandbox`, started from `base` (made as the lane's
+        sandbox is: a copy stays one), going on from the lane's snapshots and journal mark (nothing of a
+        finished run: no branch, commit, result)."""
         return Placement(
-            sandbox=sandbox, base=base, tree=self.tree, base_tree=self.base_tree, last_checkpoint=self.last_checkpoint
+            sandbox=sandbox,
+            base="" if base == "copy" else base,
+            tree=self.tree,
+            base_tree=self.base_tree,
+            last_checkpoint=self.last_checkpoint,
+            copied=self.is_copy() or base == "copy",
         )
 
     def kept(self) -> bool:
@@ -141,7 +159,7 @@ class UnitLease(msgspec.Struct, frozen=True, omit_defaults=True):
     where its files are (`place`) and, for a unit offered to `keel worker`s, the offer (`offer`; None for a
     unit its host runs with nothing to say why), so one write changes all three.
 
-    `state`: its lifecycle (protocol/states.LeaseState, moves checked by storage/leases.update):
+    `state`: its lifecycle (protocol/states.LeaseState, moved only by storage/leases.py's named operations):
     offered (waiting for a `keel worker`), running (heartbeating), returned (a worker handed it back),
     orphaned (the worker saw its parent die and stopped), expired (taken over: the
     heartbeat went stale), done (completion recorded: `place.result`, `place.commit`). Stored as the same

@@ -1,16 +1,18 @@
 """Lifecycles as explicit state machines (an enum and a transition table each), and the engine's other
 closed sets of outcomes as enums.
 
-Lifecycles: a mission, a unit in its task graph, a subagent's lease. `check_mission_transition`,
+Lifecycles: a mission, a unit in its task graph, a subagent's lease. What may be asked of a mission in each
+state (pause, resume, cancel, restore...) is one table, `MISSION_CAPABILITIES`. `check_mission_transition`,
 `check_unit_transition` and `check_lease_transition` are the only places that decide whether a move is
 legal; every component that changes a state goes through them (storage/missions.set_mission_state,
-engine/graph.py, storage/leases.update). `OutcomeKind` (how a unit's run ended) and `StartDecision` (what a
+engine/graph.py, storage/leases.py's operations). `OutcomeKind` (how a unit's run ended) and `StartDecision` (what a
 starting host does) are results, not lifecycles: they have no moves. Depends on protocol/errors only.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 from keel.protocol.errors import InvalidTransitionError
 
@@ -96,6 +98,14 @@ class PauseReason(enum.StrEnum):
     BUDGET = "budget"  # a unit spent its budget of model requests or tokens ([budget])
 
 
+def stopped_state(reason: PauseReason) -> MissionState:
+    """The state a mission stops in for `reason`: offline while no provider is reachable, waiting for a
+    person's answer, else paused."""
+    if reason == PauseReason.OFFLINE:
+        return MissionState.OFFLINE
+    return MissionState.WAITING_INPUT if reason == PauseReason.WAITING_INPUT else MissionState.PAUSED
+
+
 M = MissionState
 MISSION_TRANSITIONS: dict[MissionState, frozenset[MissionState]] = {
     M.CREATED: frozenset({M.RUNNING, M.PAUSED, M.CANCELLED, M.FAILED}),
@@ -131,8 +141,41 @@ LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     L.DONE: frozenset(),
 }
 
-TERMINAL_MISSION_STATES = frozenset({M.COMPLETED, M.FAILED, M.CANCELLED})
-PAUSED_MISSION_STATES = frozenset({M.PAUSED, M.WAITING_INPUT, M.OFFLINE})
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What may be asked of a mission in a state: the one table the engine, the language server and the
+    extension (client-vscode/src/protocol.ts, generated from it by scripts/protocol_ts.py) go by."""
+
+    pause: bool  # a pause takes effect (its host stops at a consistent point, or it is marked paused)
+    resume: bool  # it waits for a person's resume (what the editors offer to resume)
+    host: bool  # `keel resume` may start a host for it (one that crashed while running, too)
+    cancel: bool  # it can be cancelled
+    restore: bool  # a restore to an earlier point may be made: no host runs it, and it was not cancelled
+    terminal: bool  # it is finished (completed, failed, cancelled): it may be deleted
+
+
+def _capabilities(state: MissionState) -> Capabilities:
+    terminal = state in (M.COMPLETED, M.FAILED, M.CANCELLED)
+    return Capabilities(
+        pause=state in (M.CREATED, M.RUNNING, M.PAUSING, M.OFFLINE),
+        resume=state in (M.PAUSED, M.OFFLINE, M.FAILED),
+        host=state != M.CANCELLED,
+        cancel=not terminal,
+        restore=state not in (M.CREATED, M.RUNNING, M.PAUSING, M.CANCELLED),
+        terminal=terminal,
+    )
+
+
+MISSION_CAPABILITIES: dict[MissionState, Capabilities] = {state: _capabilities(state) for state in MissionState}
+
+
+def can(state: MissionState) -> Capabilities:
+    """What may be asked of a mission in `state`."""
+    return MISSION_CAPABILITIES[state]
+
+
+TERMINAL_MISSION_STATES = frozenset(state for state in MissionState if can(state).terminal)
 
 
 def check_mission_transition(old: MissionState, new: MissionState) -> None:

@@ -5,20 +5,24 @@ patch of the sandbox's whole working tree (untracked files included, ignored fil
 commit the sandbox was created from (the base). The patch is made with a temporary index, so the
 sandbox's own index is never touched. Without git the sandbox is a copy, and a bundle carries every
 file. Import re-creates the sandbox under the importing store (`git worktree add` at the base, then
-`git apply --binary`), checking every path first. Depends on storage/bundle.py and keel.server.gitrun;
-nothing of the mission engine.
+`git apply --binary`), checking every path first. Depends on storage/bundle.py and keel.server.gitrun; of
+the mission engine only on the removal of a sandbox (files/merge.remove_sandbox: the one place that is done).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from keel.protocol.errors import KeelError
 from keel.protocol.treepaths import CONFIG, GIT_EXCLUDE_TEMPS, KEEL_DIR, is_temp
 from keel.server import gitrun
+from keel.server.engine.files import merge
+from keel.server.engine.files.sandbox import git_toplevel
 from keel.storage.bundle import (
     PATCH_KEY,
     WORKSPACE_DB,
@@ -227,11 +231,10 @@ def _rebuild_files(bundle: Bundle, target: Path) -> None:
 
 
 def remove(workspace: Path, target: Path, mission_id: str, *, git: bool) -> None:
-    """Undo `rebuild` (an import that failed after the sandbox was made)."""
-    if git:
-        _git(workspace, "worktree", "remove", "--force", str(target))
-        _git(workspace, "branch", "-D", f"keel/{mission_id}")
-    shutil.rmtree(target, ignore_errors=True)
+    """Undo `rebuild` (an import that failed after the sandbox was made); what cannot be removed stays,
+    and the import's own error is the one raised."""
+    with contextlib.suppress(OSError, KeelError):
+        merge.remove_sandbox(target, git_toplevel(workspace) if git else None, f"keel/{mission_id}")
 
 
 __all__ = ["WORKSPACE_DB", "capture", "check_applicable", "rebuild", "remove"]

@@ -146,58 +146,94 @@ def offers(txn: Txn, mission_ids: list[str]) -> list[tuple[str, UnitLease]]:
 
 def check(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
     """The current lease when `epoch` still holds it (and it is not finished); else StaleLeaseError."""
-    lease = get(txn, mission_id, unit_id)
-    if lease is None or lease.epoch != epoch:
-        now = lease.epoch if lease else 0
-        raise StaleLeaseError(
-            f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
-            f"(current epoch {now}); this worker's write is rejected"
-        )
+    lease = _held(txn, mission_id, unit_id, epoch)
     if lease.state == LeaseState.DONE:
         raise StaleLeaseError(f"mission {mission_id} unit {unit_id}: epoch {epoch} already completed")
     return lease
 
 
-def update(
-    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, place: dict[str, Any] | None = None, **changes: object
-) -> UnitLease:
-    """A fenced change of the holder's own lease (heartbeat, pid, state; `place`: fields of its placement,
-    such as the tree digest and journal mark); the one place a lease's state moves
-    (protocol/states.LEASE_TRANSITIONS; an illegal move raises)."""
-    current = check(txn, mission_id, unit_id, epoch)
-    state = changes.get("state")
-    if state is not None:
-        changes["state"] = new = LeaseState(str(state))
-        check_lease_transition(current.state, new)
-    if place:
-        changes["place"] = msgspec.structs.replace(current.place, **place)
-    lease = msgspec.structs.replace(current, **changes)
-    _put(txn, mission_id, lease)
+def _held(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """The unit's lease if it is still of `epoch`, finished or not; else StaleLeaseError (it was replaced)."""
+    lease = get(txn, mission_id, unit_id)
+    if lease is None or lease.epoch != epoch:
+        now = lease.epoch if lease else 0
+        raise StaleLeaseError(
+            f"mission {mission_id} unit {unit_id}: lease epoch {epoch} was taken over "
+            f"(current epoch {now}); this write is rejected"
+        )
     return lease
+
+
+def _write(txn: Txn, mission_id: str, lease: UnitLease, state: LeaseState | None = None, **changes: Any) -> UnitLease:
+    """`lease` with `changes` (and its state moved to `state`: protocol/states.LEASE_TRANSITIONS; an illegal
+    move raises), stored."""
+    if state is not None:
+        check_lease_transition(lease.state, state)
+        changes["state"] = state
+    changed = msgspec.structs.replace(lease, **changes)
+    _put(txn, mission_id, changed)
+    return changed
+
+
+def started(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, pid: int, hostname: str) -> UnitLease:
+    """The worker process of the lease of `epoch` runs: its pid and machine, and its first heartbeat."""
+    return _write(
+        txn, mission_id, check(txn, mission_id, unit_id, epoch), pid=pid, hostname=hostname, heartbeat=txn.clock()
+    )
+
+
+def beat(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """A heartbeat of the lease of `epoch`, on the store's clock."""
+    return _write(txn, mission_id, check(txn, mission_id, unit_id, epoch), heartbeat=txn.clock())
+
+
+def recorded(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, mark: int, tree: str | None = None) -> UnitLease:
+    """A journal entry of the lease of `epoch` was written (in this transaction: the entry's fence): the lane's
+    high-water mark `mark`, and `tree`, the snapshot of its sandbox after it, when the entry changed files
+    ("" when nothing holds it: an outside agent's sandbox; None leaves the last one)."""
+    held = check(txn, mission_id, unit_id, epoch)
+    place = msgspec.structs.replace(held.place, last_checkpoint=mark)
+    if tree is not None:
+        place = msgspec.structs.replace(place, tree=tree)
+    return _write(txn, mission_id, held, place=place)
+
+
+def expire(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """The lease of `epoch` is taken from its holder: its heartbeat went silent, or its host withdrew an
+    offer nobody took."""
+    return _write(txn, mission_id, check(txn, mission_id, unit_id, epoch), LeaseState.EXPIRED)
+
+
+def orphan(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """The worker of the lease of `epoch` saw its parent die and stopped."""
+    held = check(txn, mission_id, unit_id, epoch)
+    return _write(txn, mission_id, held, LeaseState.ORPHANED, heartbeat=txn.clock())
 
 
 def hand_back(txn: Txn, mission_id: str, unit_id: str, epoch: int, why: str) -> UnitLease:
     """The worker holding the unit at `epoch` returns it to its mission host, saying `why`."""
     held = check(txn, mission_id, unit_id, epoch)
     offer = msgspec.structs.replace(held.offer or WorkerOffer(), why=why)
-    return update(txn, mission_id, unit_id, epoch, state=LeaseState.RETURNED, offer=offer, heartbeat=txn.clock())
+    return _write(txn, mission_id, held, LeaseState.RETURNED, offer=offer, heartbeat=txn.clock())
 
 
-def _current(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease | None:
-    """The unit's lease if it is still of `epoch` (finished or not), else None: an operation on a lease
-    that was since replaced does nothing."""
-    lease = get(txn, mission_id, unit_id)
-    return lease if lease is not None and lease.epoch == epoch else None
+def complete(
+    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: object, commit: str, tree: str
+) -> UnitLease:
+    """The unit's completion, exactly once: only the current epoch may record it, only once."""
+    held = check(txn, mission_id, unit_id, epoch)
+    place = msgspec.structs.replace(held.place, result=result, commit=commit, tree=tree)
+    return _write(txn, mission_id, held, LeaseState.DONE, place=place, heartbeat=txn.clock())
 
 
-def moved(txn: Txn, mission_id: str, here: UnitLease, *, fence: bool) -> bool:
+def moved(txn: Txn, mission_id: str, here: UnitLease, *, fence: bool) -> UnitLease:
     """The unit's lease after its sandbox was made on this machine (`here` names it and its holder), if the
     lease is still of `here.epoch`; under the next epoch when `fence`, so that whoever held it elsewhere
-    can neither heartbeat nor complete it. False when it was replaced meanwhile."""
-    if _current(txn, mission_id, here.unit, here.epoch) is None:
-        return False
-    _put(txn, mission_id, msgspec.structs.replace(here, epoch=here.epoch + 1) if fence else here)
-    return True
+    can neither heartbeat nor complete it. StaleLeaseError when it was replaced meanwhile."""
+    _held(txn, mission_id, here.unit, here.epoch)
+    lease = msgspec.structs.replace(here, epoch=here.epoch + 1) if fence else here
+    _put(txn, mission_id, lease)
+    return lease
 
 
 def reopen(
@@ -220,64 +256,44 @@ def reopen(
     return lease
 
 
-def resolve(txn: Txn, mission_id: str, unit_id: str, resolution: Resolution) -> None:
-    """A person's answer about the unit's run, kept on its current lease until its host acts on it."""
-    lease = get(txn, mission_id, unit_id)
-    if lease is not None:
-        _put(txn, mission_id, msgspec.structs.replace(lease, resolution=resolution))
+def resolve(txn: Txn, mission_id: str, unit_id: str, epoch: int, resolution: Resolution) -> UnitLease:
+    """A person's answer about the run of the lease of `epoch`, kept on it until its host acts on it."""
+    return _write(txn, mission_id, _held(txn, mission_id, unit_id, epoch), resolution=resolution)
 
 
-def resolved(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, forget_tree: bool = False) -> None:
+def resolved(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, forget_tree: bool = False) -> UnitLease:
     """The answer on the lease of `epoch` was acted on: cleared. `forget_tree`: the sandbox as it is becomes
     the lane's reference (a person's "continue")."""
-    lease = _current(txn, mission_id, unit_id, epoch)
-    if lease is not None:
-        place = msgspec.structs.replace(lease.place, tree="") if forget_tree else lease.place
-        _put(txn, mission_id, msgspec.structs.replace(lease, resolution=Resolution.NONE, place=place))
+    held = _held(txn, mission_id, unit_id, epoch)
+    place = msgspec.structs.replace(held.place, tree="") if forget_tree else held.place
+    return _write(txn, mission_id, held, resolution=Resolution.NONE, place=place)
 
 
-def forget_tree(txn: Txn, mission_id: str, unit_id: str, lane: str) -> None:
-    """The digest of the sandbox on the unit's lease of `lane` is no longer known (a person said an effect
-    in doubt had happened: whatever it left is in the sandbox, unrecorded); recovery takes the sandbox as
-    it is instead of mistaking the effect's files for tampering."""
-    lease = get(txn, mission_id, unit_id)
-    if lease is not None and lease.lane == lane and lease.place.tree:
-        _put(txn, mission_id, msgspec.structs.replace(lease, place=msgspec.structs.replace(lease.place, tree="")))
+def forget_tree(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """The digest of the sandbox on the lease of `epoch` is no longer known (a person said an effect in
+    doubt had happened: whatever it left is in the sandbox, unrecorded); recovery takes the sandbox as it
+    is instead of mistaking the effect's files for tampering."""
+    held = _held(txn, mission_id, unit_id, epoch)
+    return _write(txn, mission_id, held, place=msgspec.structs.replace(held.place, tree=""))
 
 
 def carried(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> bool:
-    """The unit's work up to its lease's snapshot is in the mission sandbox (an export carried it): that
-    snapshot becomes the one its sandbox started from, so that its later work merges onto what was carried
-    wherever its sandbox is made from the store (a restore to a point from now on, a move, a worker).
-    False when the lease was replaced meanwhile or names no snapshot (an outside agent's sandbox)."""
-    lease = _current(txn, mission_id, unit_id, epoch)
-    if lease is None or not lease.place.kept():
+    """The unit's work up to the snapshot of the lease of `epoch` is in the mission sandbox (an export
+    carried it): that snapshot becomes the one its sandbox started from, so that its later work merges onto
+    what was carried wherever its sandbox is made from the store (a restore to a point from now on, a move,
+    a worker). False when the lease names no snapshot (an outside agent's sandbox)."""
+    held = _held(txn, mission_id, unit_id, epoch)
+    if not held.place.kept():
         return False
-    place = msgspec.structs.replace(lease.place, base_tree=lease.place.tree)
-    _put(txn, mission_id, msgspec.structs.replace(lease, place=place))
+    _write(txn, mission_id, held, place=msgspec.structs.replace(held.place, base_tree=held.place.tree))
     return True
 
 
-def mark_merged(txn: Txn, mission_id: str, unit_id: str) -> None:
-    """The unit's files are in the mission's sandbox (written with the checkpoint that merged them)."""
-    lease = get(txn, mission_id, unit_id)
-    if lease is not None and not lease.place.merged:
-        _put(txn, mission_id, msgspec.structs.replace(lease, place=msgspec.structs.replace(lease.place, merged=True)))
-
-
-def complete(
-    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, result: object, commit: str, tree: str
-) -> UnitLease:
-    """The unit's completion, exactly once: only the current epoch may record it, only once."""
-    return update(
-        txn,
-        mission_id,
-        unit_id,
-        epoch,
-        state=LeaseState.DONE,
-        place={"result": result, "commit": commit, "tree": tree},
-        heartbeat=txn.clock(),
-    )
+def mark_merged(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
+    """The files of the run of the lease of `epoch` are in the mission's sandbox (written with the
+    checkpoint that merged them)."""
+    held = _held(txn, mission_id, unit_id, epoch)
+    return _write(txn, mission_id, held, place=msgspec.structs.replace(held.place, merged=True))
 
 
 STARTUP_S = 15.0  # a worker that has not reported its pid yet is still starting (imports, git worktree)

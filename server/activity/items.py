@@ -193,7 +193,7 @@ def _tool(base: ActivityItem, entry: JournalEntry, told: Evidence | None) -> Act
 
 
 def _effect(entry: JournalEntry, data: dict[str, Any]) -> str:
-    if entry.summary == "skipped":
+    if entry.skipped:  # a person said the effect had already happened (the summary is only words)
         return "skipped"
     if data.get("effect") == "reconciled":
         return "reconciled"

@@ -20,6 +20,7 @@ import msgspec
 
 from keel.protocol.errors import KeelError, NotFoundError
 from keel.protocol.records import Evidence, JournalEntry, MissionRecord
+from keel.protocol.states import MissionState
 from keel.server.activity.items import (
     KINDS,
     ActivityItem,
@@ -98,7 +99,7 @@ class Filter:
 
 class ActivityPage(msgspec.Struct, frozen=True, rename="camel"):
     mission: str
-    state: str
+    state: MissionState
     items: tuple[ActivityItem, ...]
     cursor: str  # pass it back to get what comes after
     more: bool  # more items are recorded already (ask again at once)
@@ -133,7 +134,7 @@ def page_txn(txn: Txn, mission: str, cur: Cursor, limit: int, filter: Filter, pr
                 break
             items.append(item)
         _advance(cur, source, position, item)
-    return ActivityPage(mission=mid, state=record.state.value, items=tuple(items), cursor=cur.encode(), more=more)
+    return ActivityPage(mission=mid, state=record.state, items=tuple(items), cursor=cur.encode(), more=more)
 
 
 def end_cursor(store: Store, mission: str) -> str:

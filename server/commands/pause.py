@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from keel.protocol.states import MissionState
+from keel.protocol.states import can
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine import control
@@ -33,10 +33,7 @@ def run_pause(args: argparse.Namespace) -> int:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         record = control.request_pause(store, mission_id, source="cli")
         deadline = time.monotonic() + args.wait
-        while (
-            record.state not in (MissionState.PAUSED, MissionState.COMPLETED, MissionState.FAILED)
-            and time.monotonic() < deadline
-        ):
+        while can(record.state).pause and time.monotonic() < deadline:  # until the host acted on it
             time.sleep(0.05)
             record = store.read(lambda t: m.get_mission(t, mission_id))
     if args.json:

@@ -119,7 +119,7 @@ async def _work(store: Any, path: Path, workspace: Path, args: argparse.Namespac
             said = f": {unit_host.returned}" if unit_host.returned else (f": {outcome.error}" if outcome.error else "")
             _say(f"{unit_host.mission_id}/{unit_host.unit.id}: {outcome.kind.value}{said[:300]}")
     for unit_host in running.values():
-        unit_host.stop()
+        unit_host.stop_unit()
     await asyncio.gather(*running, return_exceptions=True)
     _say("stopped")
     sys.stdout.flush()

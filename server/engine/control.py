@@ -17,7 +17,7 @@ from pathlib import Path
 from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, NotFoundError
 from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
-from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason
+from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason, can
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive, lease_holder_dead
 from keel.server.engine.units.unitgc import remove_mission_sandbox
@@ -105,12 +105,7 @@ def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     def txn_fn(txn: Txn) -> MissionRecord:
         seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
         record = m.get_mission(txn, mission_id)
-        if record.state in (
-            MissionState.RUNNING,
-            MissionState.CREATED,
-            MissionState.PAUSING,
-            MissionState.OFFLINE,
-        ) and not host_alive(record):
+        if can(record.state).pause and not host_alive(record):
             record = m.set_mission_state(
                 txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None
             )
@@ -126,7 +121,7 @@ def request_cancel(store: Store, mission_id: str, source: str) -> MissionRecord:
 
     def txn_fn(txn: Txn) -> MissionRecord:
         record = m.get_mission(txn, mission_id)
-        if record.state in TERMINAL_MISSION_STATES:
+        if not can(record.state).cancel:
             raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; there is nothing to cancel")
         seq = m.add_control(txn, mission_id, Control(action="cancel", at=time.time(), source=source))
         if host_alive(record):
@@ -177,8 +172,7 @@ def delete_mission(store: Store, store_path: Path, mission_id: str) -> MissionRe
 
 def pause_all(store: Store, source: str) -> list[str]:
     """Pause every mission that is running (or about to); returns their ids."""
-    active = {MissionState.RUNNING, MissionState.CREATED, MissionState.OFFLINE}
-    ids = [r.id for r in store.read(m.list_missions) if r.state in active]
+    ids = [r.id for r in store.read(m.list_missions) if can(r.state).pause]
     for mission_id in ids:
         request_pause(store, mission_id, source)
     return ids
@@ -222,7 +216,7 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
         raise hostlease.HostLeaseHeldError(held, now - held.heartbeat)
     if HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
-    if record.state == MissionState.CANCELLED:
+    if not can(record.state).host:
         raise InvalidTransitionError(f"mission {record.id} was cancelled; it cannot be resumed")
     return spawn_host(store_path, record.id)
 

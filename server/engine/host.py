@@ -30,7 +30,7 @@ from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import DiskFullError, InvalidTransitionError
 from keel.protocol.records import Control, Event, HostInfo, HostLease, MissionRecord, Question
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState
+from keel.protocol.states import MissionState, OutcomeKind, PauseReason, StartDecision, UnitState, stopped_state
 from keel.server.engine import checkpoint, faultpoints, offline
 from keel.server.engine.control import spawn_host
 from keel.server.engine.files import places
@@ -248,7 +248,7 @@ class MissionHost:
         try:
             final = await self.start()
         except DiskFullError as exc:
-            await self.stop_for_disk_full(exc.message)
+            await self._stop_for_disk_full(exc.message)
             return S.PAUSED
         if final is not None:
             return final
@@ -356,19 +356,18 @@ class MissionHost:
             full = ""
             async with self.registry.git_lock:  # a checkpoint sees the merge and the unit's success together
                 try:
-                    conflict = await self.registry.merge(uid)
+                    conflict, merged = await self.registry.merge(uid)
                 except DiskFullError as exc:  # not a conflict: merged again when the mission resumes
                     self.graph.suspend(uid)
                     conflict, full = None, exc.message
                 if conflict is None and not full:
                     self.graph.succeed(uid, outcome.result)
             if full:
-                await self.stop_for_disk_full(full)
+                await self._stop_for_disk_full(full)
                 return
             if conflict is not None:
                 await self.registry.ask_about_conflict(uid, conflict)
                 return
-            merged = self.registry.merged(uid)
         else:
             self.graph.fail(uid, outcome.error)
         event = Event(kind="unit", at=time.time(), unit=uid, state=outcome.kind, message=(outcome.error or note)[:500])
@@ -381,7 +380,7 @@ class MissionHost:
         try:
             await self.checkpoint(f"unit {outcome.kind}: {uid}", extra=extra)
         except DiskFullError as exc:  # the subagent's recorded completion is taken over on resume
-            await self.stop_for_disk_full(exc.message)
+            await self._stop_for_disk_full(exc.message)
             return
         self.progress.event(
             f"unit_{outcome.kind}",
@@ -398,7 +397,7 @@ class MissionHost:
                 await self._set_state(S.COMPLETED)
                 await self.checkpoint("completed")
             except DiskFullError as exc:
-                await self.stop_for_disk_full(exc.message)
+                await self._stop_for_disk_full(exc.message)
                 return await self._stop_all({})
             return S.COMPLETED
         failed = [uid for uid, mk in self.graph.marks().items() if mk.state == UnitState.FAILED]
@@ -489,41 +488,31 @@ class MissionHost:
         self._stop.set()
 
     async def wait_for_input(self, question: Question) -> None:
-        """A unit needs a person: record the question (waiting_input) and stop the mission there."""
+        """A unit needs a person: record the question (waiting_input) and stop the mission there. A question
+        a unit's run asks is about the lease it runs under (the answer acts on that lease only)."""
         if self._stop.is_set():
             return
+        session = self.sessions.get(question.unit)
+        if not question.epoch and session is not None:
+            question = msgspec.structs.replace(question, epoch=session.epoch)
         self._request_stop(S.WAITING_INPUT)
         with contextlib.suppress(InvalidTransitionError):
             await self._set_state(S.WAITING_INPUT, pause_reason=PauseReason.WAITING_INPUT, question=question)
         self.progress.event("question", unit=question.unit, text=question.text)
 
-    async def stop_for_provider(self, state: MissionState, message: str) -> None:
-        """No provider may serve a call: stop the mission offline, or paused with reason policy."""
+    async def stop(self, reason: PauseReason, message: str) -> None:
+        """A unit cannot go on: stop the mission for `reason` (offline when no provider is reachable, else
+        paused), with `message` saying why. A full disk is recorded as `_disk_alarm`'s is."""
+        if reason == PauseReason.DISK_FULL:
+            await self._stop_for_disk_full(message)
+            return
         if self._stop.is_set():
             return
+        state = stopped_state(reason)
         self._request_stop(state)
-        reason = PauseReason.OFFLINE if state == S.OFFLINE else PauseReason.POLICY
         with contextlib.suppress(InvalidTransitionError):
             await self._set_state(state, pause_reason=reason, error=message[:2000])
         self.progress.event(state.value, reason=reason.value, error=message[:300])
-
-    async def stop_for_store(self, message: str) -> None:
-        """A unit's worker process cannot open the store (credentials it lacks, a role refused): running it
-        again will not help, so the mission stops paused with reason store and the server's words."""
-        await self._stop_paused(PauseReason.STORE, message)
-
-    async def stop_for_budget(self, message: str) -> None:
-        """A unit spent its budget ([budget]): stop the mission paused with reason budget; `message` names
-        the unit and the limit."""
-        await self._stop_paused(PauseReason.BUDGET, message)
-
-    async def _stop_paused(self, reason: PauseReason, message: str) -> None:
-        if self._stop.is_set():
-            return
-        self._request_stop(S.PAUSED)
-        with contextlib.suppress(InvalidTransitionError):
-            await self._set_state(S.PAUSED, pause_reason=reason, error=message[:2000])
-        self.progress.event("paused", reason=reason.value, error=message[:300])
 
     def _disk_alarm(self, message: str) -> None:
         """The journal writer met a full store disk (or committed only in its reserve): stop. Runs before
@@ -532,7 +521,7 @@ class MissionHost:
             task = asyncio.create_task(self._record_disk_full())
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
-    async def stop_for_disk_full(self, message: str) -> None:
+    async def _stop_for_disk_full(self, message: str) -> None:
         """A filesystem keel writes to is full: stop the mission paused with reason disk_full (the message
         names the filesystem). What is in flight still commits, in the store's reserve; when even that is
         spent the pause is not recorded and the next host finds the mission as after a crash."""

@@ -7,13 +7,14 @@ replay), and decide whether there is anything to run. Depends on storage only.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
 
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.records import Evidence, HostInfo, JournalEntry, MissionRecord, Question
-from keel.protocol.states import MissionState, PauseReason, QuestionKind, Resolution, StartDecision
+from keel.protocol.states import MissionState, PauseReason, QuestionKind, Resolution, StartDecision, can
 from keel.storage import Txn, leases
 from keel.storage import missions as m
 
@@ -29,9 +30,9 @@ def apply_controls(txn: Txn, mission_id: str, host: HostInfo) -> tuple[StartDeci
     cancel = False
     for seq, control in m.controls_after(txn, mission_id, record.control_seen):
         last = seq
-        if control.action == "cancel" and record.state not in (S.COMPLETED, S.FAILED, S.CANCELLED):
+        if control.action == "cancel" and can(record.state).cancel:
             cancel = True
-        elif control.action == "pause" and record.state in (S.RUNNING, S.CREATED, S.PAUSING, S.OFFLINE):
+        elif control.action == "pause" and can(record.state).pause:
             pause = True
         elif control.action == "answer" and question is not None:
             apply_answer(txn, mission_id, question, control.text)
@@ -64,7 +65,8 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
     now = time.time()
     m.add_evidence(txn, mission_id, _answered(question, text, lane, now))
     if question.kind in (QuestionKind.MERGE_CONFLICT, QuestionKind.REEXECUTE):  # acted on when the unit is recovered
-        leases.resolve(txn, mission_id, question.unit, Resolution(text))
+        with contextlib.suppress(leases.StaleLeaseError):  # the run it was about was replaced: nothing to act on
+            leases.resolve(txn, mission_id, question.unit, _asked_about(txn, mission_id, question), Resolution(text))
         return
     if question.kind == QuestionKind.UNCERTAIN_EFFECT:
         intent = m.journal_get(txn, mission_id, lane, question.seq)
@@ -82,7 +84,8 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
                     intent, phase="done", result=msgspec.to_builtins(result), at=now, summary="skipped", skipped=True
                 ),
             )
-            leases.forget_tree(txn, mission_id, question.unit, lane)
+            with contextlib.suppress(leases.StaleLeaseError):  # replaced since: its sandbox is not this one
+                leases.forget_tree(txn, mission_id, question.unit, _asked_about(txn, mission_id, question))
         else:
             m.journal_put(txn, mission_id, lane, msgspec.structs.replace(intent, rerun_approved=True))
         return
@@ -99,6 +102,15 @@ def apply_answer(txn: Txn, mission_id: str, question: Question, text: str) -> No
             summary="answered",
         ),
     )
+
+
+def _asked_about(txn: Txn, mission_id: str, question: Question) -> int:
+    """The epoch of the unit's lease the question is about: the one it names; a question an older keel
+    asked names none: the unit's current lease, when it is of the question's lane."""
+    if question.epoch:
+        return question.epoch
+    held = leases.get(txn, mission_id, question.unit)
+    return held.epoch if held is not None and held.lane == (question.lane or held.lane) else 0
 
 
 def _answered(question: Question, text: str, lane: str, now: float) -> Evidence:

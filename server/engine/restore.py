@@ -16,7 +16,6 @@ Depends on storage and the engine's checkpoint, journal, places, sandbox and tre
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,23 +33,26 @@ from keel.protocol.records import (
     UnitMark,
     sandbox_kept,
 )
-from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState
+from keel.protocol.states import LeaseState, MissionState, PauseReason, UnitState, can
 from keel.server import gitrun
 from keel.server.engine import checkpoint, faultpoints
-from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files import gitbase, merge, places, trees
 from keel.server.engine.files.sandbox import SandboxError, ensure_sandbox, git_toplevel
 from keel.server.engine.journal import fresh_epoch, lane
 from keel.storage import DB, Store, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix, unit_prefix
 
-_ACTIVE = (MissionState.RUNNING, MissionState.PAUSING, MissionState.CREATED)
+
+def _check_restorable(record: MissionRecord) -> None:
+    if not can(record.state).restore:
+        then = "pause it before a restore" if can(record.state).pause else "it cannot be restored"
+        raise InvalidTransitionError(f"mission {record.id} is {record.state.value}; {then}")
 
 
 def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False) -> RestorePoint:
     record = m.get_mission(txn, mission_id)
-    if record.state in _ACTIVE:
-        raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
+    _check_restorable(record)
     point = m.get_point(txn, mission_id, point_id)
     target = m.get_checkpoint(txn, point.checkpoint)
     current = m.head_checkpoint(txn, mission_id)
@@ -190,8 +192,7 @@ def point_files(
 def restore_files(store: Store, store_path: Path, mission_id: str, point_id: str) -> RestorePoint:
     """Put the point's files into the sandbox, verify them, then record the restore (one transaction)."""
     record, point, tree, reader = load_point(store, mission_id, point_id)
-    if record.state in _ACTIVE:
-        raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; pause it before a restore")
+    _check_restorable(record)
     sandbox = Path(record.sandbox or places.sandbox_path(store_path, mission_id))
     ensure_sandbox(Path(record.workspace), sandbox, mission_id)
     trees.materialize(sandbox, tree, reader, f"restore point {point.id} of mission {mission_id}")
@@ -239,7 +240,7 @@ def fork(store: Store, store_path: Path, mission_id: str, point_id: str, name: s
         named = msgspec.structs.replace(record, spec=spec)
         return store.write(lambda t: _fork_txn(t, named, point, new_id, sandbox))
     except BaseException:
-        _remove_sandbox(workspace, sandbox, new_id, git)
+        merge.remove_sandbox(sandbox, git_toplevel(workspace) if git else None, f"keel/{new_id}")
         raise
 
 
@@ -256,13 +257,6 @@ def _fork_sandbox(workspace: Path, original: Path, target: Path, new_id: str) ->
         raise SandboxError(f"cannot create branch keel/{new_id}: {made.stderr.strip()}")
     ensure_sandbox(workspace, target, new_id)
     return True
-
-
-def _remove_sandbox(workspace: Path, target: Path, new_id: str, git: bool) -> None:
-    if git:
-        gitrun.run(workspace, "worktree", "remove", "--force", str(target))
-        gitrun.run(workspace, "branch", "-D", f"keel/{new_id}")
-    shutil.rmtree(target, ignore_errors=True)
 
 
 def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str, sandbox: Path) -> MissionRecord:

@@ -11,8 +11,9 @@ from typing import Any
 import msgspec
 
 from keel.protocol.records import Event, RestorePoint, UnitLease
-from keel.protocol.states import UnitState
+from keel.protocol.states import LeaseState, MissionState, UnitState
 from keel.server.lsp.snapshot import MissionView
+from keel.server.providers.health import HealthState
 
 _DONE = frozenset({UnitState.SUCCEEDED})
 
@@ -67,7 +68,7 @@ Currencies = dict[str, str]  # priced provider -> currency
 class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     id: str
     name: str
-    state: str
+    state: MissionState
     units: UnitCounts
     percentage: int
     stranded: bool
@@ -91,7 +92,7 @@ class MissionSummary(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
 class UnitPayload(msgspec.Struct, frozen=True, rename="camel"):
     id: str
     title: str
-    state: str
+    state: UnitState
     after: tuple[str, ...]
     attempts: int
     error: str
@@ -125,7 +126,7 @@ class RestorePointPayload(msgspec.Struct, frozen=True, rename="camel"):
 class SubagentPayload(msgspec.Struct, frozen=True, rename="camel"):
     unit: str
     lane: str
-    state: str  # offered | running | expired (heartbeat stale or taken over) | returned | orphaned | done
+    state: LeaseState  # offered | running | expired (heartbeat stale or taken over) | returned | orphaned | done
     epoch: int
     pid: int
     host_id: str
@@ -147,7 +148,7 @@ def subagent(lease: UnitLease, now: float) -> SubagentPayload:
     return SubagentPayload(
         unit=lease.unit,
         lane=lease.lane,
-        state="expired" if expired(lease, now) else lease.state,
+        state=LeaseState.EXPIRED if expired(lease, now) else lease.state,
         epoch=lease.epoch,
         pid=lease.pid,
         host_id=lease.host_id,
@@ -204,7 +205,7 @@ def summary(view: MissionView, prices: Prices | None = None, currencies: Currenc
     return MissionSummary(
         id=r.id,
         name=r.spec.name,
-        state=r.state.value,
+        state=r.state,
         units=counts,
         percentage=counts.done * 100 // counts.total if counts.total else 0,
         stranded=view.stranded,
@@ -287,7 +288,7 @@ def detail(
     currencies: Currencies | None = None,
 ) -> MissionDetail:
     units = tuple(
-        UnitPayload(id=u.id, title=u.title, state=u.state.value, after=u.after, attempts=u.attempts, error=u.error)
+        UnitPayload(id=u.id, title=u.title, state=u.state, after=u.after, attempts=u.attempts, error=u.error)
         for u in view.units
     )
     return MissionDetail(
@@ -320,7 +321,7 @@ class ProviderEndpointPayload(msgspec.Struct, frozen=True, rename="camel"):
     endpoint: str
     url: str
     model: str
-    state: str
+    state: HealthState
     active: bool
     configured: bool
     kind: str = ""

@@ -62,7 +62,14 @@ MISSION_SPEC = spec.MissionSpec(
 )
 HOST = records.HostInfo(host_id="h", pid=42, started_at=1.0, hostname="box")
 QUESTION = records.Question(
-    unit="u1", seq=3, text="which?", choices=("a", "b"), kind="uncertain-effect", fingerprint="f" * 64, lane="u1#2"
+    unit="u1",
+    seq=3,
+    text="which?",
+    choices=("a", "b"),
+    kind="uncertain-effect",
+    fingerprint="f" * 64,
+    lane="u1#2",
+    epoch=4,
 )
 COST = records.StepCost(wall_ms=12.5, tokens=99)
 MARK = records.UnitMark(
@@ -89,6 +96,7 @@ PLACE = records.Placement(
     merged=True,
     result={"ok": 1},
     ran_on=records.WorkerPlace(worker="w-1", hostname="build-7", pid=4242, sandbox="/w/u1.3"),
+    copied=True,
 )
 OFFER = records.WorkerOffer(worker="w-1", spec=UNIT, why="a question for a person")
 

@@ -49,7 +49,7 @@ def test_a_lease_digest_from_before_the_upgrade(tmp_path: Path, tampered: bool) 
     assert (sandbox / ".git").is_file()  # a worktree: the old digest counted this file
     old = digest_recorded_by_the_previous_keel(sandbox)
     with Store.open(store) as s:
-        s.write(lambda t: leases.update(t, mid, "a", held.epoch, place={"tree": old}))
+        s.write(lambda t: leases.recorded(t, mid, "a", held.epoch, mark=held.place.last_checkpoint, tree=old))
     if tampered:
         (sandbox / "a.txt").write_text("edited by someone else\n")
         keel("resume", mid, store=store, check_rc=3)

@@ -65,10 +65,11 @@ def base_file(target: Path) -> Path:
 
 
 def create(mission_sandbox: Path, target: Path, branch: str) -> str:
-    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base. A git sandbox is
+    """A fresh sandbox for a unit (an old one at `target` is removed); returns its base commit ("" for a copy,
+    whose base is the file digests kept next to it: `base_file`). A git sandbox is
     made without its files: `check_out` writes them, outside the lock on the mission sandbox, so that the
     units starting together write theirs at the same time."""
-    discard(mission_sandbox, target, branch)
+    remove_sandbox(target, mission_sandbox, branch)
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_git(mission_sandbox):
         commit_pending(mission_sandbox)
@@ -83,7 +84,7 @@ def create(mission_sandbox: Path, target: Path, branch: str) -> str:
     except OSError as exc:
         _raise_if_no_space(target, exc)
         raise
-    return "copy"
+    return ""
 
 
 def check_out(target: Path) -> None:
@@ -127,20 +128,30 @@ def commit_all(sandbox: Path, message: str) -> None:
         git(sandbox, "commit", "-q", "--no-verify", "-m", message)
 
 
-def discard(mission_sandbox: Path, target: Path, branch: str) -> None:
-    """Remove a unit's sandbox and branch, whatever state a killed git left them in (a worktree locked
-    while it was being made, stale lock files)."""
-    if not target.is_absolute():  # never a path relative to wherever this process runs ("" is ".")
-        raise SandboxError(f"refusing to remove unit sandbox {str(target)!r}: not an absolute path")
-    if is_git(mission_sandbox):
+def remove_sandbox(target: Path, repo: Path | None = None, branch: str = "") -> None:
+    """Remove a sandbox keel made — a unit's, or a mission's own — whatever state a killed process left it
+    in: the one place a sandbox is removed. A git worktree leaves through git, run in `repo` (the top of a
+    checkout of its repository, or one of keel's worktrees of it; None or no git there: a copy): unlocked
+    and removed; what git left is deleted, and its admin entry with it — only that entry, never `git
+    worktree prune`, which would also drop the person's own worktrees whose folders are away right now;
+    then keel's `branch`, when named. A copy goes with the record of the digests it started from
+    (`base_file`). Never a relative path (that would be wherever this process runs)."""
+    if not target.is_absolute():
+        raise SandboxError(f"refusing to remove sandbox {str(target)!r}: not an absolute path")
+    git_repo = repo if repo is not None and (repo / ".git").exists() else None
+    if git_repo is not None:
         clear_stale_locks(target)
-        git(mission_sandbox, "worktree", "unlock", str(target), check=False)
-        git(mission_sandbox, "worktree", "remove", "--force", "--force", str(target), check=False)
-        _forget_worktree(mission_sandbox, target)
-        _clear_ref_lock(mission_sandbox, branch)
-        git(mission_sandbox, "branch", "-D", branch, check=False)
-    if target.exists():
+        git(git_repo, "worktree", "unlock", str(target), check=False)
+        git(git_repo, "worktree", "remove", "--force", "--force", str(target), check=False)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
         shutil.rmtree(target)
+    if git_repo is not None:
+        _forget_worktree(git_repo, target)
+        if branch:
+            _clear_ref_lock(git_repo, branch)
+            git(git_repo, "branch", "-D", branch, check=False)
     base_file(target).unlink(missing_ok=True)
 
 
@@ -167,6 +178,9 @@ def clear_stale_locks(sandbox: Path) -> list[str]:
 
 
 def _common_dir(mission_sandbox: Path) -> Path | None:
+    """The repository's own git folder, from one of its worktrees or the top of its main checkout."""
+    if (mission_sandbox / ".git").is_dir():
+        return mission_sandbox / ".git"
     gitdir = worktree_git_dir(mission_sandbox)
     if gitdir is None:
         return None

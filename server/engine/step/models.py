@@ -36,7 +36,7 @@ import msgspec
 from keel.protocol import agent as ap
 from keel.protocol import rpc
 from keel.protocol.records import Evidence
-from keel.protocol.states import MissionState
+from keel.protocol.states import PauseReason, stopped_state
 from keel.server.engine.agentproc import HandlerError
 from keel.server.engine.interface import Host, StepResult
 from keel.server.providers.config import ProviderSettings, load_provider_config
@@ -127,20 +127,20 @@ class ModelCalls:
         try:
             result = await serve()
         except OfflineError as exc:
-            await self._stop(MissionState.OFFLINE, exc.message)
+            await self._stop(PauseReason.OFFLINE, exc.message)
         except (PolicyPauseError, ProviderConfigError) as exc:
-            await self._stop(MissionState.PAUSED, exc.message)
+            await self._stop(PauseReason.POLICY, exc.message)
         except ProviderError as exc:
             raise HandlerError(ap.ERR_MODEL_UNAVAILABLE, exc.message) from None
         self.active_model = f"{result.provider}/{result.model}"
         return result
 
-    async def _stop(self, state: MissionState, message: str) -> NoReturn:
+    async def _stop(self, reason: PauseReason, message: str) -> NoReturn:
         """Stop the mission (offline, or paused for policy). The agent hears ERR_PAUSING (the host is
         stopping it; an error now means "stopped", not "failed"); nothing was journaled, so the call is
         made again when the mission resumes."""
-        await self.host.stop_for_provider(state, message)
-        raise HandlerError(ap.ERR_PAUSING, f"the mission stops ({state.value}): {message}")
+        await self.host.stop(reason, message)
+        raise HandlerError(ap.ERR_PAUSING, f"the mission stops ({stopped_state(reason).value}): {message}")
 
     # -- failover ---------------------------------------------------------------------------------------
     def _on_event(self, event: ProviderEvent) -> None:

@@ -23,7 +23,6 @@ and trees modules.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from keel.protocol.records import CheckpointManifest, MissionRecord, SandboxTree, is_tree_ref
@@ -77,13 +76,8 @@ def rebuild_mission_sandbox(
             f"mission {mission_id} ran on {origin}, and the store holds no snapshot of its files to carry on "
             f"from here; resume it on {origin}, or bring it here with `keel export` / `keel import`"
         )
-    top = git_toplevel(workspace)
-    if top is not None:  # a branch or worktree left from an earlier stay on this machine is out of date
-        merge.git(top, "worktree", "remove", "--force", "--force", str(sandbox), check=False)
-        merge.git(top, "worktree", "prune", check=False)
-        merge.git(top, "branch", "-D", f"keel/{mission_id}", check=False)
-    if sandbox.exists():
-        shutil.rmtree(sandbox)
+    # a branch or worktree left from an earlier stay on this machine is out of date
+    merge.remove_sandbox(sandbox, git_toplevel(workspace), f"keel/{mission_id}")
     ensure_sandbox(workspace, sandbox, mission_id)
     if found is not None:
         point, tree = found

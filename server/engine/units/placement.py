@@ -15,7 +15,6 @@ Depends on storage and the engine's files modules (merge, places, trees) and res
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import msgspec
@@ -41,6 +40,7 @@ class PreparedSandbox(msgspec.Struct, frozen=True):
     # a worker started again in it keeps the lease's trees
     scan: trees.Scan | None = None
     files: trees.Snapshotter | None = None  # the scanner that made `scan`: the unit's steps go on with it
+    copied: bool = False  # a plain folder, not a git worktree (Placement.copied)
 
 
 def home(store_path: Path, mission_id: str, lane: str) -> tuple[Path, str]:
@@ -52,10 +52,11 @@ def reuse(store_path: Path, mission_id: str, lane: str, lease: UnitLease | None)
     """The sandbox the lane already has, when its lease is unfinished and the folder is here; else None."""
     path, branch = home(store_path, mission_id, lane)
     was = lease.place if lease else Placement()
-    if not (lease and lease.lane == lane and lease.state != LeaseState.DONE and path.exists() and was.base):
+    if not (lease and lease.lane == lane and lease.state != LeaseState.DONE and path.exists() and was.made()):
         return None
     # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
-    return PreparedSandbox(str(path), branch, was.base, was.tree or trees.tree_digest(path))
+    base = "" if was.is_copy() else was.base
+    return PreparedSandbox(str(path), branch, base, was.tree or trees.tree_digest(path), copied=was.is_copy())
 
 
 def branch_off(mission_sandbox: Path, store_path: Path, mission_id: str, lane: str) -> str:
@@ -73,7 +74,7 @@ def fill(store_path: Path, mission_id: str, lane: str, base: str) -> PreparedSan
     merge.check_out(path)
     files = trees.Snapshotter()
     scan = files.scan(path, keep_bytes=False, checked_out=True)  # the bytes are read when it is stored
-    return PreparedSandbox(str(path), branch, base, "", scan, files)
+    return PreparedSandbox(str(path), branch, base, "", scan, files, copied=not merge.is_git(path))
 
 
 def make_here(
@@ -83,10 +84,8 @@ def make_here(
     store) from the stored snapshots when both are there (a plain folder merged file by file), else pointing
     at a folder that does not exist here (lost)."""
     target = target or places.unit_sandbox_path(store_path, mission_id, held.lane)
-    if target.exists():
-        shutil.rmtree(target)
-    merge.base_file(target).unlink(missing_ok=True)
-    place = msgspec.structs.replace(held.place, sandbox=str(target), branch="", base="", commit="")
+    merge.remove_sandbox(target)
+    place = msgspec.structs.replace(held.place, sandbox=str(target), branch="", base="", commit="", copied=False)
     moved_here = msgspec.structs.replace(held, place=place, pid=0, hostname="")
     get = store.read
     # the repository holding the commit a git sandbox's snapshots are relative to: the mission's workspace
@@ -103,7 +102,7 @@ def make_here(
     trees.materialize(target, tree, blob)
     digests = {e.path: trees.file_digest(blob(e.blob)) for e in base.entries if merge.counts(e.path)}
     merge.base_file(target).write_text(json.dumps(digests, sort_keys=True))
-    return msgspec.structs.replace(moved_here, place=msgspec.structs.replace(place, base="copy"))
+    return msgspec.structs.replace(moved_here, place=msgspec.structs.replace(place, copied=True))
 
 
 def problem(store: Store, mission_id: str, held: UnitLease, mission_sandbox: Path) -> str:

@@ -111,7 +111,7 @@ class Registry:
             if where.scan is not None:
                 tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
             mark = was.last_checkpoint if same else 0
-            place = Placement(where.sandbox, where.branch, where.base, tree, base_tree, mark)
+            place = Placement(where.sandbox, where.branch, where.base, tree, base_tree, mark, copied=where.copied)
             return leases.grant(
                 txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id, ttl_s=self.ttl, place=place
             )
@@ -155,7 +155,7 @@ class Registry:
 
         def write(txn: Txn) -> None:
             with contextlib.suppress(leases.StaleLeaseError):
-                leases.update(txn, self.mission_id, held.unit, held.epoch, state=LeaseState.EXPIRED)
+                leases.expire(txn, self.mission_id, held.unit, held.epoch)
             m.add_event(txn, self.mission_id, event)
 
         await self.host.writer.commit(write)
@@ -199,8 +199,10 @@ class Registry:
         offer = WorkerOffer(why=held.why) if held.why else None  # its host runs it; why it came back stays said
         here = msgspec.structs.replace(here, host_id=self.host.host_id, place=place, offer=offer)
 
-        await self.host.writer.commit(lambda txn: leases.moved(txn, self.mission_id, here, fence=fence))
-        return here
+        stored: UnitLease = await self.host.writer.commit(
+            lambda txn: leases.moved(txn, self.mission_id, here, fence=fence)
+        )
+        return stored  # under the next epoch when fenced: a question about the unit names that one
 
     async def recover(self) -> list[UnitLease]:
         """Returns the leases of units whose completion a subagent recorded since the last checkpoint.
@@ -270,7 +272,15 @@ class Registry:
         )
         self.graph_hold(uid)
         await self.host.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=choices, kind=QuestionKind.REEXECUTE, lane=held.lane)
+            Question(
+                unit=uid,
+                seq=0,
+                text=text,
+                choices=choices,
+                kind=QuestionKind.REEXECUTE,
+                lane=held.lane,
+                epoch=held.epoch,
+            )
         )
 
     def graph_hold(self, uid: str) -> None:
@@ -303,7 +313,7 @@ class Registry:
         place = held.place
         if place.sandbox:  # a lease that names no sandbox (a restore's, from a point without one) has none
             async with self.git_lock:
-                await asyncio.to_thread(merge.discard, self.host.sandbox, Path(place.sandbox), place.branch)
+                await asyncio.to_thread(merge.remove_sandbox, Path(place.sandbox), self.host.sandbox, place.branch)
         item = Evidence(
             kind="reexecuted",
             at=time.time(),
@@ -346,22 +356,25 @@ class Registry:
             await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
 
     # -- merging ----------------------------------------------------------------------------------------
-    async def merge(self, uid: str) -> merge.MergeConflict | None:
+    async def merge(self, uid: str) -> tuple[merge.MergeConflict | None, TxnFn | None]:
         """Merge a finished unit into the mission sandbox; the caller holds `git_lock` (and records the
-        unit's success under it, so that a checkpoint never sees one without the other)."""
+        unit's success under it, so that a checkpoint never sees one without the other). Returns the conflict
+        that stopped it, or the transaction function that marks the lease whose files it merged (for the
+        checkpoint that records the merge; None when there was nothing to merge)."""
         held = await asyncio.to_thread(self._lease, uid)
         if held is None or held.place.merged or held.resolution == Resolution.SKIP:
-            return None
+            return None, None
         try:
             place = held.place
             await asyncio.to_thread(merge.merge_unit, self.host.sandbox, Path(place.sandbox), uid, place.commit)
         except merge.MergeConflict as conflict:
-            return conflict
-        return None
+            return conflict, None
+        return None, lambda txn: leases.mark_merged(txn, self.mission_id, uid, held.epoch)
 
     async def ask_about_conflict(self, uid: str, conflict: MergeConflict) -> None:
         """A finished unit whose changes collide with the mission branch: the person decides."""
         self.host.graph.suspend(uid)
+        held = await asyncio.to_thread(self._lease, uid)
         effects = await asyncio.to_thread(self.effects_of, self.lane_of(uid))
         again = f" — this repeats {len(effects)} effect(s) it made: {'; '.join(effects[:5])} —" if effects else ""
         text = (
@@ -377,13 +390,15 @@ class Registry:
         )
         await self.host.writer.commit(lambda txn: m.add_evidence(txn, self.mission_id, item))
         await self.host.wait_for_input(
-            Question(unit=uid, seq=0, text=text, choices=("rerun", "skip"), kind=QuestionKind.MERGE_CONFLICT)
+            Question(
+                unit=uid,
+                seq=0,
+                text=text,
+                choices=("rerun", "skip"),
+                kind=QuestionKind.MERGE_CONFLICT,
+                epoch=held.epoch if held is not None else 0,
+            )
         )
-
-    def merged(self, uid: str) -> TxnFn:
-        """A transaction function that marks the unit's lease merged (runs with its checkpoint)."""
-
-        return lambda txn: leases.mark_merged(txn, self.mission_id, uid)
 
 
 def carry_unfinished(store: Store, mission_id: str, mission_sandbox: Path) -> tuple[list[str], MergeConflict | None]:

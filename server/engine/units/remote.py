@@ -12,13 +12,15 @@ runs it (workerhost.py):
 - `running` with a heartbeat silent past its ttl (the worker's machine died or was cut off), or
   `orphaned`/`expired` while the mission still runs: offered again under the next epoch. The lost worker
   is fenced: its journal writes and its completion check the epoch and are rejected. A unit that
-  MAX_LAPSES workers lost in one run of it runs here instead. A unit whose lane the store holds no
+  remoteview.MAX_LAPSES workers lost in one run of it runs here instead. A unit whose lane the store holds no
   snapshot of (an outside, appending agent changes its sandbox between entries) cannot be made again
   anywhere: it is a lost sandbox (registry.lost_sandbox: run again from scratch when its journal holds no
   effect, else a `reexecute` question).
 A stopping host (pause, question, cancel) withdraws an offer nobody took, and waits for a running worker to
-stop by itself (it stops when the mission is no longer `running`) or to go silent. Depends on the engine's
-registry, unitrun and trees modules and on storage; sees the host only through interface.Host.
+stop by itself (it stops when the mission is no longer `running`) or to go silent. What each look at the
+lease means is decided by remoteview.py (a pure function of the lease, the store's clock and what the host
+saw before); this module reads the lease and acts. Depends on the engine's registry, remoteview, unitrun and
+trees modules and on storage; sees the host only through interface.Host.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from keel.server.engine.files.trees import Snapshotter
 from keel.server.engine.interface import Host
 from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.units.registry import Registry, lease_ttl
+from keel.server.engine.units.remoteview import Act, Seen, on_look, on_start
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.server.engine.wakeups import MissionChanges
 from keel.storage import Txn, leases
@@ -47,7 +50,6 @@ K = OutcomeKind
 L = LeaseState
 POLL_S = 0.1  # how often a unit's lease is read where the store does not say when it changed (LMDB)
 OFFERED_POLL_S = 300.0  # an offer nobody has claimed, on a store that says when the lease changes: a safety net
-MAX_LAPSES = 3  # workers lost with the unit in one run of it; after that the host runs it itself
 
 
 class RemoteUnit:
@@ -109,16 +111,16 @@ class RemoteUnit:
     # -- the unit's run -------------------------------------------------------------------------------
     async def run(self) -> Outcome:
         held = await self._read()
-        if held is not None and held.lane == self.lane:
-            if held.state == L.DONE and held.worker:
+        match on_start(held, self.lane).act:
+            case Act.MERGE:
+                assert held is not None
                 return await self._done(held)
-            if held.state == L.RETURNED:
-                return await self._run_here(held)
-            if held.state == L.OFFERED or (held.worker and held.state == L.RUNNING):
-                self._epoch = held.epoch  # an earlier host's offer, or a worker still at it: followed as it is
+            case Act.RUN_HERE:
+                return await self._run_here(held if held is not None and held.state == L.RETURNED else None)
+            case Act.FOLLOW:
+                assert held is not None
+                self._epoch = held.epoch
                 return await self._follow(held.worker)
-            if not held.place.kept():  # work on this lane the store holds no snapshot of
-                return await self._run_here(None)
         await self._offer(held if held is not None and held.lane == self.lane else None)
         return await self._follow("")
 
@@ -135,6 +137,7 @@ class RemoteUnit:
             changes.close()
 
     async def _following(self, worker: str, changes: MissionChanges) -> Outcome:
+        """Each look at the lease is decided by remoteview.on_look; this acts on it."""
         running_poll = max(POLL_S, lease_ttl() / 4) if changes.live else POLL_S
         reach = Reach(gap_for(lease_ttl()) + running_poll)  # a store outage silences every worker: no evidence
         pause = POLL_S
@@ -145,40 +148,32 @@ class RemoteUnit:
                 self.host.store.read, lambda t: (leases.get(t, self.host.mission_id, self.unit.id), t.clock())
             )
             since = reach.note(started, now)
-            if held is None or held.lane != self.lane:
-                return Outcome(K.FAILED, error=f"unit {self.unit.id}'s lease on lane {self.lane} is gone")
+            seen = Seen(self.lane, worker, self._lapses, self.stopping)
+            step = on_look(held, now, since, seen)
+            if step.act == Act.FAIL:
+                return Outcome(K.FAILED, error=f"unit {self.unit.id}'s {step.why}")
+            assert held is not None
             self._note_progress(held)
             pause = OFFERED_POLL_S if changes.live and held.state == L.OFFERED else running_poll
-            if held.state == L.DONE:
-                return await self._done(held)
-            if held.state == L.RETURNED:
-                if self.stopping:
-                    return Outcome(K.STOPPED)
-                return await self._run_here(held)
-            running = held.state == L.RUNNING and not leases.expired(held, now, since)
-            if self.stopping:
-                if held.state == L.OFFERED:
+            if step.lapse:
+                await self._event("expired", step.lapse)
+                self._lapses += 1
+            match step.act:
+                case Act.MERGE:
+                    return await self._done(held)
+                case Act.RUN_HERE:
+                    return await self._run_here(_saying(held, step.why) if step.why else held)
+                case Act.WITHDRAW:
                     await self._withdraw(held)
-                elif running:
-                    continue  # the worker stops by itself: the mission is no longer running
-                return Outcome(K.STOPPED)
-            if running:
-                if held.worker != worker:
-                    worker = held.worker
-                    self._epoch = held.epoch
+                    return Outcome(K.STOPPED)
+                case Act.STOP:
+                    return Outcome(K.STOPPED)
+                case Act.CLAIMED:
+                    worker, self._epoch = held.worker, held.epoch
                     await self._event("running", f"on worker {worker} ({held.hostname}), epoch {held.epoch}")
-                continue
-            if held.state == L.OFFERED:
-                continue
-            why = "its heartbeat went silent" if held.state == L.RUNNING else f"its worker left it {held.state}"
-            await self._event("expired", f"worker {held.worker} ({held.hostname}) epoch {held.epoch}: {why}")
-            self._lapses += 1
-            if self._lapses >= MAX_LAPSES:  # a unit that workers keep losing (or that keeps killing them)
-                return await self._run_here(_saying(held, f"{self._lapses} workers lost it"))
-            if not held.place.kept():  # an appending agent's sandbox: no snapshot to offer again
-                return await self._run_here(_saying(held, f"worker {held.worker} lost it"))
-            if await self._offer(held) is not None:
-                worker = ""
+                case Act.OFFER:
+                    if await self._offer(held) is not None:
+                        worker = ""
 
     def _note_progress(self, held: UnitLease) -> None:
         """The worker's journal high-water mark (written with each of its entries) goes into the host's
@@ -206,7 +201,7 @@ class RemoteUnit:
             else:
                 assert held is not None
                 tree, base_tree, mark = held.place.tree, held.place.base_tree, held.place.last_checkpoint
-            place = Placement(base="copy", tree=tree, base_tree=base_tree, last_checkpoint=mark)
+            place = Placement(copied=True, tree=tree, base_tree=base_tree, last_checkpoint=mark)
             return leases.offer(
                 txn,
                 host.mission_id,
@@ -229,7 +224,7 @@ class RemoteUnit:
         def write(txn: Txn) -> None:
             current = leases.get(txn, self.host.mission_id, self.unit.id)
             if current is not None and current.epoch == held.epoch and current.state == L.OFFERED:
-                leases.update(txn, self.host.mission_id, self.unit.id, held.epoch, state=L.EXPIRED)
+                leases.expire(txn, self.host.mission_id, self.unit.id, held.epoch)
 
         await self.host.writer.commit(write)
 
@@ -244,7 +239,7 @@ class RemoteUnit:
         if held is not None:
             self.host.progress.line(f"unit {self.unit.id} runs on its mission host: {held.why or held.state}")
             here = await self.registry.bring_here(held, fence=True)
-            if here.place.base != "copy":  # the sandbox stayed on the worker's machine: as any lost sandbox
+            if not here.place.is_copy():  # the sandbox stayed on the worker's machine: as any lost sandbox
                 where = f"worker {held.worker or '?'} ({held.hostname or '?'})"
                 why = f"its sandbox was on {where}, and the store holds no snapshot of it"
                 await self.registry.lost_sandbox(self.unit.id, here, why)

@@ -47,7 +47,6 @@ from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import DiskFullError, KeelError, ProtocolError
 from keel.protocol.framing import frame, read_frame
 from keel.protocol.records import Event
-from keel.protocol.states import LeaseState
 from keel.server.engine.files.merge import clear_stale_locks, commit_unit
 from keel.server.engine.files.trees import Snapshotter
 from keel.server.engine.step.replay import REPLAYED, WorkerReplay, is_replay_notice
@@ -92,14 +91,8 @@ class Worker:
         unit ends. The agent, started before the store was opened, has had nothing from the host yet."""
         try:
             self.store.write(
-                lambda t: leases.update(
-                    t,
-                    self.mission,
-                    self.unit,
-                    self.epoch,
-                    pid=os.getpid(),
-                    hostname=os.uname().nodename,
-                    heartbeat=t.clock(),
+                lambda t: leases.started(
+                    t, self.mission, self.unit, self.epoch, pid=os.getpid(), hostname=os.uname().nodename
                 )
             )
             for target in (self._from_host, self._from_agent, self._heartbeat):
@@ -207,7 +200,7 @@ class Worker:
                 self._orphaned("its parent process is gone")
                 return
             try:
-                self.store.write(lambda t: leases.update(t, self.mission, self.unit, self.epoch, heartbeat=t.clock()))
+                self.store.write(lambda t: leases.beat(t, self.mission, self.unit, self.epoch))
             except leases.StaleLeaseError as exc:
                 self._log(f"lease lost: {exc.message}")
                 if not self.finished.wait(GRACE_S):
@@ -252,7 +245,7 @@ class Worker:
         self._log(f"stopping: {why}")
 
         def write(txn: Txn) -> None:
-            leases.update(txn, self.mission, self.unit, self.epoch, state=LeaseState.ORPHANED, heartbeat=txn.clock())
+            leases.orphan(txn, self.mission, self.unit, self.epoch)
 
         try:
             self.store.write(write)

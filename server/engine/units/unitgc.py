@@ -17,7 +17,6 @@ the engine's merge, places, sandbox, hostlock and control modules; never on the 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,7 +178,7 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
     repo = plan.repo
     for item in plan.remove:
         if item.kind == "sandbox":
-            _remove_sandbox(Path(item.name), repo)
+            merge.remove_sandbox(Path(item.name), repo)
         elif item.kind == "base record":
             Path(item.name).unlink(missing_ok=True)
     for branch, tip in plan.tips.items():
@@ -190,30 +189,12 @@ def _remove(plan: _Plan, store_path: Path, mission_id: str) -> None:
         units_root.rmdir()
 
 
-def _remove_sandbox(path: Path, repo: Path | None) -> None:
-    """A worktree leaves through git (its admin entry too); a copy, or what git left, is deleted with its
-    base record. Only when git could not remove the worktree are stale entries pruned (git prunes all of
-    them at once)."""
-    left = (
-        merge.is_git(path)
-        and repo is not None
-        and merge.git(repo, "worktree", "remove", "--force", str(path), check=False).returncode != 0
-    )
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
-    merge.base_file(path).unlink(missing_ok=True)
-    if left and repo is not None:
-        merge.git(repo, "worktree", "prune", check=False)
-
-
 def remove_mission_sandbox(store_path: Path, record: MissionRecord) -> None:
     """A deleted mission's own sandbox (worktree or copy); its branch stays."""
     path = Path(record.sandbox or places.sandbox_path(store_path, record.id))
     repo = git_toplevel(Path(record.workspace)) if Path(record.workspace).is_dir() else None
     if path.exists() or path.is_symlink():
-        _remove_sandbox(path, repo)
+        merge.remove_sandbox(path, repo)
 
 
 def _repo(store_path: Path, record: MissionRecord) -> Path | None:

@@ -34,7 +34,7 @@ from keel.protocol.diskspace import disk_full, failed_for_space, free_or_none, s
 from keel.protocol.errors import DiskFullError, KeelError
 from keel.protocol.records import Evidence, JournalEntry, Question, StepCost, UnitLease, sandbox_kept
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import OutcomeKind
+from keel.protocol.states import OutcomeKind, PauseReason
 from keel.server.engine import faultpoints
 from keel.server.engine.agentproc import AgentError, AgentProcess, HandlerError, RemoteError, resolve_command
 from keel.server.engine.checkpoint import QuietMark
@@ -152,7 +152,9 @@ class UnitSession:
                 error = exc.message
                 if exc.exit_code == EXIT_NO_STORE and start == MAX_AGENT_STARTS:  # no start will do better
                     why = exc.last_words or error
-                    await self.host.stop_for_store(f"unit {self.unit.id}'s worker process, {start} times: {why}")
+                    await self.host.stop(
+                        PauseReason.STORE, f"unit {self.unit.id}'s worker process, {start} times: {why}"
+                    )
                     return Outcome(K.STOPPED)
                 self.host.progress.line(f"unit {self.unit.id}: {error}; starting it again ({start}/{MAX_AGENT_STARTS})")
             except RemoteError as exc:
@@ -280,7 +282,7 @@ class UnitSession:
             proc.send_body(notice)
 
     async def _disk_full(self, message: str) -> Outcome:
-        await self.host.stop_for_disk_full(message)
+        await self.host.stop(PauseReason.DISK_FULL, message)
         return Outcome(K.STOPPED)
 
     async def _unmade(self, words: str) -> Outcome:
@@ -347,7 +349,7 @@ class UnitSession:
         try:
             return await self._answer(handler, method, params, fp)
         except DiskFullError as exc:  # never the step's result: its intent (if any) stays for the resume
-            await self.host.stop_for_disk_full(exc.message)
+            await self.host.stop(PauseReason.DISK_FULL, exc.message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {exc.message}") from None
         finally:
             self.inflight -= 1
@@ -459,7 +461,7 @@ class UnitSession:
                 f"unit {self.unit.id} spent its budget in this run: {over}; `keel resume` gives it a new one "
                 "(or raise [budget] in the mission file)"
             )
-            await self.host.stop_for_budget(message)
+            await self.host.stop(PauseReason.BUDGET, message)
             raise HandlerError(ap.ERR_PAUSING, f"the mission pauses: {message}")
 
     async def files_now(self) -> str:
@@ -603,19 +605,20 @@ class UnitSession:
         # an appending agent's effect in doubt is settled at its earlier entry: the high-water mark stays
         self.top = max(self.top, step.seq)
         hwm = self.top if self.appending else step.seq
-        changes: dict[str, Any] = {"last_checkpoint": hwm}
+        tree: str | None = None  # None: the entry changed no files, the lane's snapshot stays
         done = result.phase == "done"
         scan: Scan | None = None
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
-            changes["tree"] = ""
+            tree = ""
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             # the snapshot itself is kept: the sandbox can be made again (another machine, a restore point)
             scan = await asyncio.to_thread(lambda: self._tree.scan(self.sandbox, paths=result.paths))
 
         def write(txn: Txn) -> None:
+            nonlocal tree
             if scan is not None:
-                changes["tree"] = self._tree.store_txn(txn, self.sandbox, scan)
-            leases.update(txn, mission_id, self.unit.id, epoch, place=changes)  # the fence: a stale worker stops here
+                tree = self._tree.store_txn(txn, self.sandbox, scan)
+            leases.recorded(txn, mission_id, self.unit.id, epoch, mark=hwm, tree=tree)  # the fence: stale stops here
             if not done:  # an effect's intent: the lease it starts under is renewed with it (hold_lease)
                 host.renew(txn)
             m.journal_put(txn, mission_id, self.lane, entry)
@@ -626,7 +629,7 @@ class UnitSession:
 
         urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
-        self._lease = (changes.get("tree", self._lease[0]), self._lease[1], hwm)
+        self._lease = (self._lease[0] if tree is None else tree, self._lease[1], hwm)
         self._keep(entry)
         if done:
             self.executed += 1

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import KeelError
 from keel.protocol.records import MissionRecord, Question, UnitLease, UnitMark, WorkerOffer
 from keel.protocol.spec import UnitSpec
-from keel.protocol.states import MissionState, OutcomeKind, UnitState
+from keel.protocol.states import MissionState, OutcomeKind, PauseReason, UnitState
 from keel.server.engine.agentproc import AgentProcess, HandlerError
 from keel.server.engine.files import merge, places
 from keel.server.engine.graph import Graph
@@ -50,6 +49,11 @@ from keel.storage import missions as m
 K = OutcomeKind
 WATCH_S = 0.25  # how often a running unit's mission state and lease are read
 FENCED_EXIT_S = 30.0  # a fenced worker process is killed if it has not exited by itself after this long
+HANDED_BACK_FOR = {  # what a unit's return to its mission host says, by why it could not go on here
+    PauseReason.DISK_FULL: "a full disk",
+    PauseReason.OFFLINE: "no model provider may serve it (offline)",
+    PauseReason.POLICY: "no model provider may serve it (policy)",
+}
 
 
 class WorkerPlaces:
@@ -64,7 +68,10 @@ class WorkerPlaces:
 
     async def prepare(self, uid: str) -> PreparedSandbox:
         held = self.lease
-        return PreparedSandbox(sandbox=held.place.sandbox, branch="", base=held.place.base, tree=held.place.tree)
+        place = held.place
+        return PreparedSandbox(
+            sandbox=place.sandbox, branch="", base=place.base, tree=place.tree, copied=place.is_copy()
+        )
 
     async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease:
         if self._first:
@@ -164,7 +171,7 @@ class UnitHost:
 
     def renew(self, txn: Txn) -> None:
         """The unit's lease, renewed with an effect's intent (its worker process heartbeats it otherwise)."""
-        leases.update(txn, self.mission_id, self.unit.id, self.session.epoch, heartbeat=txn.clock())
+        leases.beat(txn, self.mission_id, self.unit.id, self.session.epoch)
 
     def _still_held(self) -> bool:
         held = self.store.read(lambda t: leases.get(t, self.mission_id, self.unit.id))
@@ -188,7 +195,7 @@ class UnitHost:
                 self._stop.set()
                 return
 
-    def stop(self) -> None:
+    def stop_unit(self) -> None:
         """Stop the unit at a consistent point (this worker is stopping): its lease reads `orphaned`."""
         self._stop.set()
 
@@ -218,17 +225,9 @@ class UnitHost:
         self._give_back("plan/add: the task graph is its mission host's")
         raise HandlerError(ap.ERR_PAUSING, "this unit goes back to its mission host to add units")
 
-    async def stop_for_disk_full(self, message: str) -> None:
-        self._give_back(f"a full disk on worker {self.host_id}: {message}")
-
-    async def stop_for_store(self, message: str) -> None:
-        self._give_back(f"on worker {self.host_id}: {message}")
-
-    async def stop_for_provider(self, state: MissionState, message: str) -> None:
-        self._give_back(f"no model provider may serve it on worker {self.host_id} ({state.value}): {message}")
-
-    async def stop_for_budget(self, message: str) -> None:
-        self._give_back(f"on worker {self.host_id}: {message}")
+    async def stop(self, reason: PauseReason, message: str) -> None:
+        what = HANDED_BACK_FOR.get(reason, "")
+        self._give_back(f"{what}{' ' if what else ''}on worker {self.host_id}: {message}")
 
     # -- interface.Host: the mission's checkpoints are its host's; what a step adds is recorded ----------
     async def checkpoint(self, reason: str, *, tree: bool = True, extra: TxnFn | None = None) -> None:
@@ -246,8 +245,8 @@ class UnitHost:
 def forget_sandbox(sandbox: Path) -> None:
     """A unit's sandbox on this worker once the unit left it (done, handed back, stopped or fenced): the store
     holds its files, and a later claim makes the sandbox again from there."""
-    shutil.rmtree(sandbox, ignore_errors=True)
-    merge.base_file(sandbox).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # what is left is made again (or removed) by the next claim of its lane
+        merge.remove_sandbox(sandbox)
 
 
 def offered_units(txn: Txn) -> list[tuple[str, UnitLease]]:
@@ -276,7 +275,7 @@ def claim_here(
             worker=worker,
             ttl_s=ttl,
             sandbox=str(sandbox),
-            base="copy",
+            base="",  # a copy made from the stored snapshots, as the offer says (Placement.copied)
             hostname=hostname,
         )
 
@@ -284,7 +283,7 @@ def claim_here(
     assert Path(claimed.place.sandbox) == sandbox and claimed.epoch == offered.epoch + 1, "a claim is the next epoch"
     try:
         built = placement.make_here(store, store_path, mission_id, claimed, sandbox)
-        if built.place.base != "copy":  # an offer names both snapshots; a lease from elsewhere may not
+        if not built.place.is_copy():  # an offer names both snapshots; a lease from elsewhere may not
             raise KeelError(f"mission {mission_id} unit {offered.unit}: the store holds no snapshot of its sandbox")
     except Exception as exc:
         why = f"worker {worker} could not make its sandbox: {exc}"[:2000]

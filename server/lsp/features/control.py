@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.protocol.records import MissionRecord
-from keel.protocol.states import MissionState
+from keel.protocol.states import MissionState, can
 from keel.server.engine import control as engine
 from keel.server.lsp import enginecall
 from keel.server.lsp.errors import arg_dict, arg_str, describe, invalid, no_more_args
@@ -30,9 +30,10 @@ ANSWER, RESTORE, VERIFY = "keel.answer", "keel.restore", "keel.verifyStore"
 CANCEL, DELETE = "keel.cancel", "keel.delete"
 MISSION_ID = "a mission id"
 ACK_S = 10.0  # how long pause, resume and answer wait for the host to take the request up
-PAUSABLE = frozenset({MissionState.RUNNING, MissionState.CREATED, MissionState.PAUSING, MissionState.OFFLINE})
-RESUMABLE = frozenset(MissionState) - {MissionState.COMPLETED, MissionState.CANCELLED}
-CANCELLABLE = frozenset(MissionState) - {MissionState.COMPLETED, MissionState.FAILED, MissionState.CANCELLED}
+PAUSABLE = frozenset(state for state in MissionState if can(state).pause)
+# a resume moves it on: it waits for one, or it is not finished (a host that crashed is replaced)
+RESUMABLE = frozenset(state for state in MissionState if can(state).resume or not can(state).terminal)
+CANCELLABLE = frozenset(state for state in MissionState if can(state).cancel)
 STAY_RUNNING = frozenset({MissionState.RUNNING, MissionState.PAUSING, MissionState.OFFLINE})
 
 
