@@ -85,6 +85,7 @@ class PgTxn(Txn):
         self._held: set[bytes] = set()  # the fences this write holds
         self.waiting: tuple[int, int] | None = None  # the lock it is waiting for (its holder is named on a timeout)
         self._changed: set[str] = set()  # what this write transaction changed (change_token)
+        self._read_at: float | None = None  # a read's clock, once asked
         self._known: dict[tuple[DB, bytes], bytes | None] = {}  # fenced records as this write read or left them
 
     # -- fences ---------------------------------------------------------------------------------
@@ -130,9 +131,14 @@ class PgTxn(Txn):
         return snapshot_number(str(row[0]))
 
     def clock(self) -> float:
-        """The database server's clock (`clock_timestamp()`), the same for every machine."""
+        """The database server's clock (`clock_timestamp()`), the same for every machine; a read asks once
+        (its snapshot is of one moment: a supervisor judging a thousand leases asks the server once)."""
+        if self._read_at is not None:
+            return self._read_at
         row = self._conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         assert row is not None
+        if not self.write:
+            self._read_at = float(row[0])
         return float(row[0])
 
     # -- records --------------------------------------------------------------------------------
