@@ -22,7 +22,7 @@ import {
   type StaticFeature,
 } from "vscode-languageclient/node";
 import {
-  candidateInterpreters, checkKeelInstalled, installCommand, resolveInterpreter, type Interpreter,
+  candidateInterpreters, checkKeelInstalled, installCommand, type Interpreter, type KeelHome, resolveInterpreter,
 } from "./interpreter";
 import { Notifications, type ActivityChanged, type MissionSummary, type ProvidersPayload } from "./protocol";
 
@@ -100,7 +100,7 @@ export class KeelConnection implements vscode.Disposable {
   serverCommand: string[] = [];
   problem = "";
 
-  constructor(private readonly log: vscode.LogOutputChannel) {}
+  constructor(private readonly log: vscode.LogOutputChannel, private readonly home: KeelHome) {}
 
   get current(): ConnectionState {
     return this.state;
@@ -169,7 +169,7 @@ export class KeelConnection implements vscode.Disposable {
   private async doStart(): Promise<void> {
     this.setState(ConnectionState.Starting);
     const folder = vscode.workspace.workspaceFolders?.[0];
-    const interpreter = await resolveInterpreter(folder, this.log);
+    const interpreter = await resolveInterpreter(folder, this.log, this.home);
     this.interpreter = interpreter;
     this.log.info(`python: ${interpreter.command} (from ${interpreter.source})`);
     const check = await checkKeelInstalled(interpreter.command, folder?.uri.fsPath);
@@ -286,7 +286,7 @@ export class KeelConnection implements vscode.Disposable {
    * interpreter. The Missions view's welcome offers the same while keel is not installed.
    */
   private async offerInstall(interpreter: Interpreter, reason: string): Promise<void> {
-    const command = installCommand(interpreter.command);
+    const command = installCommand(interpreter.command, this.home);
     this.log.error(`keel is not installed for ${interpreter.command} (${interpreter.source}): ${reason}. ` +
       `Install it with: ${command}`);
     const folder = vscode.workspace.workspaceFolders?.[0];
@@ -297,7 +297,8 @@ export class KeelConnection implements vscode.Disposable {
     const uses = ready.map((c) => `Use ${c.label}`);
     const found = ready.length > 0 ? ` ${ready.map((c) => c.label).join(" and ")} ${ready.length > 1 ? "have" : "has"} keel.` : "";
     const pick = await vscode.window.showWarningMessage(
-      `keel is not installed for ${interpreter.command} (${interpreter.source}).${found} Install it with: ${command}`,
+      `keel is not installed for ${interpreter.command} (${interpreter.source}).${found} Install keel makes keel's ` +
+      "own environment from the copy this extension carries (Python 3.11+ needed; its dependencies come from PyPI).",
       ...uses, "Install keel", "Choose Interpreter…");
     const use = ready.find((c) => pick === `Use ${c.label}`);
     if (use !== undefined) {

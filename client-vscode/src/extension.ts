@@ -7,7 +7,7 @@ import * as vscode from "vscode";
 import { registerActivity, type ActivityApi } from "./activity";
 import { registerCommands } from "./commands";
 import { KeelConnection } from "./connection";
-import { onPythonInterpreterChanged } from "./interpreter";
+import { keelHome, onPythonInterpreterChanged } from "./interpreter";
 import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { missionLabel } from "./protocol";
@@ -37,7 +37,8 @@ let active: KeelConnection | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<KeelApi> {
   const log = vscode.window.createOutputChannel("keel", { log: true });
-  const connection = new KeelConnection(log);
+  const home = keelHome(context);
+  const connection = new KeelConnection(log, home);
   active = connection;
   const model = new MissionModel(connection, log);
   const missions = new MissionsTreeProvider(model);
@@ -74,7 +75,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
   });
   context.subscriptions.push(log, connection, model, missions, restorePoints, statusBar, missionsView, pointsView,
     ...registerCommands(connection, model, log), providers, providersView, ...registerRewind(connection, model, log),
-    notifier, ...registerSetup(connection, log), ...registerMissionPage(context, connection, model, log));
+    notifier, ...registerSetup(connection, log, home), ...registerMissionPage(context, connection, model, log));
 
   context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
     if (e.affectsConfiguration("keel")) {

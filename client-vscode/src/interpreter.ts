@@ -1,9 +1,10 @@
 /**
  * Which Python runs `keel serve`, and whether keel is installed for it.
  *
- * The discovery chain follows the Python tools extension template: the `keel.python` setting, else the
- * interpreter selected in the Python extension (through its public API, when that extension is present),
- * else `python3` on PATH. Must not depend on the language client.
+ * The discovery chain follows the Python tools extension template: the `keel.python` setting, else keel's
+ * own environment (made by Install keel from the wheel the VSIX carries), else the interpreter selected in
+ * the Python extension (through its public API, when that extension is present), else `python3` on PATH.
+ * Must not depend on the language client.
  */
 import { execFile } from "node:child_process";
 import * as fs from "node:fs";
@@ -15,14 +16,31 @@ export interface Interpreter {
   /** The executable to run (an absolute path, or a name looked up on PATH). */
   command: string;
   /** Where it came from, for the log and error messages. */
-  source: "setting" | "python extension" | "PATH";
+  source: "setting" | "keel's environment" | "python extension" | "PATH";
 }
 
-export async function resolveInterpreter(folder: vscode.WorkspaceFolder | undefined,
-                                         log: vscode.LogOutputChannel): Promise<Interpreter> {
+/** keel's own environment: a venv under the extension's global storage, and the script the VSIX carries
+ * (client-vscode/bundled/install.py, next to keel's wheel) that makes it. */
+export interface KeelHome {
+  envDir: string;
+  python: string;
+  installer: string;
+}
+
+export function keelHome(context: vscode.ExtensionContext): KeelHome {
+  const envDir = path.join(context.globalStorageUri.fsPath, "python-env");
+  const python = path.join(envDir, process.platform === "win32" ? "Scripts/python.exe" : "bin/python");
+  return { envDir, python, installer: path.join(context.extensionPath, "client-vscode", "bundled", "install.py") };
+}
+
+export async function resolveInterpreter(folder: vscode.WorkspaceFolder | undefined, log: vscode.LogOutputChannel,
+                                         home: KeelHome): Promise<Interpreter> {
   const configured = vscode.workspace.getConfiguration("keel", folder).get<string>("python", "").trim();
   if (configured !== "") {
     return { command: expandVariables(configured, folder), source: "setting" };
+  }
+  if (fs.existsSync(home.python)) {
+    return { command: home.python, source: "keel's environment" };
   }
   const fromExtension = await interpreterFromPythonExtension(folder, log);
   if (fromExtension !== undefined) {
@@ -108,16 +126,14 @@ export function checkKeelInstalled(python: string, cwd: string | undefined): Pro
   });
 }
 
-/**
- * keel's distribution on PyPI. The name `keel` belongs to another project there (a process killer), so
- * keel is published as `keel-runtime` (pyproject.toml); its import package is still `keel`.
- */
-export const DISTRIBUTION = "keel-runtime";
+/** The one command that installs keel into its own environment (keelHome) with this interpreter (3.11+):
+ * the VSIX's install.py makes the venv and installs the wheel it carries (dependencies from pip's index). */
+export function installCommand(python: string, home: KeelHome): string {
+  return [python, home.installer, home.envDir].map(quote).join(" ");
+}
 
-/** The one command that makes `import keel.server` work for this interpreter. */
-export function installCommand(python: string): string {
-  const quoted = /[\s"'$]/.test(python) ? `"${python}"` : python;
-  return `${quoted} -m pip install ${DISTRIBUTION}`;
+function quote(word: string): string {
+  return /[\s"'$&;|()<>]/.test(word) ? `"${word.replace(/(["$`\\])/g, "\\$1")}"` : word;
 }
 
 function lastLine(text: string): string {

@@ -260,7 +260,8 @@ export interface ActivityItem {
   result?: string;
   files?: ActivityFileChange[];
   text?: string;
-  /** A unit started again (kind "restart"): the recorded steps it kept from the journal. */
+  /** A unit that starts again (kind "restart": its host was lost; "unit": it goes on after an answer or a
+   * resume): the recorded steps it kept from the journal. */
   kept?: number;
 }
 

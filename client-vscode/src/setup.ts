@@ -1,6 +1,7 @@
 /**
- * First run: the commands the Missions view's welcome offers while keel cannot start — install keel for
- * the interpreter in a terminal, or choose another interpreter. Must not draw views.
+ * First run: the commands the Missions view's welcome offers while keel cannot start — install keel (in a
+ * terminal: the found interpreter, 3.11+, makes keel's own environment from the wheel the VSIX carries),
+ * or choose another interpreter. Must not draw views.
  *
  * `keel.python` is `machine-overridable`: it names a path on the machine keel runs on, so it must not
  * sync to other machines, and a workspace may override it. In a remote window (code-server, Remote-SSH)
@@ -10,27 +11,36 @@
  */
 import * as vscode from "vscode";
 import type { KeelConnection } from "./connection";
-import { candidateInterpreters, installCommand, resolveInterpreter } from "./interpreter";
+import { candidateInterpreters, installCommand, type KeelHome, resolveInterpreter } from "./interpreter";
 
-export function registerSetup(connection: KeelConnection, log: vscode.LogOutputChannel): vscode.Disposable[] {
+export function registerSetup(connection: KeelConnection, log: vscode.LogOutputChannel,
+                              home: KeelHome): vscode.Disposable[] {
   return [
     vscode.commands.registerCommand("keel.installServer", async () => {
       const folder = vscode.workspace.workspaceFolders?.[0];
-      const python = connection.interpreter?.command ?? (await resolveInterpreter(folder, log)).command;
+      const python = connection.interpreter?.command ?? (await resolveInterpreter(folder, log, home)).command;
       const terminal = vscode.window.createTerminal({ name: "keel install", cwd: folder?.uri });
-      const closed = vscode.window.onDidCloseTerminal((t) => {
-        if (t === terminal) {
-          closed.dispose();
-          log.info("the install terminal closed: starting the server again");
-          void connection.restart();
+      const closed = vscode.window.onDidCloseTerminal(async (t) => {
+        if (t !== terminal) {
+          return;
         }
+        closed.dispose();
+        const configured = vscode.workspace.getConfiguration("keel", folder).get<string>("python", "").trim();
+        if (t.exitStatus?.code === 0 && configured !== "" && configured !== home.python) {
+          log.info(`keel is installed in ${home.envDir}: keel.python now names its interpreter`);
+          await useInterpreter(home.python); // the server restarts on the settings change
+          return;
+        }
+        log.info("the install terminal closed: starting the server again");
+        void connection.restart();
       });
       terminal.show();
-      terminal.sendText(`${installCommand(python)} && exit`);
+      log.info(`installing keel: ${installCommand(python, home)}`);
+      terminal.sendText(`${installCommand(python, home)} && exit`);
     }),
     vscode.commands.registerCommand("keel.copyInstallCommand", async () => {
       const python = connection.interpreter?.command ?? "python3";
-      await vscode.env.clipboard.writeText(installCommand(python));
+      await vscode.env.clipboard.writeText(installCommand(python, home));
     }),
     vscode.commands.registerCommand("keel.chooseInterpreter", () => chooseInterpreter(log)),
     vscode.commands.registerCommand("keel.useInterpreter", (python: string) => useInterpreter(python)),

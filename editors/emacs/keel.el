@@ -116,16 +116,26 @@ A server error is raised as a `user-error' with the server's message."
     missions))
 
 (cl-defmethod eglot-client-capabilities ((_server keel-eglot-server))
-  "Announce `window.showMessage': this file asks keel's questions itself.
-keel serve shows a question to a client that does not say so as a plain
-message naming `keel answer'; to one that does, it sends the request that
-keel.el dismisses (eglot answers them but does not say so)."
+  "Announce `window.showMessage' and `window.workDoneProgress'.
+This file asks keel's questions itself and shows progress in the mode line:
+keel serve sends its question request, which keel.el dismisses, and its
+progress as `$/progress', which keel.el leaves to the mode line; to a client
+that announces no progress it would send each step as a message."
   (let* ((caps (cl-call-next-method))
-         (window (plist-get caps :window)))
-    (plist-put caps :window
-               (plist-put (copy-sequence window) :showMessage
-                          (list :messageActionItem
-                                (list :additionalPropertiesSupport :json-false))))))
+         (window (copy-sequence (plist-get caps :window))))
+    (setq window (plist-put window :showMessage
+                            (list :messageActionItem (list :additionalPropertiesSupport :json-false))))
+    (plist-put caps :window (plist-put window :workDoneProgress t))))
+
+(cl-defmethod eglot-handle-request
+  ((_server keel-eglot-server) (_method (eql window/workDoneProgress/create)) &rest _)
+  "Accept keel's progress token (the mode line shows the progress)."
+  nil)
+
+(cl-defmethod eglot-handle-notification
+  ((_server keel-eglot-server) (_method (eql $/progress)) &rest _)
+  "Leave keel's progress to the mode line, which `keel/missionChanged' keeps."
+  nil)
 
 (cl-defmethod eglot-handle-notification
   ((_server keel-eglot-server) (_method (eql keel/missionChanged)) &rest summary)

@@ -69,7 +69,7 @@ class ActivityItem(msgspec.Struct, frozen=True, rename="camel", omit_defaults=Tr
     result: str = ""
     files: tuple[FileChange, ...] = ()
     text: str = ""
-    kept: int = 0  # restart: the recorded steps the unit's agent got from the journal (not run again)
+    kept: int = 0  # a unit's start: the recorded steps its agent got from the journal (not run again)
 
 
 def unit_of(lane: str) -> str:
@@ -298,12 +298,11 @@ def evidence_item(seq: int, item: Evidence) -> ActivityItem | None:
 
 
 def event_item(
-    seq: int, event: Event, *, question: str = "", replayed: int = 0, host_lost: bool = False, run_again: int = 0
+    seq: int, event: Event, *, question: str = "", replayed: int = 0, why: str = "first", run_again: int = 0
 ) -> ActivityItem | None:
     """`question`: the pending question this state change asks; `replayed`: for a unit that starts again,
-    how many recorded steps its agent gets from the journal (not executed, not paid again); `host_lost`:
-    it starts again because its host was lost, not after a pause or a question; `run_again`: the effects
-    that host had started without a recorded result."""
+    how many recorded steps its agent gets from the journal (not executed, not paid again); `why`: why it
+    starts (starts.why_started); `run_again`: the effects a lost host had started without a recorded result."""
     base = ActivityItem(id=f"e/{seq}", kind="note", at=event.at, title=event.message, unit=event.unit)
     match event.kind:
         case "state":
@@ -314,19 +313,7 @@ def event_item(
             title = f"mission {event.message.replace('_', ' ')}"  # "waiting input -> running", not the enum
             return msgspec.structs.replace(base, kind="state", title=title, failed=failed)
         case "unit" if event.state == "running":
-            if replayed and host_lost:
-                again = f"{run_again} run again" if run_again else "none run again"
-                title = f"host lost, resumed from the journal: {replayed} step(s) kept, {again} (unit {event.unit})"
-                return msgspec.structs.replace(
-                    base, kind="restart", title=title, status="host-lost", kept=replayed, text=event.message
-                )
-            if replayed:
-                title = (
-                    f"unit {event.unit} started again ({event.message}): {replayed} recorded step(s) kept "
-                    "from the journal, none run or paid again"
-                )
-                return msgspec.structs.replace(base, kind="restart", title=title, status="restart", kept=replayed)
-            return msgspec.structs.replace(base, kind="unit", title=f"unit {event.unit} started ({event.message})")
+            return _unit_start(base, event, replayed, why, run_again)
         case "unit":
             failed = event.state == "failed"
             title = f"unit {event.unit} {event.state}" + (f": {event.message}" if event.message else "")
@@ -338,6 +325,25 @@ def event_item(
         case "error":
             return msgspec.structs.replace(base, kind="error", failed=True, text=event.message)
     return msgspec.structs.replace(base, title=f"{event.kind}: {event.message}")
+
+
+def _unit_start(base: ActivityItem, event: Event, replayed: int, why: str, run_again: int) -> ActivityItem:
+    """Only a lost host's unit is a restart (the host lane, the work a resume kept); a unit that goes on
+    after a person's answer or a resume is a unit step like its first start."""
+    if replayed and why == "host-lost":
+        again = f"{run_again} run again" if run_again else "none run again"
+        title = f"host lost, resumed from the journal: {replayed} step(s) kept, {again} (unit {event.unit})"
+        return msgspec.structs.replace(
+            base, kind="restart", title=title, status="host-lost", kept=replayed, text=event.message
+        )
+    if not replayed:
+        return msgspec.structs.replace(base, kind="unit", title=f"unit {event.unit} started ({event.message})")
+    went_on = {
+        "answered": f"unit {event.unit} goes on with the person's answer",
+        "resumed": f"unit {event.unit} goes on after the mission resumed",
+    }.get(why, f"unit {event.unit} started")
+    title = f"{went_on} ({event.message}): {replayed} recorded step(s) from the journal, none run or paid again"
+    return msgspec.structs.replace(base, kind="unit", title=title, status=why, kept=replayed, text=event.message)
 
 
 def control_item(seq: int, control: Control) -> ActivityItem | None:

@@ -31,6 +31,7 @@ from keel.server.activity.items import (
     journal_item,
     unit_of,
 )
+from keel.server.activity.starts import Why, why_started
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.keys import SEQ_BYTES, mission_prefix, unit_prefix
@@ -265,28 +266,20 @@ def _events(txn: Txn, record: MissionRecord, after: int) -> Iterator[Row]:
     last_wait = max((seq for seq, e in events if e.kind == "state" and e.state == "waiting_input"), default=0)
     for seq, event in events:
         question = record.question.text if record.question is not None and seq == last_wait else ""
-        replayed, lost, again = 0, False, 0
+        replayed, why, again = 0, "first", 0
         if event.kind == "unit" and event.state == "running" and event.unit:
             replayed = _steps_before(txn, record.id, event.unit, event.at)
-            lost = bool(replayed) and _host_lost(txn, record.id, seq, event.unit)
-            again = _in_doubt_before(txn, record.id, event.unit, event.at) if lost else 0
-        item = event_item(seq, event, question=question, replayed=replayed, host_lost=lost, run_again=again)
+            why = _why_started(txn, record.id, seq, event.unit) if replayed else "first"
+            again = _in_doubt_before(txn, record.id, event.unit, event.at) if why == "host-lost" else 0
+        item = event_item(seq, event, question=question, replayed=replayed, why=why, run_again=again)
         yield event.at, 1_000_001, "e", seq, item
 
 
-def _host_lost(txn: Txn, mid: str, seq: int, unit: str) -> bool:
-    """The unit starts again (event `seq`) without its mission having stopped since its previous start: no
-    pause, question or failure came between, so the host that ran it was lost (a crash, a kill, a machine
-    gone) and a new one resumed it from the journal. A state change is logged only when the state moves."""
-    previous_start, last_stop = 0, 0
-    for n, e in m.events_after(txn, mid, 0):
-        if n >= seq:
-            break
-        if e.kind == "unit" and e.unit == unit and e.state == "running":
-            previous_start = n
-        elif e.kind == "state" and e.state != "running":
-            last_stop = n
-    return previous_start > 0 and last_stop < previous_start
+def _why_started(txn: Txn, mid: str, seq: int, unit: str) -> Why:
+    """Why the unit starts at event `seq` (see starts.why_started)."""
+    before = [e for n, e in m.events_after(txn, mid, 0) if n < seq]
+    answers = (e.at for _, e in m.evidence_after(txn, mid) if e.kind == "answer" and e.unit == unit)
+    return why_started(before, unit, answers)
 
 
 def _in_doubt_before(txn: Txn, mid: str, unit: str, at: float) -> int:

@@ -82,6 +82,7 @@ class NetworkConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     failures_to_cool_down: int = 3  # consecutive failures that take an endpoint out of rotation
     cooldown_s: float = 60.0
     down_cooldown_s: float = 300.0  # after a persistent failure (auth, TLS, DNS, unknown model)
+    max_cooldown_s: float = 900.0  # a breaker opened again and again waits twice as long each time, up to this
     probe_base_delay_s: float = 1.0
     probe_max_delay_s: float = 60.0
 

@@ -5,8 +5,13 @@
        └──────────── success ─────────┴──────────── success ─────────────────┘  fails → cooling again)│
     any ──persistent failure (auth, TLS, DNS, unknown model)──▶ down ──down cooldown over, tried again──┘
 
-An endpoint that is cooling down or down is skipped until its `cooldown_until`; then it is tried again
-(half-open). Every change of state goes through `EndpointTracker._set_state`, which checks the
+The states are also a circuit breaker: a call that gives up on an endpoint (it failed over from it, or no
+endpoint served) opens it (`trip`: cooling_down, or down for a persistent failure); an endpoint that is
+cooling down or down is skipped until its `cooldown_until`, then one call tries it again (half-open): a
+success closes it (healthy), a failure opens it again for twice as long (up to max_cooldown_s). `trips`
+counts the openings since it last served; the first of them is a new incident (one failover mark), the
+rest are the same one. The router keeps this in the store, so every process of a mission honours it.
+Every change of state goes through `EndpointTracker._set_state`, which checks the
 transition table, logs old → new and emits exactly one event. EndpointHealth is stored in DB.PROVIDERS
 (see healthstore.py), so it follows msgspec's schema-evolution rules. Depends on keel.protocol only.
 """
@@ -62,6 +67,9 @@ class EndpointHealth(msgspec.Struct, frozen=True, omit_defaults=True):
     updated_at: float = 0.0
     last_failover: str = ""  # the last time a call moved away from this endpoint: "-> provider/endpoint (kind)"
     last_failover_at: float = 0.0
+    trips: int = 0  # the breaker's openings since the endpoint last served a call (0: closed)
+    tripped_at: float = 0.0  # when it last opened
+    incident_at: float = 0.0  # when it opened after it had last served (the incident its openings belong to)
 
 
 class ProviderEvent(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -82,9 +90,20 @@ class ProviderEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     target_model: str = ""
     old_state: str = ""  # health
     new_state: str = ""  # health
+    status: int = 0  # failover: the HTTP status of the failure that moved the call (0: no HTTP answer)
+    cause: str = ""  # failover: that failure's message (the endpoint's own text)
+    again: bool = False  # failover: its source's breaker was open already (the same incident as before)
+    incident_at: float = 0.0  # failover: when its source's breaker opened for this incident
 
 
 PERSISTENT = frozenset({FailureKind.DNS, FailureKind.TLS, FailureKind.AUTH, FailureKind.UNKNOWN_MODEL})
+
+
+def breaker_cooldown(trips: int, kind: FailureKind, network: NetworkConfig) -> float:
+    """How long the breaker stays open after its `trips`-th opening: the cooldown for the kind of failure,
+    doubled at each opening since the endpoint last served, up to max_cooldown_s (never below the base)."""
+    base = network.down_cooldown_s if kind in PERSISTENT else network.cooldown_s
+    return float(min(max(base, network.max_cooldown_s), base * 2.0 ** max(0, trips - 1)))
 
 
 class EndpointTracker:
@@ -115,7 +134,7 @@ class EndpointTracker:
 
     def record_success(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        self._update(consecutive_failures=0, last_success_at=now, cooldown_until=0.0)
+        self._update(consecutive_failures=0, last_success_at=now, cooldown_until=0.0, trips=0)
         if self._set_state(H.HEALTHY, "answered") or not self._reported:
             self._notify()
 
@@ -144,6 +163,27 @@ class EndpointTracker:
         else:
             self._set_state(H.DEGRADED, failure.message)
         self._notify()
+
+    def trip(self, failure: AttemptFailure, started: float, now: float | None = None) -> bool:
+        """A call that started at `started` gave up on this endpoint: open its breaker. True when it was
+        closed (a new incident); False when open already: a trial failed (it reopens for longer), or
+        another call opened it while this one ran (the same failure: left as it is)."""
+        if failure.action in (Action.FAILOVER_LARGER, Action.FAIL):
+            return False  # says nothing about health
+        now = time.time() if now is None else now
+        h = self.health
+        if h.trips and h.tripped_at >= started:
+            return False
+        trips = h.trips + 1
+        until = max(h.cooldown_until, now + breaker_cooldown(trips, failure.kind, self._network))
+        incident = now if trips == 1 else h.incident_at
+        self._update(trips=trips, tripped_at=now, incident_at=incident, cooldown_until=until)
+        self._set_state(H.DOWN if failure.kind in PERSISTENT else H.COOLING_DOWN, f"breaker open: {failure.message}")
+        return trips == 1
+
+    def adopt(self, stored: EndpointHealth) -> None:
+        """Take what another process recorded for this endpoint (this router's `active` stays its own)."""
+        self.health = msgspec.structs.replace(stored, active=self.health.active)
 
     def note_failover(self, target: str, reason: str, now: float | None = None) -> None:
         """A call moved from this endpoint to `target` (health itself is already recorded)."""

@@ -8,7 +8,9 @@ started, to where it was served, the first reason), however many endpoints it pa
 endpoint served emits none (it raises). A context-window failure moves only to models
 with a larger window. When every candidate failed at the connection level the call raises OfflineError;
 with failover = "never" a persistent failure of the preferred model raises PolicyPauseError. Health
-changes go to `on_event` and, when a store is given, to DB.PROVIDERS (healthstore.py).
+changes go to `on_event` and, when a store is given, to DB.PROVIDERS (healthstore.py). An endpoint a call
+gave up on is opened (health.py's breaker) in the store: each call first reads what every process of the
+mission recorded there, and a failover whose source was open already is marked `again` (the same incident).
 
 The router never writes a key anywhere: keys go only into request headers, and every message passes
 through errors.redact. Depends on keel.protocol, keel.storage and the providers package only.
@@ -20,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import httpx
@@ -29,13 +32,13 @@ from keel.protocol.spec import ModelPolicy
 from keel.server.providers import anthropic, openai, passthrough
 from keel.server.providers.config import ProviderConfig, ProviderSettings
 from keel.server.providers.errors import OfflineError, PolicyPauseError, ProviderError, redact
-from keel.server.providers.health import EndpointHealth, EndpointTracker, ProviderEvent
-from keel.server.providers.healthstore import put_health
+from keel.server.providers.health import EndpointHealth, EndpointTracker, HealthState, ProviderEvent
+from keel.server.providers.healthstore import get_health, list_health, put_health
 from keel.server.providers.policy import candidates
 from keel.server.providers.probe import ProbeState, probe_endpoint
 from keel.server.providers.retry import CONNECTION_LEVEL, Action, AttemptFailure, Backoff, FailureKind, retry_call
 from keel.server.providers.secrets import KeyringSecrets, Secrets, resolve_key
-from keel.storage import Store
+from keel.storage import Store, Txn
 from keel.storage.errors import StoreError
 
 log = logging.getLogger("keel.providers")
@@ -78,6 +81,8 @@ class ProviderRouter:
             for p in config.providers
         }
         self._probe = ProbeState(Backoff(n.probe_base_delay_s, n.probe_max_delay_s, max_attempts=1))
+        self._seen: dict[str, float] = {}  # per endpoint: the newest health this router read or wrote
+        self._syncing = False
 
     # -- the public interface ---------------------------------------------------------------------
     async def complete(self, params: ModelCompleteParams) -> ModelCompleteResult:
@@ -124,20 +129,22 @@ class ProviderRouter:
             )
         failures: list[tuple[str, AttemptFailure]] = []
         larger_than = 0
-        previous: tuple[EndpointTracker, AttemptFailure] | None = None
-        first: tuple[EndpointTracker, AttemptFailure] | None = None  # where the call started and why it moved
+        started = time.time()
+        self._refresh()
+        previous: tuple[EndpointTracker, AttemptFailure, bool] | None = None
+        first: tuple[EndpointTracker, AttemptFailure, bool] | None = None  # where the call started, why it moved
         for provider in chosen:
             if provider.capabilities.context_window <= larger_than:
                 continue
             for tracker in self._usable(provider):
                 if previous is not None:
-                    previous[0].note_failover(tracker.name, previous[1].kind.value)
+                    self._sync(previous[0], partial(previous[0].note_failover, tracker.name, previous[1].kind.value))
                     first = first or previous
                 try:
                     result = await self._call_endpoint(provider, tracker, call)
                 except AttemptFailure as failure:
                     failures.append((tracker.name, failure))
-                    previous = (tracker, failure)
+                    previous = (tracker, failure, self._sync(tracker, partial(tracker.trip, failure, started)))
                     if failure.action is Action.FAIL:
                         raise ProviderError(
                             f"{tracker.name} ({provider.model}) refused the request: {failure.message}"
@@ -147,7 +154,7 @@ class ProviderRouter:
                         break
                     continue
                 if first is not None:
-                    self._failover(first[0], tracker, first[1])
+                    self._failover(first[0], tracker, first[1], again=not first[2])
                 self._mark_active(tracker)
                 return result
         raise self._exhausted(failures, larger_than)
@@ -180,9 +187,12 @@ class ProviderRouter:
             except AttemptFailure as failure:
                 if failure.kind is FailureKind.AUTH and key is None:
                     failure = AttemptFailure(failure.kind, f"{failure.message} ({missing})", failure.status)
-                tracker.record_failure(failure)
+                self._sync(tracker, partial(tracker.record_failure, failure))
                 raise failure from None
-            tracker.record_success()
+            if tracker.health.state is HealthState.HEALTHY and not tracker.health.trips:
+                tracker.record_success()  # nothing to tell other processes
+            else:
+                self._sync(tracker, tracker.record_success)
             return result
 
         async def before_retry(failure: AttemptFailure, number: int, wait: float) -> bool:
@@ -234,9 +244,12 @@ class ProviderRouter:
             )
         return ProviderError(f"no candidate could serve the call: {detail}")
 
-    def _failover(self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure) -> None:
+    def _failover(
+        self, source: EndpointTracker, target: EndpointTracker, failure: AttemptFailure, *, again: bool
+    ) -> None:
         """One call moved from `source` (where it started) to `target` (where it was served): one event,
-        however many endpoints failed in between (each of those notes its own hop in its health)."""
+        however many endpoints failed in between (each of those notes its own hop in its health); `again`:
+        source's breaker was open already (a trial that failed: the same incident)."""
         log.warning("failover %s -> %s (%s)", source.name, target.name, failure)
         self._emit(
             ProviderEvent(
@@ -249,13 +262,18 @@ class ProviderRouter:
                 source=source.name,
                 target=target.name,
                 target_model=target.health.model,
+                status=failure.status or 0,
+                cause=failure.message,
+                again=again,
+                incident_at=source.health.incident_at,
             )
         )
 
     def _mark_active(self, serving: EndpointTracker) -> None:
         for trackers in self._trackers.values():
             for tracker in trackers:
-                tracker.set_active(tracker is serving)
+                if tracker.health.active != (tracker is serving):
+                    self._sync(tracker, partial(tracker.set_active, tracker is serving))
 
     def _emit(self, event: ProviderEvent) -> None:
         if self._on_event is None:
@@ -265,11 +283,65 @@ class ProviderRouter:
         except Exception:  # a broken listener must not break model calls
             log.exception("provider event listener failed on %s", event.kind)
 
-    def _persist(self, tracker: EndpointTracker) -> None:
+    # -- health shared through the store ----------------------------------------------------------------
+    def _refresh(self) -> None:
+        """Take up what other processes recorded about these endpoints since this router last looked."""
         if self._store is None:
+            return
+        try:
+            stored = {(h.provider, h.endpoint): h for h in self._store.read(list_health)}
+        except StoreError as exc:
+            log.warning("cannot read provider health: %s", redact(exc.message))
+            return
+        for trackers in self._trackers.values():
+            for tracker in trackers:
+                health = stored.get((tracker.health.provider, tracker.health.endpoint))
+                if health is not None and self._newer(tracker, health):
+                    tracker.adopt(health)
+                    self._seen[tracker.name] = health.updated_at
+
+    def _sync(self, tracker: EndpointTracker, change: Callable[[], R]) -> R:
+        """Apply `change` to the endpoint's health as the store has it now, and record the result, in one
+        write transaction: two processes never decide from a state the other has moved on from."""
+        if self._store is None:
+            return change()
+        before = tracker.health
+
+        def write(txn: Txn) -> R:
+            tracker.health = before  # the transaction may run again
+            stored = get_health(txn, before.provider, before.endpoint)
+            if stored is not None and self._newer(tracker, stored):
+                tracker.adopt(stored)
+            self._syncing = True
+            try:
+                result = change()
+            finally:
+                self._syncing = False
+            put_health(txn, tracker.health)
+            return result
+
+        try:
+            result = self._store.write(write)
+        except StoreError as exc:
+            log.warning("cannot record health of %s: %s", tracker.name, redact(exc.message))
+            tracker.health = before
+            return change()
+        self._seen[tracker.name] = tracker.health.updated_at
+        return result
+
+    def _newer(self, tracker: EndpointTracker, stored: EndpointHealth) -> bool:
+        """Another process recorded this endpoint since this router last wrote or read it."""
+        same = (stored.url, stored.model) == (tracker.health.url, tracker.health.model)
+        return same and stored.updated_at > self._seen.get(tracker.name, 0.0)
+
+    def _persist(self, tracker: EndpointTracker) -> None:
+        """A change made outside `_sync` (a probe's outcome): recorded as it is."""
+        if self._store is None or self._syncing:
             return
         health = tracker.health
         try:
             self._store.write(lambda txn: put_health(txn, health))
         except StoreError as exc:
             log.warning("cannot record health of %s: %s", tracker.name, redact(exc.message))
+            return
+        self._seen[tracker.name] = health.updated_at

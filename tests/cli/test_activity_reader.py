@@ -118,32 +118,46 @@ def test_failovers_restarts_and_reexecutions_say_why(tmp_path: Path) -> None:
         assert items["failover"].title == "failover a/0 -> b/0 (auth)"
         assert items["failover"].status == "switched" and not items["failover"].failed  # served elsewhere
         assert items["reexecuted"].text == "its sandbox is gone"
-        assert items["restart"].title.startswith("unit u1 started again (attempt 2): 2 recorded step(s) kept")
+        assert items["unit"].title.startswith("unit u1 started (attempt 2): 2 recorded step(s) from the journal")
         only = read_page(store, "mx", filter=Filter(failures_only=True)).items
         assert [i.kind for i in only] == []  # a switch to another provider is no failure
 
 
 def test_a_start_again_without_a_stop_says_the_host_was_lost(tmp_path: Path) -> None:
-    """u1 starts, starts again with no pause or question between (its host was lost), then is paused and
-    started again (a person's pause): only the start again without a stop says "host lost"."""
+    """u1 starts, starts again with no pause or question between (its host was lost), asks a question
+    and goes on with the answer, then is paused and goes on again (a person's pause): only the start
+    again without a stop is a restart (the host lane, the work a resume kept)."""
     from keel.protocol.records import Event
 
     with Store.open(tmp_path / "store", create=True) as store:
         make_mission(store, "mx", checkpoints=2)  # two recorded steps in lane u1
         later = time.time() + 5
+        answer = Evidence(kind="answer", at=later + 3.5, unit="u1", data={"question": "q?", "answer": "a"})
 
         def write(txn: object) -> None:
             add = m.add_event
             add(txn, "mx", Event(kind="unit", at=later, unit="u1", state="running", message="attempt 1"))  # type: ignore[arg-type]
             add(txn, "mx", Event(kind="unit", at=later + 1, unit="u1", state="running", message="attempt 2"))  # type: ignore[arg-type]
-            add(txn, "mx", Event(kind="state", at=later + 2, state="paused", message="running -> paused"))  # type: ignore[arg-type]
-            add(txn, "mx", Event(kind="state", at=later + 3, state="running", message="paused -> running"))  # type: ignore[arg-type]
-            add(txn, "mx", Event(kind="unit", at=later + 4, unit="u1", state="running", message="attempt 3"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 2, state="waiting_input", message="running -> waiting_input"))  # type: ignore[arg-type]
+            m.add_evidence(txn, "mx", answer)  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 4, state="running", message="waiting_input -> running"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="unit", at=later + 5, unit="u1", state="running", message="attempt 3"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 6, state="paused", message="running -> paused"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="state", at=later + 7, state="running", message="paused -> running"))  # type: ignore[arg-type]
+            add(txn, "mx", Event(kind="unit", at=later + 8, unit="u1", state="running", message="attempt 4"))  # type: ignore[arg-type]
 
         store.write(write)
-        restarts = [i for i in read_page(store, "mx", limit=2000).items if i.kind == "restart"]
+        items = read_page(store, "mx", limit=2000).items
+        restarts = [i for i in items if i.kind == "restart"]
+        assert [i.title for i in restarts] == [
+            "host lost, resumed from the journal: 2 step(s) kept, none run again (unit u1)"
+        ]
+        assert (restarts[0].status, restarts[0].kept) == ("host-lost", 2)
         # (the journal's entries carry no time here, so even the first start finds them recorded)
-        assert [i.status for i in restarts] == ["restart", "host-lost", "restart"], restarts
-        assert restarts[1].title == "host lost, resumed from the journal: 2 step(s) kept, none run again (unit u1)"
-        assert restarts[1].kept == 2 and restarts[2].kept == 2
-        assert restarts[2].title.startswith("unit u1 started again (attempt 3): 2 recorded step(s) kept")
+        starts = [(i.status, i.title.split(":")[0]) for i in items if i.kind == "unit"]
+        assert starts == [
+            ("first", "unit u1 started (attempt 1)"),
+            ("answered", "unit u1 goes on with the person's answer (attempt 3)"),
+            ("resumed", "unit u1 goes on after the mission resumed (attempt 4)"),
+        ]
+        assert [i.kind for i in items if i.at == answer.at] == ["answer"]

@@ -8,19 +8,9 @@
 ;; Reads KEEL_EDITOR_MISSION and KEEL_EDITOR_OUT; writes what it saw as JSON to KEEL_EDITOR_OUT and exits 0
 ;; when every step passed.
 
-(require 'json)
+(load (expand-file-name "driverkit.el" (file-name-directory load-file-name)) nil t)
 
-(defvar driver-seen nil "An alist of what was seen.")
 (defvar driver-offered nil "What each completing read offered: (PROMPT CANDIDATES ANNOTATIONS).")
-
-(defun driver-note (key value)
-  (setq driver-seen (cons (cons key value) (assq-delete-all key driver-seen))))
-
-(defun driver-finish (ok)
-  (driver-note 'ok (if ok t :json-false))
-  (with-temp-file (getenv "KEEL_EDITOR_OUT")
-    (insert (json-encode driver-seen)))
-  (kill-emacs (if ok 0 1)))
 
 ;; The minibuffer, as a completion UI (vertico, ivy…) would replace it: record what is offered; answer
 ;; keel.el's prompt for the first question with "yes" and dismiss it for the second (""), answer
@@ -37,13 +27,6 @@
 
 ;; keel.el prompts for questions in an interactive Emacs; this batch one answers like a person would.
 (setq keel-prompt-questions t)
-
-(defun driver-wait (what pred)
-  (let ((deadline (+ (float-time) 60)))
-    (while (and (not (funcall pred)) (< (float-time) deadline))
-      (accept-process-output nil 0.05))
-    (unless (funcall pred)
-      (error "Timed out waiting for %s" what))))
 
 (defun driver-state (id)
   (plist-get (gethash id keel-missions) :state))

@@ -25,6 +25,7 @@ from tests.lsp.conftest import mission_toml
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "emacs"
 DRIVER = Path(__file__).with_name("driver.el")
+STOCK_DRIVER = Path(__file__).with_name("stock_driver.el")
 EMACS = shutil.which("emacs")
 
 
@@ -108,6 +109,34 @@ def _wait_waiting(store: Path, ids: list[str]) -> None:
                 return
         time.sleep(0.1)
     raise AssertionError(f"missions {ids} never all waited on their question")
+
+
+@pytest.mark.skipif(EMACS is None, reason="emacs is not installed (run scripts/setup.sh --system)")
+def test_stock_eglot_prompts_for_the_questions_and_shows_progress(tmp_path: Path) -> None:
+    """No keel.el: eglot 1.9 (Emacs 28) as it comes, with `keel serve` for TOML files. It announces no window
+    capability; the questions come as requests it prompts for with their choices, the progress as messages
+    it shows in the echo area (stderr in batch)."""
+    assert EMACS is not None
+    session = editor_session(tmp_path, "Emacs", "init.el")
+    session.init.write_text("")  # the stock setup is in the driver: nothing of keel's
+    args = [EMACS, "--batch", "-l", str(STOCK_DRIVER)]
+    try:
+        proc, seen = session.run(args)
+        assert proc.returncode == 0 and seen.get("ok") is True, (proc.returncode, seen, proc.stderr[-3000:])
+        mission_id = seen["mission"]
+        asked = [p for p in seen["prompts"] if "keel · ship asks:" in p[0]]
+        assert [(p[0].split("asks: ")[1].split("\n")[0], p[1]) for p in asked] == [
+            ("Ship it?", ["yes", "no"]),
+            ("Really?", ["yes", "no"]),
+        ], seen
+        assert "keel answer" not in proc.stderr, proc.stderr[-3000:]
+        shown = [line for line in proc.stderr.splitlines() if f"keel: ship ({mission_id})" in line]
+        assert any("running" in line and line.endswith("(0%)") for line in shown), proc.stderr[-3000:]
+        assert shown[-1].endswith("completed (100%)"), shown
+        with Store.open(session.store) as s:
+            assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "completed"
+    finally:
+        kill_hosts(session.store)
 
 
 @pytest.mark.skipif(EMACS is None, reason="emacs is not installed (run scripts/setup.sh --system)")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine_helpers import keel, record, start_keel, write_mission
 from modelkit import (
+    FAST,
     KEY,
     KEY_VAR,
     NO_KEYRING,
@@ -90,6 +91,30 @@ def test_failover_is_recorded_and_a_replayed_call_sends_nothing(
     assert files_containing(tmp_path / ".keel", KEY) == []  # store, logs, sandboxes
     assert KEY not in out + err
     assert KEY not in json.dumps([e.data for e in evidence(store, mid)])
+
+
+def test_a_provider_that_failed_cools_down_one_failover_one_point(
+    tmp_path: Path, faults: Callable[..., FaultServer]
+) -> None:
+    """a answers 503 to everything: the unit's first call fails over to b and a cools down, so its second
+    call goes straight to b. One incident: one failover, one restore point, naming the cause."""
+    a, b = faults(default=error(503, "overloaded", "the servers are busy")), faults()
+    write_config(tmp_path / "ws", [provider("a", a), provider("b", b)], network={**FAST, "cooldown_s": 120.0})
+    again = {"messages": [{"role": "user", "content": "say it again"}], "purpose": "greeting"}
+    mission = write_mission(tmp_path, [{"id": "greet", "params": {"steps": [{"model": HELLO}, {"model": again}]}}])
+    store = tmp_path / ".keel" / "store"
+    proc = keel("run", str(mission), "--json", store=store, env=NO_KEYRING)
+    mid = json.loads(proc.stdout.splitlines()[0])["mission"]
+    assert record(store, mid).state == MissionState.COMPLETED
+    calls = [e for e in journal(store, mid, "greet") if e.kind == "model/complete"]
+    assert [c.result["provider"] for c in calls] == ["b", "b"]
+    assert len(a.posts) == FAST["max_attempts"] and len(b.posts) == 2  # a: the first call only
+    [failover] = [e for e in evidence(store, mid) if e.kind == "failover"]
+    assert failover.summary.startswith(
+        "failover a/0 -> b/0 (server_error, HTTP 503 Service Unavailable: the servers are busy); now serving b/"
+    ), failover.summary
+    assert failover.data["status"] == 503 and failover.data["providers"] == "command:keel.providers.focus"
+    assert [p.reason for p in points(store, mid) if p.reason.startswith("failover")] == ["failover: a/0 -> b/0"]
 
 
 def test_failover_never_pauses_the_mission_for_policy(tmp_path: Path, faults: Callable[..., FaultServer]) -> None:

@@ -106,8 +106,11 @@ async def test_a_question_and_its_answer(env: Env) -> None:
     await until(pushed, lambda i: i["kind"] == "answer")
     answers = await whole(env, mid, 100, kinds=["answer"])
     assert [(a["result"], a["text"]) for a in answers] == [("b", "Which logger?")]
-    restarts = await whole(env, mid, 100, kinds=["restart"])
-    assert restarts and "1 recorded step(s) kept" in restarts[-1]["title"]  # the answer, from the journal
+    # the unit goes on with the answer (from the journal): no host was lost, so no restart (host lane)
+    assert await whole(env, mid, 100, kinds=["restart"]) == []
+    [went_on] = [u for u in await whole(env, mid, 100, kinds=["unit"]) if u.get("status") == "answered"]
+    assert went_on["title"].startswith("unit u goes on with the person's answer (attempt 2): 1 recorded step(s)")
+    assert went_on["kept"] == 1
 
 
 async def test_bad_activity_requests_say_what_was_wrong(env: Env) -> None:

@@ -20,6 +20,7 @@ from tests.neovim.nvims import NVIMS
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim"
 DRIVER = Path(__file__).with_name("plugin_client.lua")
+EARLY = Path(__file__).with_name("early_client.lua")
 
 
 @pytest.mark.parametrize("which", sorted(NVIMS))
@@ -68,5 +69,33 @@ def test_plugin_follows_pauses_resumes_and_answers_a_mission(
         with Store.open(session.store) as s:
             assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "paused"
             assert s.read(lambda t: m.restore_points(t, mission_id))[-1].reason == "restored to p2"
+    finally:
+        kill_hosts(session.store)
+
+
+@pytest.mark.parametrize("scenario", ["opened", "no server"])
+@pytest.mark.parametrize("which", sorted(NVIMS))
+def test_keel_start_before_the_server_is_up_runs_once_it_is(
+    tmp_path: Path, which: str, scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:Keel start right after the mission file opened (its server still starting), or from an empty buffer
+    naming the file (no server yet): said at once, sent when the server is up, and the mission runs."""
+    nvim = NVIMS[which]
+    if nvim is None:
+        pytest.skip(f"no {which} Neovim (scripts/setup.sh installs both)")
+    session = editor_session(tmp_path, "Neovim", "init.lua")
+    session.mission.write_text(mission_toml("ship", [{"id": "work", "steps": [{"sleep": 0.1}]}]))
+    monkeypatch.setenv("KEEL_EDITOR_SCENARIO", scenario)
+    args = [str(nvim), "--headless", "-i", "NONE", "--cmd", f"set rtp^={PLUGIN}", "-u", str(session.init)]
+    try:
+        proc, seen = session.run([*args, "-c", f"luafile {EARLY}"], timeout=120)
+        assert proc.returncode == 0, (proc.returncode, seen, proc.stderr[-3000:])
+        assert seen["up_before"] is False  # the command came before the server was up
+        [mission] = seen["missions"]
+        assert mission["state"] == "completed", seen
+        assert seen["notes"][0] == "keel: the keel language server is starting; :Keel start runs as soon as it is up"
+        assert any(n.startswith(f"ship ({mission['id']})") for n in seen["notes"]), seen["notes"]
+        with Store.open(session.store) as s:
+            assert s.read(lambda t: m.get_mission(t, mission["id"])).state.value == "completed"
     finally:
         kill_hosts(session.store)

@@ -242,7 +242,7 @@ def test_first_run_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> 
     seen = run_scene(code_server, drive, vsix, ws, "firstRun", {"python": sys.executable})
     assert "not installed" in seen["notInstalledWelcome"] and "Choose Interpreter" in seen["notInstalledWelcome"]
     assert "No missions" not in seen["notInstalledWelcome"]
-    assert "keel-runtime" in seen["notInstalledToast"]
+    assert "own environment from the copy this extension carries" in seen["notInstalledToast"]
     assert "Open the keel.python setting" in " ".join(seen["interpreterPick"]["rows"])
     assert "Python interpreter that has keel" in seen["settingsEditor"]
     assert "No missions" in seen["fixedWelcome"]

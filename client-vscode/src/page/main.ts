@@ -317,6 +317,9 @@ function markDetail(d: MissionDetail, mark: Mark): HTMLElement {
         `, ${item.tokensIn ?? 0} in + ${item.tokensOut ?? 0} out tokens` +
         (item.cost !== undefined && item.cost !== null ? `, cost ${item.cost}` : "")));
     }
+    if (item.kind === "failover") { // its cause is in the label; each endpoint's health and cool-down there
+      row.appendChild(button("Show Providers", () => command("keel.providers.focus")));
+    }
     for (const file of item.files ?? []) {
       row.appendChild(button(`Diff ${file.path}`, () => vscode.postMessage({ type: "diffItem", item, path: file.path })));
     }

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -43,6 +44,7 @@ from keel.server.providers.config import ProviderSettings, load_provider_config
 from keel.server.providers.errors import OfflineError, PolicyPauseError, ProviderConfigError, ProviderError
 from keel.storage import Txn
 from keel.storage import missions as m
+from keel.storage.errors import StoreError
 
 if TYPE_CHECKING:
     from keel.server.providers.health import ProviderEvent
@@ -60,6 +62,7 @@ class ModelCalls:
         self.host = host
         self.active_model = ""  # "provider/model" that served (or was failed over to) last
         self.failovers = 0
+        self._incidents: set[tuple[str, float]] = set()  # (endpoint, when its breaker opened) marked here
         self._router: ProviderRouter | None = None
         self._config: ProviderSettings | ProviderConfigError = self._load()
 
@@ -146,15 +149,20 @@ class ModelCalls:
     def _on_event(self, event: ProviderEvent) -> None:
         if event.kind != "failover":
             return
-        self.failovers += 1
         target_provider = event.target.split("/", 1)[0]
         self.active_model = f"{target_provider}/{event.target_model}"
+        incident = (event.source, event.incident_at)
+        if event.again and (incident in self._incidents or self._marked(event)):
+            return  # a trial of an endpoint still failing: the incident this mission has marked already
+        self._incidents.add(incident)
+        self.failovers += 1
         evidence = Evidence(
             kind="failover",
             at=event.at,
             unit=_calling_unit.get(),
-            summary=f"failover {event.source} -> {event.target} ({event.reason}); now serving {self.active_model}",
-            data=msgspec.to_builtins(event),
+            summary=f"failover {event.source} -> {event.target} ({failover_cause(event)}); now serving "
+            f"{self.active_model}",
+            data={**msgspec.to_builtins(event), "providers": PROVIDERS_VIEW},
         )
         mission_id = self.host.mission_id
 
@@ -170,6 +178,44 @@ class ModelCalls:
             model=self.active_model,
             at=round(time.time(), 3),
         )
+
+    def _marked(self, event: ProviderEvent) -> bool:
+        """This mission recorded a failover from the event's source in the same incident (another
+        process of it, or this one, when its breaker opened)."""
+
+        def read(txn: Txn) -> bool:
+            return any(
+                e.kind == "failover"
+                and isinstance(e.data, dict)
+                and e.data.get("from") == event.source
+                and e.data.get("incident_at") == event.incident_at
+                for _, e in m.evidence_after(txn, self.host.mission_id)
+            )
+
+        try:
+            return bool(self.host.store.read(read))
+        except StoreError:
+            return False  # unknown: marked again rather than lost
+
+
+PROVIDERS_VIEW = "command:keel.providers.focus"  # the editor's Providers view, where health and cooldowns show
+
+
+def failover_cause(event: ProviderEvent) -> str:
+    """ "server_error, HTTP 503 Service Unavailable: overloaded" — the kind, the HTTP status and its text."""
+    if not event.status:
+        return event.reason + (f": {_tail(event.cause)}" if event.cause else "")
+    try:
+        phrase = f" {HTTPStatus(event.status).phrase}"
+    except ValueError:
+        phrase = ""
+    text = event.cause.split(f"HTTP {event.status}: ", 1)[-1] if event.cause else ""
+    return f"{event.reason}, HTTP {event.status}{phrase}" + (f": {text[:160]}" if text else "")
+
+
+def _tail(cause: str) -> str:
+    """A failure message without the endpoint's URL in front ("http://host/v1: connection refused")."""
+    return cause.split(": ", 1)[-1][:160] if "://" in cause.split(" ", 1)[0] else cause[:160]
 
 
 def _convert(params: Any, type_: type[P], method: str) -> P:

@@ -122,7 +122,10 @@ def register(server: KeelServer) -> None:
 
 
 def _log_progress(server: KeelServer, old: MissionView | None, new: MissionView) -> None:
-    """Progress for clients without `$/progress`: `keel: two (m1…) running · b second · 1/2 (50%)`."""
+    """Progress for clients without `$/progress`: `keel: two (m1…) running · b second · 1/2 (50%)` at each
+    change of state or of units done, as a `window/showMessage`: a client that does not announce
+    `window.workDoneProgress` ignores `$/progress` (eglot 1.9, Emacs 28's, and its `window/logMessage`
+    too), but shows a message."""
     if old is None:  # found when the server started, or new: its first change is logged
         return
     percentage = convert.summary(new).percentage
@@ -130,4 +133,4 @@ def _log_progress(server: KeelServer, old: MissionView | None, new: MissionView)
         return
     r = new.record
     where = convert.progress_message(new) if r.state in ACTIVE_STATES else convert.state_text(new)
-    server.log_line(f"keel: {r.spec.name} ({r.id}) {where} ({percentage}%)", types.MessageType.Info)
+    server.show(f"keel: {r.spec.name} ({r.id}) {where} ({percentage}%)", types.MessageType.Info)

@@ -3,9 +3,11 @@
 (`answer(..., resume=True)`). Each question (mission, unit, seq) is asked once per server. A free-text
 question (no choices) is shown with `window/showMessage`, naming the command and the CLI line.
 
-Clients that cannot answer `showMessageRequest` (Helix, helix#4699: no `window.showMessage` capability, or
-an error reply) get the question as a `window/showMessage` with its choices and the exact `keel answer`
-lines; the mission stays `waiting_input` until it is answered from anywhere."""
+Every client is asked: the request is base protocol, and the `window.showMessage` capability only says
+what else a client does with its action items (eglot 1.9, Emacs 28's, announces no window capability at
+all yet prompts with the choices). A client that cannot answer it (Helix, helix#4699: an error reply)
+gets the question as a `window/showMessage` with its choices and the exact `keel answer` lines; the
+mission stays `waiting_input` until it is answered from anywhere."""
 
 from __future__ import annotations
 
@@ -39,10 +41,8 @@ def register(server: KeelServer) -> None:
         prompt = f"keel · {r.spec.name} asks: {q.text}"
         if not q.choices:
             server.show(f"{prompt} — answer with the keel.answer command (mission {r.id}) or `keel answer {r.id} TEXT`")
-        elif _can_ask(server):
-            server.spawn(_ask(server, new, prompt), f"asking mission {r.id}'s question")
         else:
-            _tell(server, new, prompt)
+            server.spawn(_ask(server, new, prompt), f"asking mission {r.id}'s question")
 
     server.hub.subscribe(on_change)
 
@@ -74,11 +74,6 @@ async def _ask(server: KeelServer, view: MissionView, prompt: str) -> None:
         server.show(f"keel: answer to mission {r.id} was not taken: {exc.message}", types.MessageType.Warning)
         return
     server.log_line(f"[{r.id}] answered {chosen.title!r}; resuming", types.MessageType.Info)
-
-
-def _can_ask(server: KeelServer) -> bool:
-    window = server.client_capabilities.window
-    return window is not None and window.show_message is not None
 
 
 def _tell(server: KeelServer, view: MissionView, prompt: str) -> None:

@@ -164,7 +164,29 @@ local RUN = {
   end,
 }
 
---- :Keel {subcommand} [args]: errors are shown as one message, never a traceback.
+local function go(run, args)
+  local ok, err = pcall(run, args)
+  if not ok then
+    say(tostring(err), vim.log.levels.ERROR)
+  end
+end
+
+-- The client a command given before any keel server is up waits for: one starting already (the mission
+-- file was just opened), or, for :Keel start, one started now for the file to start.
+local function waiting_client(sub, args)
+  local starting = keel.starting()
+  if starting or sub ~= "start" then
+    return starting
+  end
+  local file = vim.fn.fnamemodify(args[1], ":p")
+  if vim.fn.filereadable(file) == 1 and keel.start_for_file(file) then
+    return keel.starting() or keel.client()
+  end
+  return nil
+end
+
+--- :Keel {subcommand} [args]: errors are shown as one message, never a traceback. Given while the
+--- language server is still starting, the command runs as soon as it is up (and says so now).
 function C.run(opts)
   local args = opts.fargs
   local sub = table.remove(args, 1) or "missions"
@@ -172,10 +194,16 @@ function C.run(opts)
   if not run then
     return say("keel: unknown subcommand '" .. sub .. "' (" .. table.concat(SUBCOMMANDS, ", ") .. ")", vim.log.levels.ERROR)
   end
-  local ok, err = pcall(run, args)
-  if not ok then
-    say(tostring(err), vim.log.levels.ERROR)
+  if sub == "start" and not args[1] then
+    args[1] = vim.api.nvim_buf_get_name(0) -- this buffer's file, also when the command runs later
   end
+  if not keel.client() and waiting_client(sub, args) then
+    say("keel: the keel language server is starting; :Keel " .. sub .. " runs as soon as it is up")
+    return keel.when_ready(function()
+      go(run, args)
+    end)
+  end
+  go(run, args)
 end
 
 return C

@@ -27,17 +27,51 @@ local function notify(text, level)
   vim.notify(text, level or vim.log.levels.INFO)
 end
 
---- The running keel client (the first one when several workspaces have one), or nil.
+--- The running keel client, initialized (the first one when several workspaces have one), or nil.
 function M.client()
   local list
   if vim.lsp.get_clients then
     list = vim.lsp.get_clients({ name = "keel" })
   else
-    list = vim.tbl_filter(function(c)
-      return c.name == "keel"
-    end, vim.lsp.get_active_clients())
+    list = vim.lsp.get_active_clients()
   end
-  return list[1]
+  for _, c in ipairs(list) do
+    if c.name == "keel" and c.initialized then
+      return c
+    end
+  end
+  return nil
+end
+
+local started = {} -- ids of the keel clients M.start started
+
+--- A keel client that was started and is not up yet (its server still starting), or nil.
+function M.starting()
+  for _, id in ipairs(started) do
+    local c = vim.lsp.get_client_by_id(id)
+    if c and not c.initialized then
+      return c
+    end
+  end
+  return nil
+end
+
+--- Runs fn once a keel client is up; says so when the server it waits for stops or takes too long.
+function M.when_ready(fn, timeout_ms)
+  local deadline = vim.loop.now() + (timeout_ms or 60000)
+  local function tick()
+    if M.client() then
+      return fn()
+    end
+    if not M.starting() then
+      return notify("keel: the keel language server stopped before it was up (see :LspLog)", vim.log.levels.ERROR)
+    end
+    if vim.loop.now() > deadline then
+      return notify("keel: the keel language server is still not up; nothing was sent", vim.log.levels.ERROR)
+    end
+    vim.defer_fn(tick, 50)
+  end
+  vim.defer_fn(tick, 0)
 end
 
 -- client:request on 0.11+, where the dot form is deprecated; client.request before.
@@ -52,7 +86,7 @@ end
 function M.request(method, params, timeout_ms)
   local client = M.client()
   if not client then
-    error("keel: no keel language server is running (open a mission file, or run :Keel start)", 0)
+    error("keel: no keel language server is running (open a mission file, or run :Keel start FILE)", 0)
   end
   local reply
   send(client, method, params, function(err, result)
@@ -297,20 +331,34 @@ function M.start(bufnr)
     handlers = handlers(),
     init_options = M.config.store and { store = M.config.store } or vim.empty_dict(),
   }
+  local id
   if vim.lsp.start then -- 0.8+
-    return vim.lsp.start(config, { bufnr = bufnr })
-  end
-  for _, c in ipairs(vim.lsp.get_active_clients()) do
-    if c.name == "keel" and c.config.root_dir == root then
-      vim.lsp.buf_attach_client(bufnr, c.id)
-      return c.id
+    id = vim.lsp.start(config, { bufnr = bufnr })
+  else -- 0.7: one client per workspace, also while it is starting (not yet among the active ones)
+    local known = vim.tbl_map(vim.lsp.get_client_by_id, started)
+    for _, c in ipairs(vim.list_extend(vim.lsp.get_active_clients(), known)) do
+      if c.name == "keel" and c.config.root_dir == root then
+        vim.lsp.buf_attach_client(bufnr, c.id)
+        return c.id
+      end
+    end
+    id = vim.lsp.start_client(config)
+    if id then
+      vim.lsp.buf_attach_client(bufnr, id)
     end
   end
-  local id = vim.lsp.start_client(config)
-  if id then
-    vim.lsp.buf_attach_client(bufnr, id)
+  if id and not vim.tbl_contains(started, id) then
+    started[#started + 1] = id
   end
   return id
+end
+
+--- Starts the keel client for a file's workspace (loading the file into a buffer), for a :Keel command
+--- given before any keel server runs; returns the client id.
+function M.start_for_file(file)
+  local bufnr = vim.fn.bufadd(file)
+  vim.fn.bufload(bufnr) -- its FileType may start the client already (M.start finds it then)
+  return M.start(bufnr)
 end
 
 function M.setup(opts)
