@@ -12,18 +12,20 @@ from collections.abc import Iterator
 
 from keel.protocol.errors import NotFoundError
 from keel.protocol.records import (
+    LANE_BASE,
     CheckpointManifest,
     Control,
     Event,
     Evidence,
     JournalEntry,
+    LaneBase,
     MissionRecord,
     RestorePoint,
 )
 from keel.protocol.states import MissionState, check_mission_transition
 from keel.storage.errors import CorruptRecordError
-from keel.storage.keys import DB, log_key, mission_prefix, unit_prefix
-from keel.storage.txn import Txn
+from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix, unit_prefix
+from keel.storage.txn import Txn, decode_value
 
 
 def get_mission(txn: Txn, mission_id: str) -> MissionRecord:
@@ -118,32 +120,122 @@ def evidence_after(
 
 
 # -- journal ----------------------------------------------------------------------------------------
+# A lane may begin as another lane of the mission (a restore's: `LaneBase` in its entry 0): its entries
+# 1..upto are the other lane's, except those it holds itself. Every read below resolves that, so a lane reads
+# the same whether it shares its beginning or holds a copy.
+
+
 def journal_get(txn: Txn, mission_id: str, unit_id: str, seq: int) -> JournalEntry | None:
-    return txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
+    entry = txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
+    if entry is None and seq > 0:
+        base = lane_base(txn, mission_id, unit_id)
+        if base is not None and seq <= base.upto:
+            return journal_get(txn, mission_id, base.lane, seq)
+    return entry
 
 
 def journal_put(txn: Txn, mission_id: str, unit_id: str, entry: JournalEntry) -> None:
     txn.put(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), entry.seq), entry)
 
 
+def lane_base(txn: Txn, mission_id: str, unit_id: str) -> LaneBase | None:
+    """The lane this one begins as, and up to which entry (None: it holds all its entries itself)."""
+    head = txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), 0), JournalEntry)
+    return head.base if head is not None else None
+
+
+def share_lane(txn: Txn, mission_id: str, unit_id: str, base: LaneBase) -> None:
+    """Begin lane `unit_id` as `base.lane` up to `base.upto`, sharing those entries instead of copying them.
+    Entry `upto` is written to the lane too, so that its last entry is its own (`Txn.last_seq` finds it)."""
+    if base.upto <= 0:
+        return
+    last = journal_get(txn, mission_id, base.lane, base.upto)
+    if last is None:
+        raise CorruptRecordError(
+            DB.JOURNAL.value,
+            log_key(unit_prefix(mission_id, base.lane), base.upto),
+            f"lane {unit_id} cannot begin as lane {base.lane} up to entry {base.upto}: that entry is missing",
+        )
+    journal_put(txn, mission_id, unit_id, JournalEntry(seq=0, kind=LANE_BASE, fingerprint="", base=base))
+    journal_put(txn, mission_id, unit_id, last)
+
+
 def journal_entries(
     txn: Txn, mission_id: str, unit_id: str, upto: int | None = None, after: int = 0
 ) -> list[JournalEntry]:
-    return txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after, upto=upto)
+    own = txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after, upto=upto)
+    base = lane_base(txn, mission_id, unit_id)
+    if base is None or after >= base.upto:
+        return own
+    shared = journal_entries(
+        txn, mission_id, base.lane, upto=base.upto if upto is None else min(base.upto, upto), after=after
+    )
+    mine = {e.seq: e for e in own if e.seq <= base.upto}
+    return [mine.get(e.seq, e) for e in shared] + [e for e in own if e.seq > base.upto]
+
+
+def own_entries(txn: Txn, mission_id: str, unit_id: str, after: int = 0) -> Iterator[JournalEntry]:
+    """The entries a lane holds itself (not those it shares with the lane it begins as), one at a time."""
+    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after):
+        yield entry
 
 
 def journal_scan(txn: Txn, mission_id: str, unit_id: str) -> Iterator[JournalEntry]:
     """A lane's entries one at a time, for a question about the whole lane that need not hold it."""
-    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry):
-        yield entry
+    base = lane_base(txn, mission_id, unit_id)
+    own = own_entries(txn, mission_id, unit_id)
+    if base is None:
+        yield from own
+        return
+    mine = {
+        e.seq: e for e in txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, upto=base.upto)
+    }
+    for entry in journal_scan(txn, mission_id, base.lane):
+        if entry.seq > base.upto:
+            break
+        yield mine.get(entry.seq, entry)
+    yield from own_entries(txn, mission_id, unit_id, after=base.upto)
 
 
 def journal_last_done(txn: Txn, mission_id: str, unit_id: str, kind: str) -> JournalEntry | None:
     """The newest entry of the lane of this kind whose result is recorded, read from the end backwards."""
-    for _key, entry in txn.scan(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, reverse=True):
-        if entry.kind == kind and entry.phase == "done":
-            return entry
-    return None
+    return next((e for e in _newest_first(txn, mission_id, unit_id) if e.kind == kind and e.phase == "done"), None)
+
+
+def _newest_first(txn: Txn, mission_id: str, unit_id: str, upto: int | None = None) -> Iterator[JournalEntry]:
+    """A lane's entries (up to `upto`) from its last backwards, what it shares read in the same order."""
+    base = lane_base(txn, mission_id, unit_id)
+    shared = base.upto if base is not None else 0
+    prefix = unit_prefix(mission_id, unit_id)
+    mine: dict[int, JournalEntry] = {}
+    for key, raw in txn.scan_raw(DB.JOURNAL, prefix, reverse=True):
+        seq = int.from_bytes(key[len(prefix) :], "big")
+        if seq == 0:
+            break
+        if upto is not None and seq > upto:
+            continue
+        entry = decode_value(DB.JOURNAL.value, key, raw, JournalEntry)
+        if seq > shared:
+            yield entry
+        else:
+            mine[seq] = entry
+    if base is not None:
+        for entry in _newest_first(txn, mission_id, base.lane, min(shared, upto if upto is not None else shared)):
+            yield mine.pop(entry.seq, entry)
+
+
+def journal_lanes(txn: Txn, mission_id: str) -> list[str]:
+    """Every journal lane of the mission, jumping from one lane's keys to the next."""
+    prefix = mission_prefix(mission_id)
+    found: list[str] = []
+    start: bytes | None = None
+    while True:
+        key = next((k for k, _ in txn.scan_raw(DB.JOURNAL, prefix, start=start)), None)
+        if key is None or len(key) < len(prefix) + SEQ_BYTES + 1:
+            return found
+        name = key[len(prefix) : -(SEQ_BYTES + 1)]
+        found.append(name.decode())
+        start = prefix + name + b"\x01"  # past every key of this lane (`name NUL seq`)
 
 
 def journal_truncate(txn: Txn, mission_id: str, unit_id: str, after: int) -> int:
