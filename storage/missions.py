@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import msgspec
+
 from keel.protocol.errors import NotFoundError
 from keel.protocol.records import (
     LANE_BASE,
@@ -64,6 +66,7 @@ def delete_mission_records(txn: Txn, mission_id: str) -> int:
     points, leases, the host lease); blobs stay for gc. Returns how many records went."""
     removed = int(txn.delete(DB.MISSIONS, mission_id.encode())) + int(txn.delete(DB.HEADS, mission_id.encode()))
     removed += int(txn.delete(DB.LEASES, mission_id.encode()))  # the host lease (storage/hostlease.py)
+    removed += int(txn.delete(DB.META, tally_key(mission_id)))
     prefix = mission_prefix(mission_id)
     for db in (DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.POINTS, DB.LEASES):
         keys = [key for key, _ in txn.scan_raw(db, prefix)]
@@ -74,8 +77,6 @@ def delete_mission_records(txn: Txn, mission_id: str) -> int:
 
 def set_mission_state(txn: Txn, mission_id: str, state: MissionState, **changes: object) -> MissionRecord:
     """Move a mission through its transition table, log the event, return the new record."""
-    import msgspec
-
     old = get_mission(txn, mission_id)
     if old.state != state:
         check_mission_transition(old.state, state)
@@ -110,7 +111,44 @@ def events_after(txn: Txn, mission_id: str, after: int = 0) -> list[tuple[int, E
 
 
 def add_evidence(txn: Txn, mission_id: str, evidence: Evidence) -> int:
-    return txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
+    """Append to the evidence log, and count it in the mission's tally when the tally counts all before it."""
+    seq = txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
+    key = tally_key(mission_id)
+    tally = txn.get(DB.META, key, EvidenceTally) or EvidenceTally()
+    if tally.upto == seq - 1:
+        txn.put(DB.META, key, tally.add(seq, evidence.kind))
+    return seq
+
+
+class EvidenceTally(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A mission's evidence counted by kind up to entry `upto` of its log, and the newest RECENT entries of
+    each kind: what a view of the mission shows without reading its whole evidence log. Stored in `meta`
+    (`tally_key`) and kept by `add_evidence`; a tally that stopped counting (a mission an older keel wrote
+    to, or imported from a bundle) is completed by reading the log after `upto` (`evidence_tally`)."""
+
+    upto: int = 0
+    kinds: dict[str, int] = {}
+    recent: dict[str, tuple[int, ...]] = {}
+
+    def add(self, seq: int, kind: str) -> EvidenceTally:
+        kinds = {**self.kinds, kind: self.kinds.get(kind, 0) + 1}
+        recent = {**self.recent, kind: (*self.recent.get(kind, ())[-(RECENT - 1) :], seq)}
+        return EvidenceTally(upto=seq, kinds=kinds, recent=recent)
+
+
+RECENT = 10
+
+
+def tally_key(mission_id: str) -> bytes:
+    return b"evidence-tally\x00" + mission_id.encode()
+
+
+def evidence_tally(txn: Txn, mission_id: str) -> EvidenceTally:
+    """The mission's evidence counted by kind, up to its newest entry."""
+    tally = txn.get(DB.META, tally_key(mission_id), EvidenceTally) or EvidenceTally()
+    for seq, item in evidence_after(txn, mission_id, tally.upto):
+        tally = tally.add(seq, item.kind)
+    return tally
 
 
 def evidence_after(
