@@ -88,6 +88,7 @@ class HostWatch:
         self.since = time.monotonic()
         self.attempts = 0
         self.last_error = ""
+        self.gone_at: float | None = None  # when (time.monotonic) its host was first found gone
 
     def _set_state(self, new: Phase) -> None:
         if new not in TRANSITIONS[self.phase]:
@@ -95,13 +96,18 @@ class HostWatch:
         log.info("supervision of %s: %s -> %s", self.mission_id, self.phase, new)
         self.phase = new
         self.since = time.monotonic()
+        if new is P.WATCHING:
+            self.gone_at = None
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
     def step(self, view: MissionView, now: float, silent: bool = False) -> None:
         """`silent`: the mission's host is on another machine and its host lease went silent (only when
         this server takes missions over, `takeOver`)."""
         dead = _needs_host(view) and (silent or (not hostlock.host_alive(view.record) and not self._locked()))
+        if dead and self.phase is P.WATCHING and not self._seen_since_gone(now):
+            return
         if not dead:
+            self.gone_at = None
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
                     self.server.log_line(f"[{self.mission_id}] host is running again", types.MessageType.Info)
@@ -125,6 +131,18 @@ class HostWatch:
                 )
             else:
                 self._restart(view)
+
+    def _seen_since_gone(self, now: float) -> bool:
+        """Whether the mission's picture was read after its host was found gone. A host that ended on its
+        own (the mission completed, paused, asked) wrote that before it exited, and a picture read earlier
+        still says running: only one read later says whether the mission still needs a host."""
+        if self.gone_at is None:
+            self.gone_at = now
+        if self.server.hub.read_at > self.gone_at:
+            return True
+        if self.server.watcher is not None:
+            self.server.watcher.read_again()
+        return False
 
     def due(self, now: float) -> float | None:
         """Seconds until this watch acts next by itself (its grace period or backoff ends), if it waits."""
