@@ -164,8 +164,10 @@ def evidence_after(
 
 
 def journal_get(txn: Txn, mission_id: str, unit_id: str, seq: int) -> JournalEntry | None:
+    if seq < 1:  # entries are numbered from 1; a lane's entry 0 only says what it shares (`lane_base`)
+        return None
     entry = txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
-    if entry is None and seq > 0:
+    if entry is None:
         base = lane_base(txn, mission_id, unit_id)
         if base is not None and seq <= base.upto:
             return journal_get(txn, mission_id, base.lane, seq)
