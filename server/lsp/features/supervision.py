@@ -20,7 +20,10 @@ A live host (or a mission that stopped running) returns any state to WATCHING. A
 host had already left counts as running: the restart applies the answer. A mission is "dead" only
 when neither its recorded host is alive nor its host lock is held, for longer than a short grace period.
 A host that is merely slow (stopped, swapping, stuck in a long step) still holds its lock and is never
-replaced. Before a restart the mission is read again from the store: a host that stopped on its own (a
+replaced. A host found gone is suspected only once a picture read after that still says its mission needs
+one (the watcher reads one at once): a host that completed the mission, or paused it, wrote that before it
+exited, and the picture from before would have it suspected again and again. Before a restart the mission
+is read again from the store: a host that stopped on its own (a
 pause, a question) has already recorded that, and the restart is dropped, so a person's pause is never
 undone by a stale picture. The restart spawns the host itself (`control.spawn_host`): no child process in
 between.
