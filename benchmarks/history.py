@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,25 +66,37 @@ with Store.open(sys.argv[1], readonly=True) as store:
 """
 
 
-def run(argv: list[str]) -> tuple[float, float, str]:
-    """(wall s, CPU s of the process, stdout)."""
+LIMIT_S = 180.0  # a command still running after this long is stopped and reported as such
+
+
+def run(argv: list[str]) -> tuple[float, float, str] | None:
+    """(wall s, CPU s of the process, stdout), or None when it ran past LIMIT_S."""
     began = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = proc.stdout.read() if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}")
-    return time.monotonic() - began, usage.ru_utime + usage.ru_stime, out
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(LIMIT_S, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode == -9:
+            return None
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}")
+        out.seek(0)
+        return time.monotonic() - began, usage.ru_utime + usage.ru_stime, out.read()
 
 
 def first_screen(keel: list[str]) -> float:
     began = time.monotonic()
     proc = subprocess.Popen(keel, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
+    timer = threading.Timer(LIMIT_S, proc.kill)
+    timer.start()
     for _ in range(40):
         proc.stdout.readline()
     took = time.monotonic() - began
+    timer.cancel()
     proc.kill()
     proc.wait()
     return took
@@ -101,21 +114,27 @@ def measure(python: str, store: Path, mid: str, scratch: Path) -> dict[str, str]
     keel = [python, "-m", "keel.server.cli"]
     at = ["--store", str(store)]
     out: dict[str, str] = {"log first screen": f"{first_screen([*keel, 'log', mid, *at]) * 1000:.0f} ms wall"}
-    wall, cpu, text = run([*keel, "log", mid, "--json", *at])
-    out["log --json, all"] = f"{wall:.1f} s wall, {cpu:.1f} s CPU ({text.count(chr(10))} items)"
+    ran = run([*keel, "log", mid, "--json", *at])
+    out["log --json, all"] = (
+        f"{ran[0]:.1f} s wall, {ran[1]:.1f} s CPU ({ran[2].count(chr(10))} items)" if ran else f"> {LIMIT_S:.0f} s"
+    )
     for name, argv in (("status ID", ["status", mid]), ("missions", ["missions"])):
-        wall, cpu, _ = run([*keel, *argv, *at])
-        out[name] = f"{wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
+        ran = run([*keel, *argv, *at])
+        out[name] = f"{ran[0] * 1000:.0f} ms wall, {ran[1] * 1000:.0f} ms CPU" if ran else f"> {LIMIT_S:.0f} s"
     copy = scratch / "restored"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(store, copy)
     before = used_mb(copy)
     run([*keel, "restore", mid, "p1", "--store", str(copy)])
     out["restore adds"] = f"{used_mb(copy) - before:.2f} MB"
-    keel_s = min(float(run([python, "-c", KEEL, str(store), mid, UNIT])[2]) for _ in range(3))
-    raw_s = min(float(run([python, "-c", RAW, str(store), mid, UNIT])[2]) for _ in range(3))
+    keel_s = min(_seconds(run([python, "-c", KEEL, str(store), mid, UNIT])) for _ in range(3))
+    raw_s = min(_seconds(run([python, "-c", RAW, str(store), mid, UNIT])) for _ in range(3))
     out["journal read vs raw scan"] = f"{keel_s * 1000:.0f} / {raw_s * 1000:.0f} ms CPU = {keel_s / raw_s:.2f}x"
     return out
+
+
+def _seconds(ran: tuple[float, float, str] | None) -> float:
+    return float(ran[2]) if ran else float("inf")
 
 
 def live(python: str, root: Path, entries: int) -> dict[str, str]:
@@ -135,14 +154,21 @@ def live(python: str, root: Path, entries: int) -> dict[str, str]:
             out["serve: errors"] = str(seen.errors)
         else:
             argv = [python, "-m", "keel.server.cli", "log", mid, "--follow", "--json", "--store", str(store)]
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            time.sleep(1.0)
-            go.touch()
-            host.wait()
-            ended = time.monotonic()
-            lines = proc.stdout.read().count("\n") if proc.stdout else 0
-            proc.wait()
-            out["log --follow: done after the host"] = f"{time.monotonic() - ended:.1f} s ({lines} items)"
+            with tempfile.TemporaryFile("w+") as printed:
+                proc = subprocess.Popen(argv, stdout=printed, stderr=subprocess.DEVNULL, text=True)
+                time.sleep(1.0)
+                go.touch()
+                host.wait()
+                ended = time.monotonic()
+                try:
+                    proc.wait(timeout=LIMIT_S)
+                    printed.seek(0)
+                    lines = printed.read().count("\n")
+                    out["log --follow: done after the host"] = f"{time.monotonic() - ended:.1f} s ({lines} items)"
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                    out["log --follow: done after the host"] = f"still behind after {LIMIT_S:.0f} s"
         go.touch()
         host.wait()
     return out

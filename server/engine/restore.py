@@ -16,7 +16,6 @@ Depends on storage and the engine's checkpoint, journal, places, sandbox and tre
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import time
 from collections.abc import Callable
@@ -113,7 +112,7 @@ def _place_reopened(txn: Txn, mission_id: str, unit_id: str, unit_lane: str, mar
     registry.recover), or, from a point that holds none, no sandbox at all (then a lost sandbox: run again
     when its journal holds no effect, else a question). It never goes on in a fresh sandbox without the
     files its replayed steps made."""
-    entries = itertools.takewhile(lambda e: e.seq <= mark.journal_hwm, m.journal_scan(txn, mission_id, unit_lane))
+    entries = m.journal_kinds(txn, mission_id, unit_lane, mark.journal_hwm)
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
     kept = sandbox_kept(mark.tree, mark.base_tree)

@@ -34,6 +34,7 @@ def views(txn: Txn, lane: str) -> tuple[object, ...]:
         m.journal_entries(txn, MID, lane, after=3, upto=9),
         m.journal_entries(txn, MID, lane, upto=0),
         list(m.journal_scan(txn, MID, lane)),
+        list(m.journal_kinds(txn, MID, lane, 11)),
         [m.journal_get(txn, MID, lane, seq) for seq in range(0, 16)],
         m.journal_last_done(txn, MID, lane, "state/save"),
         m.journal_last_done(txn, MID, lane, "tool/run"),
