@@ -208,6 +208,15 @@ class EffectMark(msgspec.Struct, frozen=True, omit_defaults=True):
     text: str = ""
 
 
+class LaneBase(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A journal lane that begins as another: its entries 1..`upto` are those of lane `lane` of the same
+    mission, except where it holds an entry of its own (storage/missions.py reads them so). A restore's lane
+    refers to the lane it restores instead of copying it; it is entry 0 of the lane (`JournalEntry.base`)."""
+
+    lane: str
+    upto: int
+
+
 class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One recorded agent request of a unit, keyed by (mission, unit, seq).
 
@@ -237,6 +246,10 @@ class JournalEntry(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     rerun_approved: bool = False
     skipped: bool = False
     effect: EffectMark | None = None  # an effect's identity and the files it started from (engine/step/effects.py)
+    base: LaneBase | None = None  # only on entry 0: the lane this one begins as (kind LANE_BASE)
+
+
+LANE_BASE = "lane/base"  # the kind of a lane's entry 0, which names the lane it begins as
 
 
 class UnitMark(msgspec.Struct, frozen=True, omit_defaults=True):

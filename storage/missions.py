@@ -9,21 +9,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TypeVar
+
+import msgspec
 
 from keel.protocol.errors import NotFoundError
 from keel.protocol.records import (
+    LANE_BASE,
     CheckpointManifest,
     Control,
     Event,
     Evidence,
     JournalEntry,
+    LaneBase,
     MissionRecord,
     RestorePoint,
 )
 from keel.protocol.states import MissionState, check_mission_transition
 from keel.storage.errors import CorruptRecordError
-from keel.storage.keys import DB, log_key, mission_prefix, unit_prefix
-from keel.storage.txn import Txn
+from keel.storage.keys import DB, SEQ_BYTES, log_key, mission_prefix, unit_prefix
+from keel.storage.txn import Txn, decode_value
+
+T = TypeVar("T")
 
 
 def get_mission(txn: Txn, mission_id: str) -> MissionRecord:
@@ -62,6 +69,7 @@ def delete_mission_records(txn: Txn, mission_id: str) -> int:
     points, leases, the host lease); blobs stay for gc. Returns how many records went."""
     removed = int(txn.delete(DB.MISSIONS, mission_id.encode())) + int(txn.delete(DB.HEADS, mission_id.encode()))
     removed += int(txn.delete(DB.LEASES, mission_id.encode()))  # the host lease (storage/hostlease.py)
+    removed += int(txn.delete(DB.META, tally_key(mission_id)))
     prefix = mission_prefix(mission_id)
     for db in (DB.JOURNAL, DB.EVENTS, DB.EVIDENCE, DB.CONTROL, DB.POINTS, DB.LEASES):
         keys = [key for key, _ in txn.scan_raw(db, prefix)]
@@ -72,8 +80,6 @@ def delete_mission_records(txn: Txn, mission_id: str) -> int:
 
 def set_mission_state(txn: Txn, mission_id: str, state: MissionState, **changes: object) -> MissionRecord:
     """Move a mission through its transition table, log the event, return the new record."""
-    import msgspec
-
     old = get_mission(txn, mission_id)
     if old.state != state:
         check_mission_transition(old.state, state)
@@ -108,7 +114,44 @@ def events_after(txn: Txn, mission_id: str, after: int = 0) -> list[tuple[int, E
 
 
 def add_evidence(txn: Txn, mission_id: str, evidence: Evidence) -> int:
-    return txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
+    """Append to the evidence log, and count it in the mission's tally when the tally counts all before it."""
+    seq = txn.append(DB.EVIDENCE, mission_prefix(mission_id), evidence)
+    key = tally_key(mission_id)
+    tally = txn.get(DB.META, key, EvidenceTally) or EvidenceTally()
+    if tally.upto == seq - 1:
+        txn.put(DB.META, key, tally.add(seq, evidence.kind))
+    return seq
+
+
+class EvidenceTally(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A mission's evidence counted by kind up to entry `upto` of its log, and the newest RECENT entries of
+    each kind: what a view of the mission shows without reading its whole evidence log. Stored in `meta`
+    (`tally_key`) and kept by `add_evidence`; a tally that stopped counting (a mission an older keel wrote
+    to, or imported from a bundle) is completed by reading the log after `upto` (`evidence_tally`)."""
+
+    upto: int = 0
+    kinds: dict[str, int] = {}
+    recent: dict[str, tuple[int, ...]] = {}
+
+    def add(self, seq: int, kind: str) -> EvidenceTally:
+        kinds = {**self.kinds, kind: self.kinds.get(kind, 0) + 1}
+        recent = {**self.recent, kind: (*self.recent.get(kind, ())[-(RECENT - 1) :], seq)}
+        return EvidenceTally(upto=seq, kinds=kinds, recent=recent)
+
+
+RECENT = 10
+
+
+def tally_key(mission_id: str) -> bytes:
+    return b"evidence-tally\x00" + mission_id.encode()
+
+
+def evidence_tally(txn: Txn, mission_id: str) -> EvidenceTally:
+    """The mission's evidence counted by kind, up to its newest entry."""
+    tally = txn.get(DB.META, tally_key(mission_id), EvidenceTally) or EvidenceTally()
+    for seq, item in evidence_after(txn, mission_id, tally.upto):
+        tally = tally.add(seq, item.kind)
+    return tally
 
 
 def evidence_after(
@@ -118,32 +161,142 @@ def evidence_after(
 
 
 # -- journal ----------------------------------------------------------------------------------------
+# A lane may begin as another lane of the mission (a restore's: `LaneBase` in its entry 0): its entries
+# 1..upto are the other lane's, except those it holds itself. Every read below resolves that, so a lane reads
+# the same whether it shares its beginning or holds a copy.
+
+
 def journal_get(txn: Txn, mission_id: str, unit_id: str, seq: int) -> JournalEntry | None:
-    return txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
+    if seq < 1:  # entries are numbered from 1; a lane's entry 0 only says what it shares (`lane_base`)
+        return None
+    entry = txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), seq), JournalEntry)
+    if entry is None:
+        base = lane_base(txn, mission_id, unit_id)
+        if base is not None and seq <= base.upto:
+            return journal_get(txn, mission_id, base.lane, seq)
+    return entry
 
 
 def journal_put(txn: Txn, mission_id: str, unit_id: str, entry: JournalEntry) -> None:
     txn.put(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), entry.seq), entry)
 
 
+def lane_base(txn: Txn, mission_id: str, unit_id: str) -> LaneBase | None:
+    """The lane this one begins as, and up to which entry (None: it holds all its entries itself)."""
+    head = txn.get(DB.JOURNAL, log_key(unit_prefix(mission_id, unit_id), 0), JournalEntry)
+    return head.base if head is not None else None
+
+
+def share_lane(txn: Txn, mission_id: str, unit_id: str, base: LaneBase) -> None:
+    """Begin lane `unit_id` as `base.lane` up to `base.upto`, sharing those entries instead of copying them.
+    Entry `upto` is written to the lane too, so that its last entry is its own (`Txn.last_seq` finds it)."""
+    if base.upto <= 0:
+        return
+    last = journal_get(txn, mission_id, base.lane, base.upto)
+    if last is None:
+        raise CorruptRecordError(
+            DB.JOURNAL.value,
+            log_key(unit_prefix(mission_id, base.lane), base.upto),
+            f"lane {unit_id} cannot begin as lane {base.lane} up to entry {base.upto}: that entry is missing",
+        )
+    journal_put(txn, mission_id, unit_id, JournalEntry(seq=0, kind=LANE_BASE, fingerprint="", base=base))
+    journal_put(txn, mission_id, unit_id, last)
+
+
 def journal_entries(
     txn: Txn, mission_id: str, unit_id: str, upto: int | None = None, after: int = 0
 ) -> list[JournalEntry]:
-    return txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after, upto=upto)
+    own = txn.log_values(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after, upto=upto)
+    base = lane_base(txn, mission_id, unit_id)
+    if base is None or after >= base.upto:
+        return own
+    shared = journal_entries(
+        txn, mission_id, base.lane, upto=base.upto if upto is None else min(base.upto, upto), after=after
+    )
+    mine = {e.seq: e for e in own if e.seq <= base.upto}
+    return [mine.get(e.seq, e) for e in shared] + [e for e in own if e.seq > base.upto]
+
+
+def own_entries(txn: Txn, mission_id: str, unit_id: str, after: int = 0) -> Iterator[JournalEntry]:
+    """The entries a lane holds itself (not those it shares with the lane it begins as), one at a time."""
+    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, after=after):
+        yield entry
 
 
 def journal_scan(txn: Txn, mission_id: str, unit_id: str) -> Iterator[JournalEntry]:
     """A lane's entries one at a time, for a question about the whole lane that need not hold it."""
-    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry):
+    for _, entry in _scan(txn, mission_id, unit_id, JournalEntry):
         yield entry
+
+
+class EntryKind(msgspec.Struct, frozen=True, gc=False):
+    """What an entry is, without its result: read at a fraction of a whole entry's cost."""
+
+    kind: str
+    tool_class: str | None = None
+
+
+def journal_kinds(txn: Txn, mission_id: str, unit_id: str, upto: int) -> Iterator[EntryKind]:
+    """What each of a lane's entries up to `upto` is (a restore asks whether any changed files)."""
+    for seq, entry in _scan(txn, mission_id, unit_id, EntryKind):
+        if seq > upto:
+            return
+        yield entry
+
+
+def _scan(txn: Txn, mission_id: str, unit_id: str, type_: type[T]) -> Iterator[tuple[int, T]]:
+    base = lane_base(txn, mission_id, unit_id)
+    prefix = unit_prefix(mission_id, unit_id)
+    if base is None:
+        yield from txn.read_log(DB.JOURNAL, prefix, type_)
+        return
+    mine = dict(txn.read_log(DB.JOURNAL, prefix, type_, upto=base.upto))
+    for seq, entry in _scan(txn, mission_id, base.lane, type_):
+        if seq > base.upto:
+            break
+        yield seq, mine.get(seq, entry)
+    yield from txn.read_log(DB.JOURNAL, prefix, type_, after=base.upto)
 
 
 def journal_last_done(txn: Txn, mission_id: str, unit_id: str, kind: str) -> JournalEntry | None:
     """The newest entry of the lane of this kind whose result is recorded, read from the end backwards."""
-    for _key, entry in txn.scan(DB.JOURNAL, unit_prefix(mission_id, unit_id), JournalEntry, reverse=True):
-        if entry.kind == kind and entry.phase == "done":
-            return entry
-    return None
+    return next((e for e in _newest_first(txn, mission_id, unit_id) if e.kind == kind and e.phase == "done"), None)
+
+
+def _newest_first(txn: Txn, mission_id: str, unit_id: str, upto: int | None = None) -> Iterator[JournalEntry]:
+    """A lane's entries (up to `upto`) from its last backwards, what it shares read in the same order."""
+    base = lane_base(txn, mission_id, unit_id)
+    shared = base.upto if base is not None else 0
+    prefix = unit_prefix(mission_id, unit_id)
+    mine: dict[int, JournalEntry] = {}
+    for key, raw in txn.scan_raw(DB.JOURNAL, prefix, reverse=True):
+        seq = int.from_bytes(key[len(prefix) :], "big")
+        if seq == 0:
+            break
+        if upto is not None and seq > upto:
+            continue
+        entry = decode_value(DB.JOURNAL.value, key, raw, JournalEntry)
+        if seq > shared:
+            yield entry
+        else:
+            mine[seq] = entry
+    if base is not None:
+        for entry in _newest_first(txn, mission_id, base.lane, min(shared, upto if upto is not None else shared)):
+            yield mine.pop(entry.seq, entry)
+
+
+def journal_lanes(txn: Txn, mission_id: str) -> list[str]:
+    """Every journal lane of the mission, jumping from one lane's keys to the next."""
+    prefix = mission_prefix(mission_id)
+    found: list[str] = []
+    start: bytes | None = None
+    while True:
+        key = next((k for k, _ in txn.scan_raw(DB.JOURNAL, prefix, start=start)), None)
+        if key is None or len(key) < len(prefix) + SEQ_BYTES + 1:
+            return found
+        name = key[len(prefix) : -(SEQ_BYTES + 1)]
+        found.append(name.decode())
+        start = prefix + name + b"\x01"  # past every key of this lane (`name NUL seq`)
 
 
 def journal_truncate(txn: Txn, mission_id: str, unit_id: str, after: int) -> int:

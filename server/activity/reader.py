@@ -4,7 +4,9 @@ Sources: every journal lane of the mission (one per unit, and `unit#epoch` after
 evidence, event and control logs. Each is read past its own position and the sources are merged by time
 (each keeps its own order), so the cursor — every source's position, plus the intents still waiting for
 their result — always marks a prefix of what was read. An intent is shown as soon as it is recorded and
-again (same id) when its result is. Entries a restore copied into a new lane are not shown twice.
+again (same id) when its result is. A lane's entries are shown once, under the lane that recorded them: a
+restored lane's shared beginning (or, from an older keel, its copies) is not shown again. Each page reads
+from each source only a little more than it shows.
 Depends on storage and protocol only.
 """
 
@@ -12,14 +14,17 @@ from __future__ import annotations
 
 import base64
 import heapq
+import itertools
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 
 from keel.protocol.errors import KeelError, NotFoundError
-from keel.protocol.records import Evidence, JournalEntry, MissionRecord
+from keel.protocol.records import Event, Evidence, JournalEntry, MissionRecord
 from keel.protocol.states import MissionState
 from keel.server.activity.items import (
     KINDS,
@@ -36,6 +41,7 @@ from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.keys import SEQ_BYTES, mission_prefix, unit_prefix
 
+T = TypeVar("T")
 DEFAULT_LIMIT = 200
 MAX_LIMIT = 2000
 
@@ -128,7 +134,10 @@ def page_txn(txn: Txn, mission: str, cur: Cursor, limit: int, filter: Filter, pr
         raise NotFoundError(f"mission {mid} has no unit {filter.unit!r}")
     items: list[ActivityItem] = []
     more = False
-    for _, _, source, position, item in _merged(txn, record, cur, prices):
+    for _, _, source, position, item in _merged(txn, record, cur, prices, window_for(limit)):
+        if source == STOP:
+            more = True
+            break
         if item is not None and filter.accepts(item):
             if len(items) >= limit:
                 more = True
@@ -149,7 +158,7 @@ def end_cursor(store: Store, mission: str) -> str:
             events=txn.last_seq(DB.EVENTS, prefix),
             control=txn.last_seq(DB.CONTROL, prefix),
         )
-        for lane in lanes(txn, mid):
+        for lane in m.journal_lanes(txn, mid):
             last = txn.last_seq(DB.JOURNAL, unit_prefix(mid, lane))
             cur.lanes[lane] = last
             entry = m.journal_get(txn, mid, lane, last)
@@ -160,48 +169,69 @@ def end_cursor(store: Store, mission: str) -> str:
     return store.read(read)
 
 
-def lanes(txn: Txn, mission_id: str) -> list[str]:
-    """Every journal lane of the mission, jumping from one lane's keys to the next."""
-    prefix = mission_prefix(mission_id)
-    found: list[str] = []
-    start: bytes | None = None
-    while True:
-        key = next((k for k, _ in txn.scan_raw(DB.JOURNAL, prefix, start=start)), None)
-        if key is None or len(key) < len(prefix) + SEQ_BYTES + 1:
-            return found
-        name = key[len(prefix) : -(SEQ_BYTES + 1)]
-        found.append(name.decode())
-        start = prefix + name + b"\x01"  # past every key of this lane (`name NUL seq`)
-
-
 # -- merging the sources --------------------------------------------------------------------------------
 Row = tuple[float, int, str, int, "ActivityItem | None"]  # (at, tie, source, position, item)
+STOP = "stop"  # a row past the last one read of a source that has more: the page ends there
+MARGIN = 16  # records read per source and page past the limit: a page costs what it shows, not what follows
 
 
-def _merged(txn: Txn, record: MissionRecord, cur: Cursor, prices: Prices | None) -> Iterator[Row]:
+def window_for(limit: int) -> int:
+    return limit + MARGIN
+
+
+def _merged(txn: Txn, record: MissionRecord, cur: Cursor, prices: Prices | None, window: int) -> Iterator[Row]:
+    """Every source's next `window` records, merged by time. A source that has more than that ends in a
+    STOP row after its last record read: what comes after it cannot be ordered before reading further."""
     mid = record.id
-    all_lanes = lanes(txn, mid)
-    fresh = {lane: list(_entries_after(txn, mid, lane, cur.lanes.get(lane, 0))) for lane in all_lanes}
-    evidence = list(m.evidence_after(txn, mid, cur.evidence))
+    all_lanes = m.journal_lanes(txn, mid)
+    fresh = {lane: _first(m.own_entries(txn, mid, lane, cur.lanes.get(lane, 0)), window) for lane in all_lanes}
+    evidence = _first(m.evidence_after(txn, mid, cur.evidence), window)
     linked: dict[tuple[str, int], list[Evidence]] = {}
-    for _, item in evidence:
+    for _, item in evidence[0]:
         if item.lane:
             linked.setdefault((item.lane, item.seq), []).append(item)
-    sources: list[Iterable[Row]] = []
+    sources: list[list[Row]] = []
     for n, lane in enumerate(all_lanes):
-        sources.append([_journal_row(txn, record, lane, e, linked, prices, n) for e in fresh[lane]])
+        entries, more = fresh[lane]
+        rows = [_journal_row(txn, record, lane, e, linked, prices, n) for e in entries]
+        sources.append(_stopped(rows, more))
     sources.append(_reopened(txn, record, cur, linked, prices))
-    entry_at = {(lane, e.seq): e.at for lane in all_lanes for e in fresh[lane]}
-    sources.append(  # evidence of a journal entry right after it (it is recorded with it)
-        (entry_at.get((ev.lane, ev.seq), ev.at), 1_000_000, "v", seq, evidence_item(seq, ev))
-        for seq, ev in evidence
-        if not _folded(ev)
-    )
-    sources.append(_events(txn, record, cur.events))
-    sources.append(
-        (c.at, 1_000_002, "c", seq, control_item(seq, c)) for seq, c in m.controls_after(txn, mid, cur.control)
-    )
+    entry_at = {(lane, e.seq): e.at for lane in all_lanes for e in fresh[lane][0]}
+    rows = [  # evidence of a journal entry right after it (it is recorded with it)
+        (_evidence_at(txn, mid, ev, entry_at), 1_000_000, "v", seq, None if _folded(ev) else evidence_item(seq, ev))
+        for seq, ev in evidence[0]
+    ]
+    sources.append(_stopped(rows, evidence[1]))
+    events = _first(m.events_after(txn, mid, cur.events), window)
+    sources.append(_stopped(list(_events(txn, record, events[0])), events[1]))
+    controls = _first(m.controls_after(txn, mid, cur.control), window)
+    rows = [(c.at, 1_000_002, "c", seq, control_item(seq, c)) for seq, c in controls[0]]
+    sources.append(_stopped(rows, controls[1]))
     return heapq.merge(*sources, key=lambda row: (row[0], row[1]))
+
+
+def _first(items: Iterable[T], count: int) -> tuple[list[T], bool]:
+    """The first `count` of `items`, and whether there are more."""
+    it = iter(items)
+    taken = list(itertools.islice(it, count))
+    return taken, next(it, None) is not None
+
+
+def _stopped(rows: list[Row], more: bool) -> list[Row]:
+    if more and rows:
+        rows.append((max(row[0] for row in rows), sys.maxsize, STOP, 0, None))
+    return rows
+
+
+def _evidence_at(txn: Txn, mid: str, item: Evidence, entry_at: dict[tuple[str, int], float]) -> float:
+    """Evidence is shown at its journal entry's time (it is recorded with it)."""
+    if not item.lane:
+        return item.at
+    at = entry_at.get((item.lane, item.seq))
+    if at is None:
+        entry = m.journal_get(txn, mid, item.lane, item.seq)
+        at = entry.at if entry is not None else item.at
+    return at
 
 
 def _folded(item: Evidence) -> bool:
@@ -211,11 +241,6 @@ def _folded(item: Evidence) -> bool:
         and item.kind not in ("verification", "failover", "reexecuted", "merge-conflict")
         and not (item.kind == "answer" and isinstance(item.data, dict) and item.data.get("kind") != "human/ask")
     )
-
-
-def _entries_after(txn: Txn, mid: str, lane: str, after: int) -> Iterator[JournalEntry]:
-    for _, entry in txn.read_log(DB.JOURNAL, unit_prefix(mid, lane), JournalEntry, after=after):
-        yield entry
 
 
 def _journal_row(
@@ -261,9 +286,8 @@ def _reopened(
     return rows
 
 
-def _events(txn: Txn, record: MissionRecord, after: int) -> Iterator[Row]:
-    events = list(m.events_after(txn, record.id, after))
-    last_wait = max((seq for seq, e in events if e.kind == "state" and e.state == "waiting_input"), default=0)
+def _events(txn: Txn, record: MissionRecord, events: list[tuple[int, Event]]) -> Iterator[Row]:
+    last_wait = _last_wait(txn, record.id) if record.question is not None else 0
     for seq, event in events:
         question = record.question.text if record.question is not None and seq == last_wait else ""
         replayed, why, again = 0, "first", 0
@@ -282,25 +306,39 @@ def _why_started(txn: Txn, mid: str, seq: int, unit: str) -> Why:
     return why_started(before, unit, answers)
 
 
+def _last_wait(txn: Txn, mid: str) -> int:
+    """The newest event that says the mission waits for a person (its question is the record's)."""
+    for key, event in txn.scan(DB.EVENTS, mission_prefix(mid), Event, reverse=True):
+        if event.kind == "state" and event.state == "waiting_input":
+            return int.from_bytes(key[-SEQ_BYTES:], "big")
+    return 0
+
+
 def _in_doubt_before(txn: Txn, mid: str, unit: str, at: float) -> int:
     """Effects the unit's newest lane started before `at` without a recorded result: run again (or
     reconciled) by the new host, since the journal cannot answer them."""
-    newest = _newest_lane(txn, mid, unit)
-    if newest is None:
-        return 0
-    return sum(1 for e in m.journal_entries(txn, mid, newest) if e.at < at and e.phase == "intent")
+    return sum(1 for e in _recorded_before(txn, mid, unit, at) if e.phase == "intent")
 
 
 def _steps_before(txn: Txn, mid: str, unit: str, at: float) -> int:
     """How many entries the unit's newest lane holds from before `at`: what a start at `at` replays."""
+    return sum(1 for e in _recorded_before(txn, mid, unit, at) if e.phase == "done")
+
+
+def _recorded_before(txn: Txn, mid: str, unit: str, at: float) -> Iterator[JournalEntry]:
+    """The unit's newest lane's entries up to the first one recorded at `at` or later (a lane is written in
+    time order): what a start at `at` found, read no further than that."""
     newest = _newest_lane(txn, mid, unit)
     if newest is None:
-        return 0
-    return sum(1 for e in m.journal_entries(txn, mid, newest) if e.at < at and e.phase == "done")
+        return
+    for entry in m.journal_scan(txn, mid, newest):
+        if entry.at >= at:
+            return
+        yield entry
 
 
 def _newest_lane(txn: Txn, mid: str, unit: str) -> str | None:
-    names = [lane for lane in lanes(txn, mid) if unit_of(lane) == unit]
+    names = [lane for lane in m.journal_lanes(txn, mid) if unit_of(lane) == unit]
     return max(names, key=lambda lane: int(lane.partition("#")[2] or 0)) if names else None
 
 

@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from keel.protocol.records import Evidence, UnitLease, WorkerPlace
+from keel.protocol.records import UnitLease, WorkerPlace
 from keel.protocol.states import LeaseState
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
@@ -71,18 +71,16 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 ROUTINE = ("tool", "diff")  # evidence of every step: counted; the rest (verifications, answers, …) listed
-NOTABLE = 10
+NOTABLE = m.RECENT  # the tally keeps as many of each kind
 
 
 def _evidence(txn: Any, mission_id: str) -> dict[str, Any]:
-    """The mission's evidence counted by kind, and its last NOTABLE items that are not routine."""
-    counts: dict[str, int] = {}
-    notable: list[Evidence] = []
-    for _, item in m.evidence_after(txn, mission_id):
-        counts[item.kind] = counts.get(item.kind, 0) + 1
-        if item.kind not in ROUTINE:
-            notable = [*notable[-(NOTABLE - 1) :], item]
-    return {"evidence": counts, "notable": notable}
+    """The mission's evidence counted by kind, and its last NOTABLE items that are not routine: read from the
+    mission's tally and those items alone, never the whole evidence log."""
+    tally = m.evidence_tally(txn, mission_id)
+    seqs = sorted(seq for kind, recent in tally.recent.items() if kind not in ROUTINE for seq in recent)[-NOTABLE:]
+    notable = [item for seq in seqs for _, item in m.evidence_after(txn, mission_id, seq - 1, upto=seq)]
+    return {"evidence": dict(tally.kinds), "notable": notable}
 
 
 def _print_subagents(held: list[Any]) -> None:

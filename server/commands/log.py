@@ -18,7 +18,7 @@ import msgspec
 
 from keel.server.activity.items import KINDS, ActivityItem
 from keel.server.activity.pricing import configured_prices
-from keel.server.activity.reader import Filter, read_page
+from keel.server.activity.reader import DEFAULT_LIMIT, MAX_LIMIT, Filter, read_page
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store
 from keel.server.exits import Exit
@@ -44,9 +44,10 @@ def run_log(args: argparse.Namespace) -> int:
     with open_store(args, readonly=True) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, args.id)))
         prices = configured_prices(Path(record.workspace))
-        cursor = ""
+        cursor, limit = "", DEFAULT_LIMIT  # the first screen at once, then longer pages
         while True:
-            page = read_page(store, record.id, cursor=cursor, filter=wanted, prices=prices)
+            page = read_page(store, record.id, cursor=cursor, limit=limit, filter=wanted, prices=prices)
+            limit = MAX_LIMIT
             for item in page.items:
                 _print(item, args)
             sys.stdout.flush()

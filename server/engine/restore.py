@@ -1,9 +1,9 @@
 """Rewind a mission to a restore point, or fork a new mission from one; history is never rewritten.
 
 A restore writes a NEW checkpoint holding the point's task graph and unit marks. A unit that had not
-finished at the point gets a fresh journal lane (a new epoch) holding copies of its entries up to the
-point's mark, so entries recorded after the point are never used on replay; the old lane stays as it
-was. The mission becomes paused: `keel resume` continues from there.
+finished at the point gets a fresh journal lane (a new epoch) that begins as its old lane up to the point's
+mark (`missions.share_lane`: the entries are shared, not copied), so entries recorded after the point are
+never used on replay; the old lane stays as it was. The mission becomes paused: `keel resume` continues from there.
 
 With files (`restore_files`), the sandbox is first made equal to the point's file snapshot
 (server/engine/files/trees.py), then re-hashed and checked against it: a mismatch is an error and nothing is
@@ -26,7 +26,7 @@ from keel.protocol.errors import InvalidTransitionError
 from keel.protocol.records import (
     CheckpointManifest,
     Event,
-    JournalEntry,
+    LaneBase,
     MissionRecord,
     RestorePoint,
     SandboxTree,
@@ -67,11 +67,9 @@ def restore_txn(txn: Txn, mission_id: str, point_id: str, *, files: bool = False
             continue
         epoch = fresh_epoch(txn, mission_id, unit_id, mark.epoch, latest.epoch if latest else 0)
         old_lane, new_lane = lane(unit_id, mark.epoch), lane(unit_id, epoch)
-        entries = m.journal_entries(txn, mission_id, old_lane, upto=mark.journal_hwm)
-        for entry in entries:
-            m.journal_put(txn, mission_id, new_lane, entry)
+        m.share_lane(txn, mission_id, new_lane, LaneBase(lane=old_lane, upto=mark.journal_hwm))
         marks[unit_id] = _reopened(mark, epoch)
-        _place_reopened(txn, mission_id, unit_id, new_lane, mark, entries, point.id)
+        _place_reopened(txn, mission_id, unit_id, new_lane, mark, point.id)
     m.set_mission_state(
         txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, question=None, error=""
     )
@@ -110,14 +108,13 @@ def _unchanged_since(txn: Txn, mission_id: str, unit_id: str, mark: UnitMark, la
     )
 
 
-def _place_reopened(
-    txn: Txn, mission_id: str, unit_id: str, unit_lane: str, mark: UnitMark, entries: list[JournalEntry], point: str
-) -> None:
+def _place_reopened(txn: Txn, mission_id: str, unit_id: str, unit_lane: str, mark: UnitMark, point: str) -> None:
     """A reopened unit whose journal up to the point changed files needs its sandbox as it was at the point:
     a lease on its lane names the point's snapshots of that sandbox (the resuming host makes it from them,
     registry.recover), or, from a point that holds none, no sandbox at all (then a lost sandbox: run again
     when its journal holds no effect, else a question). It never goes on in a fresh sandbox without the
     files its replayed steps made."""
+    entries = m.journal_kinds(txn, mission_id, unit_lane, mark.journal_hwm)
     if not any(e.tool_class in ("effectful", "idempotent") or e.kind == "effect/ask" for e in entries):
         return  # nothing it did is in its files: a fresh sandbox from the mission branch is the same
     kept = sandbox_kept(mark.tree, mark.base_tree)
@@ -292,9 +289,7 @@ def _fork_txn(txn: Txn, record: MissionRecord, point: RestorePoint, new_id: str,
     }
     for uid, mk in target.units.items():
         if mk.state != UnitState.SUCCEEDED:
-            unit_lane = lane(uid, mk.epoch)
-            entries = m.journal_entries(txn, new_id, unit_lane, upto=mk.journal_hwm)
-            _place_reopened(txn, new_id, uid, unit_lane, mk, entries, f"{record.id}:{point.id}")
+            _place_reopened(txn, new_id, uid, lane(uid, mk.epoch), mk, f"{record.id}:{point.id}")
     manifest = CheckpointManifest(
         mission_id=new_id,
         number=target.number + 1,

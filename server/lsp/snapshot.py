@@ -9,6 +9,7 @@ engine's `host_alive` only; knows nothing of LSP.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import msgspec
@@ -82,13 +83,13 @@ _cache = _Cache()
 
 def read_views(store: Store) -> dict[str, MissionView]:
     """Every mission, in one read transaction (ordered by id, which sorts by creation time)."""
-    views = store.read(lambda txn: {r.id: _view(txn, r) for r in m.list_missions(txn)})
+    views = store.read(lambda txn: {r.id: _view(store, txn, r) for r in m.list_missions(txn)})
     return {mid: msgspec.structs.replace(v, host_alive=host_alive(v.record)) for mid, v in views.items()}
 
 
 def read_view(store: Store, text: str) -> MissionView:
     """One mission by full id or unique prefix; NotFoundError names the id."""
-    view = store.read(lambda txn: _view(txn, m.get_mission(txn, m.resolve_mission_id(txn, text))))
+    view = store.read(lambda txn: _view(store, txn, m.get_mission(txn, m.resolve_mission_id(txn, text))))
     return msgspec.structs.replace(view, host_alive=host_alive(view.record))
 
 
@@ -96,7 +97,7 @@ def resolve(store: Store, text: str) -> str:
     return store.read(lambda txn: m.resolve_mission_id(txn, text))
 
 
-def _view(txn: Txn, record: MissionRecord) -> MissionView:
+def _view(store: Store, txn: Txn, record: MissionRecord) -> MissionView:
     prefix = mission_prefix(record.id)
     digest = m.head(txn, record.id) or ""
     manifest: CheckpointManifest | None = _cache.get(digest, lambda: m.get_checkpoint(txn, digest)) if digest else None
@@ -115,8 +116,8 @@ def _view(txn: Txn, record: MissionRecord) -> MissionView:
         points=txn.last_seq(DB.POINTS, prefix),
         pending_answer=pending,
         head_reason=manifest.reason if manifest is not None else "",
-        usage=_usage(txn, record.id),
-        failovers=sum(1 for _, e in m.evidence_after(txn, record.id) if e.kind == "failover"),
+        usage=_usages.read(store, txn, record.id),
+        failovers=m.evidence_tally(txn, record.id).kinds.get("failover", 0),
     )
 
 
@@ -129,21 +130,53 @@ def _unit(spec: UnitSpec, mark: UnitMark | None, live: str | None) -> UnitView:
     )
 
 
-def _usage(txn: Txn, mission_id: str) -> ModelUsage:
-    """Tokens of every journaled model call of the mission (all lanes), and the newest call's model."""
-    tokens: dict[str, tuple[int, int]] = {}
-    newest, served, calls = -1.0, "", 0
-    for _, entry in txn.scan(DB.JOURNAL, mission_prefix(mission_id), JournalEntry):
+class _Tokens:
+    """One mission's model calls counted so far: how far each lane has been read, and the sums."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, int] = {}
+        self.tokens: dict[str, tuple[int, int]] = {}
+        self.newest, self.served, self.calls = -1.0, "", 0
+
+    def add(self, entry: JournalEntry) -> None:
         if entry.kind != "model/complete" or entry.phase != "done" or not isinstance(entry.result, dict):
-            continue
+            return
         usage = entry.result.get("usage") or {}
         provider = str(entry.result.get("provider") or "")
-        prompt, completion = tokens.get(provider, (0, 0))
-        tokens[provider] = (
+        prompt, completion = self.tokens.get(provider, (0, 0))
+        self.tokens[provider] = (
             prompt + int(usage.get("prompt_tokens", 0)),
             completion + int(usage.get("completion_tokens", 0)),
         )
-        calls += 1
-        if entry.at >= newest:
-            newest, served = entry.at, f"{provider}/{entry.result.get('model', '')}".strip("/")
-    return ModelUsage(tokens=tokens, served_model=served, calls=calls)
+        self.calls += 1
+        if entry.at >= self.newest:
+            self.newest, self.served = entry.at, f"{provider}/{entry.result.get('model', '')}".strip("/")
+
+
+class _Usages:
+    """Tokens of every journaled model call of each mission (each entry once, under the lane that recorded
+    it: a restored lane's shared beginning is its old lane's), read incrementally: a view reads only the
+    entries recorded since the last one, so watching a long mission costs what it adds. A model call is
+    journaled once, done (never an intent that changes later). Per store, bounded."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._stores: weakref.WeakKeyDictionary[Store, dict[str, _Tokens]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def read(self, store: Store, txn: Txn, mission_id: str) -> ModelUsage:
+        with self._lock:
+            missions = self._stores.setdefault(store, {})
+            if len(missions) >= self._limit and mission_id not in missions:
+                missions.clear()
+            tally = missions.setdefault(mission_id, _Tokens())
+            for lane in m.journal_lanes(txn, mission_id):
+                shared = m.lane_base(txn, mission_id, lane)
+                for entry in m.own_entries(txn, mission_id, lane, after=tally.read.get(lane, 0)):
+                    if shared is None or entry.seq > shared.upto:
+                        tally.add(entry)
+                    tally.read[lane] = entry.seq
+            return ModelUsage(tokens=dict(tally.tokens), served_model=tally.served, calls=tally.calls)
+
+
+_usages = _Usages()

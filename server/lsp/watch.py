@@ -38,6 +38,7 @@ class MissionHub:
         self.views: dict[str, MissionView] = {}
         self.stranded: set[str] = set()
         self.loaded = False  # the first picture of the store (or of its absence) is in
+        self.read_at = 0.0  # when (time.monotonic) the read that made the current picture began
         self._listeners: list[Listener] = []
         self._waiting: list[tuple[str, Condition, asyncio.Future[None]]] = []
         self.on_look: list[Callable[[dict[str, MissionView]], None]] = []  # after every look at the store
@@ -46,8 +47,10 @@ class MissionHub:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def apply(self, views: dict[str, MissionView]) -> None:
-        """The store's whole picture: every mission's view (a mission missing from it was deleted)."""
+    def apply(self, views: dict[str, MissionView], read_at: float = 0.0) -> None:
+        """The store's whole picture: every mission's view (a mission missing from it was deleted), as a read
+        that began at `read_at` (time.monotonic) saw it."""
+        self.read_at = max(self.read_at, read_at)
         for mid in [mid for mid in self.views if mid not in views]:
             del self.views[mid]
             for forget in self.on_remove:
@@ -123,6 +126,7 @@ class StoreWatcher:
         self._thread = threading.Thread(target=self._run, name="keel-store-watcher", daemon=True)
         self._applied_txn = -1  # the transaction the hub's views are as new as (event loop only)
         self._woken = False  # the store wakes this watcher on others' commits (PostgreSQL): poll slowly
+        self._again = False  # read the views at the next look even if the store did not change
         self._catching_up: list[asyncio.Future[None]] = []
 
     def start(self) -> None:
@@ -135,6 +139,12 @@ class StoreWatcher:
 
     def poke(self) -> None:
         """Look now (after a command changed the store) instead of at the next poll."""
+        self._wake.set()
+
+    def read_again(self) -> None:
+        """Read every mission's view now, whether or not the store changed (supervision found a host gone and
+        wants a picture read after that, not one from before it)."""
+        self._again = True
         self._wake.set()
 
     async def current(self, within: float = 30.0) -> None:
@@ -155,8 +165,8 @@ class StoreWatcher:
             except TimeoutError:
                 return
 
-    def _deliver(self, txn: int, views: dict[str, MissionView]) -> None:
-        self._hub.apply(views)
+    def _deliver(self, txn: int, views: dict[str, MissionView], read_at: float = 0.0) -> None:
+        self._hub.apply(views, read_at)
         self._applied_txn = max(self._applied_txn, txn)
         waiters, self._catching_up = self._catching_up, []
         for waiter in waiters:
@@ -178,10 +188,11 @@ class StoreWatcher:
                         self._woken = store.subscribe(self._wake.set) is not None
                     txn = store.txn_id()
                     now = time.monotonic()
-                    if txn != last_txn or now - last_sweep >= SWEEP_S:
+                    if txn != last_txn or now - last_sweep >= SWEEP_S or self._again:
+                        self._again = False
                         views = read_views(store)
                         last_txn, last_sweep = txn, now
-                        self._loop.call_soon_threadsafe(self._deliver, txn, views)
+                        self._loop.call_soon_threadsafe(self._deliver, txn, views, now)
                 failures = 0
             except RuntimeError:  # the loop closed: the server is shutting down
                 return

@@ -7,11 +7,16 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from keel.protocol.records import Evidence, JournalEntry
 from keel.server.activity.reader import Filter, end_cursor, read_page
-from keel.storage import Store
+from keel.storage import DB, Store
 from keel.storage import missions as m
+from keel.storage.errors import CorruptRecordError
+from keel.storage.keys import log_key, unit_prefix
+from tests.historykit import UNIT
+from tests.historykit import make_mission as make_history
 from tests.storage.test_verify import make_mission
 
 PREVIEW = {
@@ -161,3 +166,21 @@ def test_a_start_again_without_a_stop_says_the_host_was_lost(tmp_path: Path) -> 
             ("resumed", "unit u1 goes on after the mission resumed (attempt 4)"),
         ]
         assert [i.kind for i in items if i.at == answer.at] == ["answer"]
+
+
+def test_a_page_reads_only_what_it_shows(tmp_path: Path) -> None:
+    """A page of a long history never reads far past its cursor: the first pages of a 5,000-entry mission
+    are served while entry 4,000 is damaged, and the page that reaches it names the damaged record."""
+    store_path = tmp_path / "store"
+    mid = make_history(store_path, tmp_path, 5000)
+    with Store.open(store_path) as store:
+        store.write(lambda t: t.put_raw(DB.JOURNAL, log_key(unit_prefix(mid, UNIT), 4000), b"not a record"))
+        page = read_page(store, mid, limit=200)
+        assert len(page.items) == 200 and page.more
+        assert [i.seq for i in page.items if i.kind != "state" and i.kind != "unit"][:3] == [1, 2, 3]
+        shown, cursor = len(page.items), page.cursor
+        with pytest.raises(CorruptRecordError, match=f"journal.*{mid}"):
+            while True:
+                page = read_page(store, mid, cursor=cursor, limit=500)
+                shown, cursor = shown + len(page.items), page.cursor
+        assert 4000 - 520 <= shown < 4000  # it stopped at the page (500, and a few read past it) that reached it

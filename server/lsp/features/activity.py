@@ -10,7 +10,9 @@ old is pushed; clients ask `keel/activity` for the history. Depends on server/ac
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,46 +121,46 @@ class _Follower:
         self.server.spawn(self._follow(views), "following mission activity")
 
     async def _follow(self, views: dict[str, MissionView]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def send(payload: Any) -> None:  # each page as it is read: the reader never holds more than one
+            loop.call_soon_threadsafe(self.server.protocol.notify, ACTIVITY_CHANGED, payload)
+
         try:
             while True:
                 self.again = False
-                for payload in await self.server.blocking(self._read, views):
-                    self.server.protocol.notify(ACTIVITY_CHANGED, payload)
+                await self.server.blocking(self._read, views, send)
                 if not self.again:
                     return
                 views = dict(self.server.hub.views)
         finally:
             self.busy = False
 
-    def _read(self, views: dict[str, MissionView]) -> list[Any]:
+    def _read(self, views: dict[str, MissionView], send: Callable[[Any], None]) -> None:
         store = self.server.store()
         if store is None:  # no store yet: every mission that appears is new, from its first step
             self.started = True
-            return []
+            return
         txn = store.txn_id()
         if txn == self.seen_txn and set(views) <= set(self.cursors):
-            return []
+            return
         self.seen_txn = txn
-        out = []
         for mid, view in views.items():
             if mid not in self.cursors:
                 self.cursors[mid] = "" if self.started else end_cursor(store, mid)
-            payload = self._news(store, view)
-            if payload is not None:
-                out.append(payload)
+            self._news(store, view, send)
         self.started = True
-        return out
 
-    def _news(self, store: Store, view: MissionView) -> Any:
+    def _news(self, store: Store, view: MissionView, send: Callable[[Any], None]) -> None:
+        """Send what the mission recorded since its cursor, one notification per page (none holds more than
+        FOLLOW_PAGE items, however far the mission got since the last look)."""
         mid = view.record.id
-        items: list[Any] = []
         prices = configured_prices(Path(view.record.workspace))
         while True:
             page = read_page(store, mid, cursor=self.cursors[mid], limit=FOLLOW_PAGE, prices=prices)
             self.cursors[mid] = page.cursor
-            items += msgspec.to_builtins(page.items)
+            if page.items:
+                items = msgspec.to_builtins(page.items)
+                send({"id": mid, "state": page.state, "items": items, "cursor": page.cursor})
             if not page.more:
-                break
-        if not items:
-            return None
-        return {"id": mid, "state": page.state, "items": items, "cursor": page.cursor}
+                return

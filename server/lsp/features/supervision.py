@@ -20,7 +20,10 @@ A live host (or a mission that stopped running) returns any state to WATCHING. A
 host had already left counts as running: the restart applies the answer. A mission is "dead" only
 when neither its recorded host is alive nor its host lock is held, for longer than a short grace period.
 A host that is merely slow (stopped, swapping, stuck in a long step) still holds its lock and is never
-replaced. Before a restart the mission is read again from the store: a host that stopped on its own (a
+replaced. A host found gone is suspected only once a picture read after that still says its mission needs
+one (the watcher reads one at once): a host that completed the mission, or paused it, wrote that before it
+exited, and the picture from before would have it suspected again and again. Before a restart the mission
+is read again from the store: a host that stopped on its own (a
 pause, a question) has already recorded that, and the restart is dropped, so a person's pause is never
 undone by a stale picture. The restart spawns the host itself (`control.spawn_host`): no child process in
 between.
@@ -88,6 +91,7 @@ class HostWatch:
         self.since = time.monotonic()
         self.attempts = 0
         self.last_error = ""
+        self.gone_at: float | None = None  # when (time.monotonic) its host was first found gone
 
     def _set_state(self, new: Phase) -> None:
         if new not in TRANSITIONS[self.phase]:
@@ -95,13 +99,18 @@ class HostWatch:
         log.info("supervision of %s: %s -> %s", self.mission_id, self.phase, new)
         self.phase = new
         self.since = time.monotonic()
+        if new is P.WATCHING:
+            self.gone_at = None
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
     def step(self, view: MissionView, now: float, silent: bool = False) -> None:
         """`silent`: the mission's host is on another machine and its host lease went silent (only when
         this server takes missions over, `takeOver`)."""
         dead = _needs_host(view) and (silent or (not hostlock.host_alive(view.record) and not self._locked()))
+        if dead and self.phase is P.WATCHING and not self._seen_since_gone(now):
+            return
         if not dead:
+            self.gone_at = None
             if self.phase in (P.SUSPECT, P.BACKOFF, P.STRANDED):
                 if self.attempts:
                     self.server.log_line(f"[{self.mission_id}] host is running again", types.MessageType.Info)
@@ -125,6 +134,18 @@ class HostWatch:
                 )
             else:
                 self._restart(view)
+
+    def _seen_since_gone(self, now: float) -> bool:
+        """Whether the mission's picture was read after its host was found gone. A host that ended on its
+        own (the mission completed, paused, asked) wrote that before it exited, and a picture read earlier
+        still says running: only one read later says whether the mission still needs a host."""
+        if self.gone_at is None:
+            self.gone_at = now
+        if self.server.hub.read_at > self.gone_at:
+            return True
+        if self.server.watcher is not None:
+            self.server.watcher.read_again()
+        return False
 
     def due(self, now: float) -> float | None:
         """Seconds until this watch acts next by itself (its grace period or backoff ends), if it waits."""
