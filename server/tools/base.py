@@ -114,7 +114,8 @@ def arg(args: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
 
 class ReadOnlyTool:
     """Shared behaviour of read-only tools: `compute()` runs in a worker thread (file walks must not
-    block the event loop); nothing to preview; always safe to run again."""
+    block the event loop), unless it is `brief` (a read of one small file); nothing to preview; always
+    safe to run again."""
 
     klass: ToolClass = "read_only"
 
@@ -123,9 +124,15 @@ class ReadOnlyTool:
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
         try:
+            if self.brief(ctx, args):  # cheaper than the two thread hops a worker thread costs
+                return ToolRunResult(ok=True, output=self.compute(ctx, args))
             return ToolRunResult(ok=True, output=await asyncio.to_thread(self.compute, ctx, args))
         except ToolError as exc:
             return failure(exc)
+
+    def brief(self, ctx: ToolContext, args: dict[str, Any]) -> bool:
+        """Whether `compute` is sure to be brief (one small file), so it runs on the caller's thread."""
+        return False
 
     def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return {}

@@ -18,6 +18,7 @@ from keel.server.tools.paths import HIDDEN_DIRS, relative, resolve
 
 SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
 SEARCH_LINE_CHARS = 400
+BRIEF_READ_BYTES = 64 * 1024  # read_file of a file this small is read on the caller's thread
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -76,6 +77,12 @@ class ReadFile(ReadOnlyTool):
     name = "read_file"
     description = SPECS[name].description
     parameters: dict[str, Any] = SPECS[name].parameters
+
+    def brief(self, ctx: ToolContext, args: dict[str, Any]) -> bool:
+        try:
+            return resolve(ctx.sandbox, str(args.get("path", ""))).stat().st_size <= BRIEF_READ_BYTES
+        except (ToolError, OSError):
+            return True  # `compute` says what is wrong at once
 
     def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         rel = arg(args, "path", str)

@@ -10,7 +10,8 @@ import msgspec
 import pytest
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.step.effects import Effect, decide, effect_of, files_digest
+from keel.server.engine.files.digest import files_digest
+from keel.server.engine.step.effects import Effect, decide, effect_of
 
 SANDBOX = "/work/sandbox"
 BEFORE, AFTER, EDITED = "f0", "f1", "f2"  # the files a command starts from, leaves, and after an edit

@@ -7,12 +7,11 @@ import pytest
 
 from keel.protocol import agent as ap
 from keel.server.engine.units.ending import Ended, Raised, Then, Verdict, ending
-from keel.server.engine.units.subagent import EXIT_NO_STORE
 
-DIED = Ended(Raised.AGENT, "agent exited with code 1", died=True, exit_code=1)
+DIED = Ended(Raised.AGENT, "agent exited with code 1", died=True)
 GARBAGE = Ended(Raised.AGENT, "agent wrote garbage")
 REFUSED = Ended(Raised.REMOTE, "the unit failed", rpc_code=-32000)
-NO_STORE = Ended(Raised.AGENT, "worker exited", died=True, exit_code=EXIT_NO_STORE, last_words="role refused")
+NO_STORE = Ended(Raised.AGENT, "worker exited", died=True, no_store=True, last_words="role refused")
 FULL = "the disk at /tmp is full"
 
 

@@ -12,8 +12,9 @@ same effect whose files are those it started from or left (nothing else changed 
 - in doubt (an intent without an outcome): a question for a person (rerun or skip);
 - a person said "skip" (it had happened): answered with that, never run without asking.
 The same command after an edit (the files changed since) is a new effect and runs. A request the
-mission's permissions refuse is refused with the reason. `files_digest` (the one function here that
-reads a disk) gives the files' digest, build caches left out. Depends on protocol and engine/trees only.
+mission's permissions refuse is refused with the reason. An intent of keel's own tool met at its number
+is decided here too, with what the sandbox shows of it (`seen`: the tool's `reconcile`). The files'
+digest is `files/digest.py`'s. Nothing here reads the store, the disk or a clock; depends on protocol only.
 """
 
 from __future__ import annotations
@@ -24,15 +25,10 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.files.trees import Snapshotter
 
-# what a command leaves behind that is not what it does: build caches (docs/rewind.md)
-CACHE_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
-CACHE_SUFFIXES = (".pyc", ".pyo")
 # keys an agent mints per request: ids, turn numbers, times
 _MINTED = re.compile(r"(^|_)(id|ids|turn|at|ms|time|timestamp)$", re.I)
 _MINTED_CAMEL = re.compile(r"[a-z](Id|Ids|Turn|At|Ms|Time|Timestamp)$")
@@ -194,22 +190,6 @@ def _minted(key: str) -> bool:
 
 def _canonical(value: Any) -> str:
     return json.dumps(_clean(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def is_cache(path: str) -> bool:
-    """A build cache a command leaves behind (`__pycache__/x.pyc`, `.pytest_cache/…`), not what it does."""
-    parts = path.split("/")
-    return any(p in CACHE_FOLDERS for p in parts[:-1]) or path.endswith(CACHE_SUFFIXES)
-
-
-def files_digest(root: Path, seen: Snapshotter | None = None) -> str:
-    """The digest of the sandbox's files (paths, modes and content digests), build caches left out. With
-    `seen` (one per sandbox), a file whose size, times and inode did not change is not read again."""
-    h = hashlib.blake2b(digest_size=16, person=b"keel-files")
-    for entry in (seen or Snapshotter()).scan(root, keep_bytes=False).entries:
-        if not is_cache(entry.path):
-            h.update(f"{entry.path}\0{entry.mode}\0{entry.blob}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
 
 
 def effect_outcome(entry: JournalEntry) -> str:

@@ -14,7 +14,6 @@ import enum
 from dataclasses import dataclass
 
 from keel.protocol import agent as ap
-from keel.server.engine.units.subagent import EXIT_NO_STORE
 
 
 class Raised(enum.StrEnum):
@@ -40,7 +39,7 @@ class Ended:
     raised: Raised
     message: str  # the error's own words
     died: bool = False  # AgentError: the process ended (rather than misbehaved)
-    exit_code: int | None = None
+    no_store: bool = False  # the worker exited saying it could not open the store (subagent.EXIT_NO_STORE)
     last_words: str = ""  # the worker's last line on stderr
     rpc_code: int = 0  # RemoteError's JSON-RPC code
     expired: bool = False  # the unit's lease was taken over
@@ -75,7 +74,7 @@ def ending(e: Ended) -> Verdict:
         return Verdict(Then.DISK_FULL, e.full)
     if not e.died:
         return Verdict(Then.FAILED, e.message)
-    if e.exit_code == EXIT_NO_STORE and e.start >= e.starts:  # no start will do better
+    if e.no_store and e.start >= e.starts:  # no start will do better
         return Verdict(Then.NO_STORE, e.last_words or e.message)
     return Verdict(Then.AGAIN, e.message)
 

@@ -4,7 +4,7 @@ A handler runs a step the step core (step/core.py) said to run, and hands its `S
 `port.record`, the one place a step is journaled; `answer_again` answers a repeat the core found in the
 journal (an appending agent's effect, or a model request it already paid for), recording that it did.
 Nothing here starts processes or reads the lane: `unitrun.UnitSession` is the port.
-Depends on protocol, storage and the engine's interface and step modules.
+Depends on protocol and the engine's interface and step modules.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from keel.server.engine.interface import Step, StepResult, UnitSteps
 from keel.server.engine.step.effects import decide, effect_of, effect_outcome
 from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.toolcalls import ToolCalls, ask_rerun_or_skip
-from keel.storage import Txn
-from keel.storage import missions as m
 
 OUTPUT_KEPT = 2000  # the end of an outside agent's effect output its journal entry keeps
 
@@ -44,7 +42,7 @@ class UnitPort(UnitSteps, Protocol):
     async def files_now(self) -> str: ...
     async def within_budget(self) -> None: ...
     def paid(self, result: StepResult) -> StepResult: ...
-    def settled(self, entry: JournalEntry) -> None: ...  # an intent's outcome, recorded by effect/done
+    async def record_settling(self, step: Step, result: StepResult, settles: JournalEntry | None) -> Any: ...
     def count_replayed(self, count: int) -> None: ...
 
 
@@ -185,17 +183,8 @@ async def _effect_done(port: UnitPort, step: Step, params: Any) -> Any:
         settled = msgspec.structs.replace(
             intent, phase="done", result=outcome, effect=mark, summary=f"{intent.summary} ({done.status})"[:200]
         )
-    mission, lane_ = port.host.mission_id, port.lane
-
-    def settle(txn: Txn) -> None:
-        if settled is not None:
-            m.journal_put(txn, mission, lane_, settled)
-
     summary = f"{done.status}: the effect of entry {seq}" if settled else f"{done.status}: {done.call_id}"
-    answered = await port.record(step, StepResult({}, summary=summary[:200], extra=settle))
-    if settled is not None:
-        port.settled(settled)
-    return answered
+    return await port.record_settling(step, StepResult({}, summary=summary[:200]), settled)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -23,9 +23,9 @@ import msgspec
 from keel.protocol.records import JournalEntry, StepCost, UnitLease, sandbox_kept
 from keel.server.engine import faultpoints
 from keel.server.engine.checkpoint import QuietMark
+from keel.server.engine.files.digest import files_digest
 from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.server.engine.interface import Host, Step, StepResult, answer
-from keel.server.engine.step.effects import files_digest
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
@@ -124,11 +124,12 @@ class Recorder:
 
     # -- recording ------------------------------------------------------------------------------------
     async def files_now(self) -> str:
-        """The digest of the sandbox's files as an effect starts from or leaves them (effects.files_digest)."""
+        """The digest of the sandbox's files as an effect starts from or leaves them (files/digest.py)."""
         return await asyncio.to_thread(files_digest, self.sandbox, self._files)
 
-    async def record(self, step: Step, result: StepResult) -> Any:
-        """Make the step's entry durable (group-committed when cheap), then return its answer."""
+    async def record(self, step: Step, result: StepResult, settles: JournalEntry | None = None) -> Any:
+        """Make the step's entry durable (group-committed when cheap), then return its answer. `settles`: an
+        earlier intent's outcome (an outside agent's `effect/done`), written in the same transaction."""
         wall_ms = step.wall_ms()
         mark = step.effect
         if mark is not None and result.phase == "done":  # the files the effect left
@@ -160,11 +161,13 @@ class Recorder:
         elif done and result.tool_class in ("effectful", "idempotent"):  # files may have changed
             # the snapshot itself is kept: the sandbox can be made again (another machine, a restore point)
             scan = await asyncio.to_thread(lambda: self.tree.scan(self.sandbox, paths=result.paths))
-        write = self._write(entry, result, changes, scan)
+        write = self._write(entry, result, changes, scan, settles)
         urgent = not done or host.policy.urgent(step.method, result.tool_class, wall_ms, result.tokens)
         await host.writer.commit(write, urgent=urgent)
         self._lease = (changes.get("tree", self._lease[0]), self._lease[1], hwm)
         self.keep(entry)
+        if settles is not None:
+            self.keep(settles)
         if done:
             self.executed += 1
             host.stats["executed"] += 1
@@ -174,7 +177,9 @@ class Recorder:
             host.step_recorded(self.unit_id, step.method, result.summary, wall_ms)
         return answer(entry)
 
-    def _write(self, entry: JournalEntry, result: StepResult, changes: dict[str, Any], scan: Scan | None) -> Any:
+    def _write(
+        self, entry: JournalEntry, result: StepResult, changes: dict[str, Any], scan: Scan | None, settles: Any
+    ) -> Any:
         """The transaction that records `entry`: fenced by this run's lease epoch, with the lease's place."""
         host, mission_id, unit_id, unit_lane = self.host, self.host.mission_id, self.unit_id, self.lane
         epoch, tree, sandbox = self.epoch, self.tree, self.sandbox
@@ -186,6 +191,8 @@ class Recorder:
             if entry.phase != "done":  # an effect's intent: the lease it starts under is renewed with it
                 host.renew(txn)
             m.journal_put(txn, mission_id, unit_lane, entry)
+            if settles is not None:
+                m.journal_put(txn, mission_id, unit_lane, settles)
             for item in result.evidence:
                 m.add_evidence(txn, mission_id, msgspec.structs.replace(item, lane=unit_lane, seq=entry.seq))
             if result.extra is not None:

@@ -48,6 +48,7 @@ from keel.server.engine.units.ending import Ended, Raised, Then, Verdict, ending
 from keel.server.engine.units.handlers import HANDLERS, WAITS_FOR_A_PERSON, Handler, answer_again
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.recorder import PAGE, Recorder
+from keel.server.engine.units.subagent import EXIT_NO_STORE
 from keel.server.engine.units.workerproc import WorkerProcess, saved_state
 from keel.server.tools import TOOLS
 
@@ -160,10 +161,8 @@ class UnitSession:
             return replace(run, raised=Raised.DISK_FULL, message=exc.message)
         if isinstance(exc, AgentError):  # it died or could not start: for want of space?
             full = self._full_disk("worker stopped")
-            died, code, words = exc.died, exc.exit_code, exc.last_words
-            return replace(
-                run, raised=Raised.AGENT, message=exc.message, died=died, exit_code=code, last_words=words, full=full
-            )
+            run = replace(run, raised=Raised.AGENT, died=exc.died, no_store=exc.exit_code == EXIT_NO_STORE)
+            return replace(run, message=exc.message, last_words=exc.last_words, full=full)
         if isinstance(exc, RemoteError):
             full = self._full_disk("agent failed the unit")
             return replace(run, raised=Raised.REMOTE, message=exc.message, rpc_code=exc.rpc_code, full=full)
@@ -425,5 +424,5 @@ class UnitSession:
         self.replayed += count
         self.host.stats["replayed"] += count
 
-    def settled(self, entry: JournalEntry) -> None:
-        self.journal.entries[entry.seq] = entry
+    async def record_settling(self, step: Step, result: StepResult, settles: JournalEntry | None) -> Any:
+        return await self.journal.record(step, result, settles)
