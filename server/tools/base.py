@@ -21,6 +21,7 @@ Depends on keel.protocol only (plus the stdlib); must not depend on storage or t
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,11 @@ class ToolContext:
     # why keel counts the sandbox's filesystem full because a write of its own (the store's) met a full disk
     # there, or "": a command failing meanwhile failed for want of space, whatever space is free after it
     full_disk: Callable[[], str] = field(default=lambda: "")
+
+    @functools.cached_property
+    def root(self) -> Path:
+        """The sandbox's real path, resolved once per call (every path a tool touches is checked against it)."""
+        return self.sandbox.resolve()
 
 
 @dataclass(frozen=True)
