@@ -250,3 +250,82 @@ def test_engine_folders_import_one_way() -> None:
 def test_folder_arrow_checker_catches_a_wrong_arrow() -> None:
     graph = {f"{ENGINE}.files.trees": {f"{ENGINE}.journal"}, f"{ENGINE}.step.effects": {f"{ENGINE}.files.trees"}}
     assert _folder_arrows(graph) == [f"{ENGINE}.files.trees imports {ENGINE}.journal"]
+
+
+# the decisions: pure functions of plain records, each with a table test. What they may import: the
+# protocol, one another, and standard modules that neither wait nor read a disk, a store or a clock.
+DECISIONS = ("step/core.py", "step/effects.py", "units/ending.py", "units/unitrecovery.py")
+PURE_STDLIB = {"__future__", "collections", "dataclasses", "enum", "hashlib", "json", "os", "re", "typing"}
+
+
+def _impure_imports(path: Path, relative: str) -> list[str]:
+    decisions = {f"{ENGINE}.{d.removesuffix('.py').replace('/', '.')}" for d in DECISIONS}
+    wrong = []
+    for line, name in _imports(path):
+        top = name.split(".")[0]
+        if name.startswith("keel.protocol") or name in decisions or top in PURE_STDLIB:
+            continue
+        wrong.append(f"{relative}:{line} imports {name}")
+    return wrong
+
+
+def test_decisions_read_nothing() -> None:
+    """A decision reads no store, disk or clock: what it needs is handed to it (tests/engine/test_*_table.py)."""
+    wrong = []
+    for decision in DECISIONS:
+        wrong += _impure_imports(ROOT / "server" / "engine" / decision, decision)
+    assert not wrong, "a decision imports what could read the store, the disk or a clock:\n" + "\n".join(wrong)
+
+
+def test_purity_checker_catches_an_impure_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import enum\nimport time\nfrom keel.protocol.records import JournalEntry\n"
+        "from keel.server.engine.step.effects import decide\nfrom keel.storage import missions\n"
+    )
+    assert _impure_imports(bad, "bad.py") == ["bad.py:2 imports time", "bad.py:5 imports keel.storage"]
+
+
+# a unit's journal entries are written by its recorder, by a person's answer and by a restore's new lane
+JOURNAL_WRITERS = {"server/engine/units/recorder.py", "server/engine/recovery.py", "server/engine/restore.py"}
+
+
+def _journal_writes(path: Path, relative: str) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        f"{relative}:{node.lineno} writes a journal entry"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "journal_put" and relative not in JOURNAL_WRITERS
+    ]
+
+
+def test_a_units_journal_is_written_by_the_recorder_alone() -> None:
+    wrong = []
+    for path in sorted((ROOT / "server").rglob("*.py")):
+        wrong += _journal_writes(path, path.relative_to(ROOT).as_posix())
+    assert not wrong, "journal entries written outside the recorder:\n" + "\n".join(wrong)
+
+
+def test_journal_write_checker_catches_a_write(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def settle(txn):\n    m.journal_put(txn, mid, lane, entry)\n")
+    assert _journal_writes(bad, "server/engine/units/handlers.py") == [
+        "server/engine/units/handlers.py:2 writes a journal entry"
+    ]
+
+
+def test_handlers_see_their_unit_through_its_port() -> None:
+    graph, _ = _engine_graph(ROOT / "server" / "engine")
+    session = {f"{ENGINE}.units.{m}" for m in ("unitrun", "recorder", "workerproc")}
+    seen = graph[f"{ENGINE}.units.handlers"] & session
+    assert not seen, f"the handlers import their unit's session, not its port: {sorted(seen)}"
+
+
+# the rooms of a unit's run, and the most lines each may have
+ROOMS = {"unitrun.py": 450, "recorder.py": 400, "handlers.py": 400, "workerproc.py": 400, "ending.py": 400}
+
+
+def test_the_rooms_of_a_units_run_stay_small() -> None:
+    units = ROOT / "server" / "engine" / "units"
+    big = {name: n for name, most in ROOMS.items() if (n := len((units / name).read_text().splitlines())) > most}
+    assert not big, f"a room of a unit's run grew past its size (lines): {big}"

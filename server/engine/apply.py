@@ -2,7 +2,7 @@
 
 The mission's changes are the difference between its first file snapshot (the sandbox as it was
 created; for a fork, the original's) and its sandbox now, freshly hashed. Build caches the agents'
-commands left (`__pycache__/`, `*.pyc`, `.pytest_cache/`: effects.is_cache) are left out everywhere; in a
+commands left (`__pycache__/`, `*.pyc`, `.pytest_cache/`: files/digest.is_cache) are left out everywhere; in a
 git workspace, so are the files git ignores. Into the working tree: each changed file must still be
 what the mission started from (or already the result); otherwise nothing is written and the error names
 every conflicting file. With `--branch NAME` (git only) the working tree, index and HEAD are not
@@ -25,9 +25,9 @@ from keel.protocol.records import SandboxTree, is_tree_ref
 from keel.protocol.states import MissionState
 from keel.server import gitrun
 from keel.server.engine.files import gitbase, places, trees
+from keel.server.engine.files.digest import is_cache
 from keel.server.engine.files.sandbox import git_toplevel
 from keel.server.engine.hostlock import host_alive
-from keel.server.engine.step.effects import is_cache
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.record import content_digest

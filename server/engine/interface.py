@@ -3,8 +3,8 @@
 `Host` is the narrow, typed interface that `unitrun`, `toolcalls`, `models` and `registry` use of the
 mission host; `MissionHost` (host.py) implements it. A `Step` is one agent request being answered: its
 number, fingerprint, start time and the intent an earlier run left at that number; a `StepResult` is what
-the step's handler hands to `UnitSession.record`, the one place a step is journaled. `UnitSteps` is what a
-unit's tool calls need of their unit's session.
+the step's handler hands to the unit's recorder (`units/recorder.py`), the one place a step is journaled.
+`UnitSteps` is what a unit's tool calls need of their unit's session.
 
 Depends on protocol, storage and the engine's leaf modules (graph, journal, checkpoint, progress,
 agentproc); never on host, unitrun, toolcalls, models or registry, which all depend on this module.

@@ -21,6 +21,7 @@ Depends on keel.protocol only (plus the stdlib); must not depend on storage or t
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,11 @@ class ToolContext:
     # why keel counts the sandbox's filesystem full because a write of its own (the store's) met a full disk
     # there, or "": a command failing meanwhile failed for want of space, whatever space is free after it
     full_disk: Callable[[], str] = field(default=lambda: "")
+
+    @functools.cached_property
+    def root(self) -> Path:
+        """The sandbox's real path, resolved once per call (every path a tool touches is checked against it)."""
+        return self.sandbox.resolve()
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,8 @@ def arg(args: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
 
 class ReadOnlyTool:
     """Shared behaviour of read-only tools: `compute()` runs in a worker thread (file walks must not
-    block the event loop); nothing to preview; always safe to run again."""
+    block the event loop), unless it is `brief` (a read of one small file); nothing to preview; always
+    safe to run again."""
 
     klass: ToolClass = "read_only"
 
@@ -123,9 +130,15 @@ class ReadOnlyTool:
 
     async def run(self, ctx: ToolContext, args: dict[str, Any]) -> ToolRunResult:
         try:
+            if self.brief(ctx, args):  # cheaper than the two thread hops a worker thread costs
+                return ToolRunResult(ok=True, output=self.compute(ctx, args))
             return ToolRunResult(ok=True, output=await asyncio.to_thread(self.compute, ctx, args))
         except ToolError as exc:
             return failure(exc)
+
+    def brief(self, ctx: ToolContext, args: dict[str, Any]) -> bool:
+        """Whether `compute` is sure to be brief (one small file), so it runs on the caller's thread."""
+        return False
 
     def preview(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         return {}

@@ -14,10 +14,11 @@ from typing import Any
 
 from keel.protocol.tools import LIST_MAX_RESULTS, READ_MAX_BYTES, SEARCH_MAX_RESULTS, SPECS
 from keel.server.tools.base import ReadOnlyTool, ToolContext, ToolError, arg
-from keel.server.tools.paths import HIDDEN_DIRS, relative, resolve
+from keel.server.tools.paths import HIDDEN_DIRS, normalize, relative, resolve
 
 SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
 SEARCH_LINE_CHARS = 400
+BRIEF_READ_BYTES = 64 * 1024  # read_file of a file this small is read on the caller's thread
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -50,13 +51,12 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def walk_files(sandbox: Path, start: Path) -> Iterator[Path]:
+def walk_files(root: Path, start: Path) -> Iterator[Path]:
     """Files under `start` in sorted order, skipping hidden keel/git folders, symlinked folders and
     symlinks that point outside the sandbox."""
     if start.is_file():
         yield start
         return
-    root = sandbox.resolve()
     for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in HIDDEN_DIRS)
         for name in sorted(filenames):
@@ -66,7 +66,7 @@ def walk_files(sandbox: Path, start: Path) -> Iterator[Path]:
 
 
 def _existing(ctx: ToolContext, rel: str) -> Path:
-    path = resolve(ctx.sandbox, rel)
+    path = resolve(ctx.root, rel)
     if not path.exists():
         raise ToolError(f"path {rel!r} does not exist in the sandbox")
     return path
@@ -76,6 +76,13 @@ class ReadFile(ReadOnlyTool):
     name = "read_file"
     description = SPECS[name].description
     parameters: dict[str, Any] = SPECS[name].parameters
+
+    def brief(self, ctx: ToolContext, args: dict[str, Any]) -> bool:
+        """A look at the size only: `compute` checks the path (and says what is wrong at once)."""
+        try:
+            return os.stat(ctx.sandbox / normalize(str(args.get("path", "")))).st_size <= BRIEF_READ_BYTES
+        except (ToolError, OSError):
+            return True
 
     def compute(self, ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         rel = arg(args, "path", str)
@@ -98,7 +105,7 @@ class ReadFile(ReadOnlyTool):
             text = encoded[:cap].decode("utf-8", errors="ignore")
         last = min(end, len(lines)) if not truncated else start - 1 + text.count("\n")
         return {
-            "path": relative(ctx.sandbox, path),
+            "path": relative(ctx.root, path),
             "content": text,
             "start_line": start,
             "end_line": last,
@@ -118,8 +125,8 @@ class ListFiles(ReadOnlyTool):
         limit = min(arg(args, "max_results", int, LIST_MAX_RESULTS), LIST_MAX_RESULTS)
         files: list[str] = []
         truncated = False
-        for path in walk_files(ctx.sandbox, start):
-            rel = relative(ctx.sandbox, path)
+        for path in walk_files(ctx.root, start):
+            rel = relative(ctx.root, path)
             if matcher.match(rel):
                 if len(files) == limit:
                     truncated = True
@@ -143,8 +150,8 @@ class Search(ReadOnlyTool):
         matcher = glob_regex(arg(args, "glob", str, "*"))
         limit = min(arg(args, "max_results", int, SEARCH_MAX_RESULTS), SEARCH_MAX_RESULTS)
         matches: list[dict[str, Any]] = []
-        for path in walk_files(ctx.sandbox, start):
-            rel = relative(ctx.sandbox, path)
+        for path in walk_files(ctx.root, start):
+            rel = relative(ctx.root, path)
             if not matcher.match(rel) or path.stat().st_size > SEARCH_MAX_FILE_BYTES:
                 continue
             data = path.read_bytes()

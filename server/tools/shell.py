@@ -124,12 +124,12 @@ class Run:
         cmd = arg(args, "cmd", str)
         if not cmd.strip():
             raise ToolError("argument 'cmd' is empty")
-        cwd = resolve(ctx.sandbox, arg(args, "cwd", str, "."))
+        cwd = resolve(ctx.root, arg(args, "cwd", str, "."))
         if not cwd.is_dir():
             raise ToolError(f"cwd {args.get('cwd')!r} is not a folder in the sandbox")
         return {
             "cmd": cmd,
-            "cwd": relative(ctx.sandbox, cwd) or ".",
+            "cwd": relative(ctx.root, cwd) or ".",
             "verify": arg(args, "verify", bool, False),
             "idempotent": arg(args, "idempotent", bool, False),
         }
@@ -159,7 +159,7 @@ class Run:
             "/bin/sh",
             "-c",
             intent["cmd"],
-            cwd=ctx.sandbox.resolve() / intent["cwd"],
+            cwd=ctx.root / intent["cwd"],
             env=command_env(ctx),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

@@ -59,7 +59,7 @@ def _temp_copy(path: Path, data: bytes) -> Path:
 
 def commit(ctx: ToolContext, changes: Changes) -> None:
     """Write every change: all temp files first (nothing visible yet), then the renames and deletions."""
-    targets = {rel: resolve(ctx.sandbox, rel, for_write=True) for rel in changes}
+    targets = {rel: resolve(ctx.root, rel, for_write=True) for rel in changes}
     temps: dict[str, Path] = {}
     try:
         for rel, data in changes.items():
@@ -85,7 +85,7 @@ def commit(ctx: ToolContext, changes: Changes) -> None:
 
 def current(ctx: ToolContext, rel: str) -> bytes | None:
     """The bytes of `rel` in the sandbox, None if absent; ToolError if it is a folder or unreadable."""
-    path = resolve(ctx.sandbox, rel, for_write=True)
+    path = resolve(ctx.root, rel, for_write=True)
     try:
         return path.read_bytes()
     except FileNotFoundError:

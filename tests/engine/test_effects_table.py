@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.step.effects import Effect, decide, effect_of, files_digest
+from keel.server.engine.files.digest import files_digest
+from keel.server.engine.step.effects import Effect, decide, effect_of
 
 SANDBOX = "/work/sandbox"
 BEFORE, AFTER, EDITED = "f0", "f1", "f2"  # the files a command starts from, leaves, and after an edit
@@ -154,3 +156,41 @@ def test_files_digest_leaves_build_caches_out(tmp_path: Path) -> None:
     assert files_digest(tmp_path) == before
     (tmp_path / "a.py").write_text("x = 2\n")
     assert files_digest(tmp_path) != before
+
+
+KEEL_RUN = effect_of("tool/run", {"tool": "run", "args": {"cmd": "make"}}, SANDBOX)
+assert KEEL_RUN is not None
+KEEL_INTENT = JournalEntry(seq=4, kind="tool/run", fingerprint="k", phase="intent")  # a numbering agent's: no mark
+KEEL_RERUN = msgspec.structs.replace(KEEL_INTENT, rerun_approved=True)
+
+
+@pytest.mark.parametrize(
+    ("intent", "seen", "kind"),
+    [
+        (KEEL_INTENT, True, "settle"),  # the sandbox shows it happened: recorded as it shows
+        (KEEL_INTENT, False, "run"),  # visibly absent: run at its intent
+        (KEEL_INTENT, None, "ask"),  # the sandbox cannot tell: a person decides
+        (KEEL_RERUN, None, "run"),  # a person said rerun
+        (KEEL_RERUN, True, "run"),  # a person's word stands over what the sandbox seems to show
+        (DOUBT, None, "ask"),  # an outside agent's effect in doubt at its own number: asked as when found by key
+        (DOUBT, True, "settle"),
+    ],
+)
+def test_an_intent_of_keels_own_tool_is_decided_as_every_effect_in_doubt(
+    intent: JournalEntry, seen: bool | None, kind: str
+) -> None:
+    decision = decide((), KEEL_RUN, "", at=intent, seen=seen)
+    assert (decision.kind, decision.entry) == (kind, intent)
+    assert decision.reason
+
+
+def test_an_intent_met_at_its_number_is_judged_by_itself_not_by_an_effect_found_by_key() -> None:
+    assert TEST is not None
+    assert decide([DONE], TEST, BEFORE).kind == "answer"  # found by key: a completed repeat
+    assert decide([DONE], TEST, BEFORE, at=DOUBT).kind == "ask"  # the request's own number holds an intent
+    edited = decide([DOUBT, EDIT_AFTER], TEST, EDITED, at=DOUBT)  # files changed by a later edit: a new effect
+    assert (edited.kind, edited.entry) == ("run", None)
+
+
+def test_a_refusal_stands_before_any_intent() -> None:
+    assert decide((), KEEL_RUN, "", "not allowed", at=KEEL_INTENT, seen=True).kind == "refuse"

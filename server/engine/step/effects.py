@@ -12,8 +12,9 @@ same effect whose files are those it started from or left (nothing else changed 
 - in doubt (an intent without an outcome): a question for a person (rerun or skip);
 - a person said "skip" (it had happened): answered with that, never run without asking.
 The same command after an edit (the files changed since) is a new effect and runs. A request the
-mission's permissions refuse is refused with the reason. `files_digest` (the one function here that
-reads a disk) gives the files' digest, build caches left out. Depends on protocol and engine/trees only.
+mission's permissions refuse is refused with the reason. An intent of keel's own tool met at its number
+is decided here too, with what the sandbox shows of it (`seen`: the tool's `reconcile`). The files'
+digest is `files/digest.py`'s. Nothing here reads the store, the disk or a clock; depends on protocol only.
 """
 
 from __future__ import annotations
@@ -24,15 +25,10 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from keel.protocol.records import EffectMark, JournalEntry
-from keel.server.engine.files.trees import Snapshotter
 
-# what a command leaves behind that is not what it does: build caches (docs/rewind.md)
-CACHE_FOLDERS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
-CACHE_SUFFIXES = (".pyc", ".pyo")
 # keys an agent mints per request: ids, turn numbers, times
 _MINTED = re.compile(r"(^|_)(id|ids|turn|at|ms|time|timestamp)$", re.I)
 _MINTED_CAMEL = re.compile(r"[a-z](Id|Ids|Turn|At|Ms|Time|Timestamp)$")
@@ -60,43 +56,66 @@ class Effect:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """`run`: a new effect (or one a person said to run again: `entry` is its intent); `answer`: a
-    repeat of `entry`, answered from it; `ask`: a repeat of `entry`, in doubt; `refuse`: not made."""
+    """`run`: a new effect (or one to run again at `entry`, its intent: a person said so, or the sandbox
+    shows it never happened); `answer`: a repeat of `entry`, answered from it; `settle`: `entry`'s effect
+    is visibly in the sandbox, recorded as what it shows; `ask`: a repeat of `entry`, in doubt; `refuse`:
+    not made."""
 
-    kind: Literal["run", "answer", "ask", "refuse"]
+    kind: Literal["run", "answer", "settle", "ask", "refuse"]
     entry: JournalEntry | None = None
     reason: str = ""
 
 
-def decide(journal: Iterable[JournalEntry], effect: Effect, files: str, refusal: str = "") -> Decision:
+def decide(
+    journal: Iterable[JournalEntry],
+    effect: Effect,
+    files: str,
+    refusal: str = "",
+    *,
+    at: JournalEntry | None = None,
+    seen: bool | None = None,
+) -> Decision:
     """What keel does with a request for `effect` while the sandbox's files digest to `files`, given the
     unit's journal since its agent's last durable point; `refusal` is why the mission's permissions
-    refuse it ("" when they allow it)."""
+    refuse it ("" when they allow it). `at`: the intent the request meets at its own number (a numbering
+    agent's, or one this decision sent back to its tool), judged by itself; `seen`: what the sandbox shows
+    of that intent's effect (a keel tool's `reconcile`: True it happened, False it did not, None it
+    cannot tell; an outside agent's effect: None)."""
     if refusal:
         return Decision("refuse", reason=refusal)
     entries = sorted(journal, key=lambda e: e.seq)
+    if at is not None:
+        return _judge(at, [e for e in entries if e.seq > at.seq], effect, files, seen)
     key = effect.key
     for index in range(len(entries) - 1, -1, -1):
         entry = entries[index]
-        mark = entry.effect
-        if mark is None or mark.key != key:
-            continue
-        later = entries[index + 1 :]
-        if entry.phase == "intent":
-            if entry.rerun_approved:
-                return Decision("run", entry, "a person said to run it again")
-            if files == mark.before or not _files_changed(later):
-                return Decision("ask", entry, "it started and its outcome was never recorded")
-            return Decision("run")
-        if entry.skipped:
-            if files == mark.before or not _files_changed(later):
-                return Decision(
-                    "answer", entry, f"a person said this {effect.tool} already happened: do not make it again"
-                )
-            return Decision("run")
-        if files in (mark.before, mark.after):
-            return Decision("answer", entry, f"this {effect.tool} already ran on these same files (entry {entry.seq})")
+        if entry.effect is not None and entry.effect.key == key:
+            return _judge(entry, entries[index + 1 :], effect, files, seen)
+    return Decision("run")
+
+
+def _judge(entry: JournalEntry, later: list[JournalEntry], effect: Effect, files: str, seen: bool | None) -> Decision:
+    """A request for the effect `entry` recorded (its intent or its outcome), with the entries after it."""
+    mark = entry.effect
+    unchanged = mark is None or files == mark.before or not _files_changed(later)
+    if entry.phase == "intent":
+        if entry.rerun_approved:
+            return Decision("run", entry, "a person said to run it again")
+        if seen is True:
+            return Decision("settle", entry, "the sandbox shows it happened")
+        if seen is False:
+            return Decision("run", entry, "the sandbox shows it did not happen")
+        if unchanged:
+            return Decision("ask", entry, "it started and its outcome was never recorded")
         return Decision("run")
+    if mark is None:  # a numbering agent's completed call: its position answers it, not its identity
+        return Decision("answer", entry, f"entry {entry.seq} recorded its outcome")
+    if entry.skipped:
+        if unchanged:
+            return Decision("answer", entry, f"a person said this {effect.tool} already happened: do not make it again")
+        return Decision("run")
+    if files in (mark.before, mark.after):
+        return Decision("answer", entry, f"this {effect.tool} already ran on these same files (entry {entry.seq})")
     return Decision("run")
 
 
@@ -171,22 +190,6 @@ def _minted(key: str) -> bool:
 
 def _canonical(value: Any) -> str:
     return json.dumps(_clean(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def is_cache(path: str) -> bool:
-    """A build cache a command leaves behind (`__pycache__/x.pyc`, `.pytest_cache/…`), not what it does."""
-    parts = path.split("/")
-    return any(p in CACHE_FOLDERS for p in parts[:-1]) or path.endswith(CACHE_SUFFIXES)
-
-
-def files_digest(root: Path, seen: Snapshotter | None = None) -> str:
-    """The digest of the sandbox's files (paths, modes and content digests), build caches left out. With
-    `seen` (one per sandbox), a file whose size, times and inode did not change is not read again."""
-    h = hashlib.blake2b(digest_size=16, person=b"keel-files")
-    for entry in (seen or Snapshotter()).scan(root, keep_bytes=False).entries:
-        if not is_cache(entry.path):
-            h.update(f"{entry.path}\0{entry.mode}\0{entry.blob}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
 
 
 def effect_outcome(entry: JournalEntry) -> str:

@@ -12,13 +12,15 @@ the host `keel/replayed` with how many it answered, and passes that frame and ev
 The host numbers on from there (`UnitSession.replayed_by_worker`), so the request that stopped the worker
 meets the host's own replay and nondeterminism checks, and everything else (intents, effects, errors,
 appending agents, which get no table) stays with the host. A worker answers only what the journal
-recorded as done, so it makes no effect and writes nothing. Depends on protocol and `journal.py` only.
+recorded as done, so it makes no effect and writes nothing. The rule it answers by is the host's own
+(`core.by_position`). Depends on protocol, `journal.py` and `core.py` only.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -27,6 +29,7 @@ from keel.protocol import rpc
 from keel.protocol.framing import DEFAULT_MAX_SIZE
 from keel.protocol.records import JournalEntry
 from keel.server.engine.journal import request_fingerprint
+from keel.server.engine.step.core import Act, by_position
 
 REPLAY = "keel/replay"  # host -> worker, never forwarded to the agent: params `ReplayTable`
 REPLAYED = "keel/replayed"  # worker -> host: {"count": requests the worker answered}; never taken from an agent
@@ -37,6 +40,14 @@ class ReplayTable(msgspec.Struct, frozen=True):
     """Entries 1..n of a lane: (seq, fingerprint, the answer's JSON)."""
 
     entries: list[tuple[int, str, msgspec.Raw]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """A row of the table as the replay rule (core.by_position) sees it: a done entry without an error."""
+
+    fingerprint: str
+    phase: str = "done"
 
 
 class _ReplayNotice(msgspec.Struct, frozen=True):
@@ -105,7 +116,8 @@ class WorkerReplay:
         with self._lock:
             if self._active and isinstance(message, rpc.Request) and self.answered < len(self._table):
                 seq, fp, result = self._table[self.answered]
-                if seq == self.answered + 1 and fp == request_fingerprint(message.method, message.params):
+                row = _Row(fp) if seq == self.answered + 1 else None
+                if by_position(row, request_fingerprint(message.method, message.params)) is Act.ANSWER:
                     self.answered += 1
                     return _encoder.encode(_Answer(id=message.id, result=result))
             return None

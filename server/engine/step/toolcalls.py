@@ -30,6 +30,7 @@ from keel.protocol.spec import MissionSpec
 from keel.protocol.states import QuestionKind
 from keel.server.engine.agentproc import HandlerError, keel_only_env, plain_env
 from keel.server.engine.interface import Step, StepResult, UnitSteps
+from keel.server.engine.step.effects import decide, effect_of
 from keel.server.tools import TOOLS, Tool, ToolContext, ToolError
 from keel.server.tools.shell import OWNER_VAR, command_owner, passed_env
 from keel.server.tools.writers import paths_written
@@ -145,25 +146,33 @@ class ToolCalls:
     async def _recover(
         self, tool: Tool, ctx: ToolContext, call: ap.ToolRunParams, step: Step, intent: JournalEntry
     ) -> Any:
+        """An intent without a result at this step's number: decided as every effect in doubt is
+        (effects.decide), with what the sandbox shows of it (the tool's `reconcile`)."""
         s = self.session
         await s.end_earlier_runs()  # the run that started it makes nothing after it is judged or made again
-        if intent.rerun_approved:
+        verdict = None
+        if not intent.rerun_approved:
+            verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
+            s.host.stats["reconciled"] += 1
+        seen = None if verdict is None or (verdict.done and verdict.result is None) else verdict.done
+        effect = effect_of("tool/run", msgspec.to_builtins(call), str(s.sandbox))
+        assert effect is not None
+        decision = decide((), effect, "", at=intent, seen=seen)
+        if decision.kind == "settle" and verdict is not None and verdict.result is not None:
+            return await self._done(tool, call, step, verdict.result, effect="reconciled")
+        if decision.kind == "run" and intent.rerun_approved:
             again = StepResult(intent.result, phase="intent", tool_class=tool.klass, summary=RERUNNING)
             await s.record_intent(step, again, call.tool)
             return await self._finish(tool, ctx, call, step, intent.result)
-        verdict = tool.reconcile(ctx, intent.result if isinstance(intent.result, dict) else {})
-        s.host.stats["reconciled"] += 1
-        if verdict.done is True and verdict.result is not None:
-            return await self._done(tool, call, step, verdict.result, effect="reconciled")
-        if verdict.done is False:  # its intent was recorded by an earlier run: the lease is renewed first
+        if decision.kind == "run":  # its intent was recorded by an earlier run: the lease is renewed first
             await s.hold_lease(float("-inf"))
             return await self._finish(tool, ctx, call, step, intent.result)
+        why = verdict.reason if verdict is not None and verdict.reason else "the sandbox cannot tell"
         await ask_rerun_or_skip(
             s,
             step,
             f"unit {s.unit_id}: the call {_describe(call)} may or may not have happened before keel stopped "
-            f"({verdict.reason or 'the sandbox cannot tell'}). Run it again (rerun), or keep going without "
-            f"running it again because it did happen (skip)?",
+            f"({why}). Run it again (rerun), or keep going without running it again because it did happen (skip)?",
         )
 
 
