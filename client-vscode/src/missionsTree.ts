@@ -53,6 +53,10 @@ const UNIT_ICONS: Record<UnitState, [string, string?]> = {
   resumable: ["debug-pause", "charts.yellow"],
 };
 
+const ROW_GAP_MS = 500;
+const BIG_ROW_GAP_MS = 1500; // a mission with more units than OPEN_UP_TO: reading them all costs more
+const OPEN_UP_TO = 50;
+
 const STOPPED: ReadonlySet<MissionState> = new Set(["paused", "pausing", "waiting_input", "offline", "failed", "cancelled"]);
 
 /** The word a person reads for a unit's state: a resumable unit of a stopped mission is "paused" (it
@@ -85,6 +89,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   private readonly nodes = new Map<string, MissionNode>();
   private readonly emitter = new vscode.EventEmitter<MissionTreeNode | undefined>();
   private readonly subscription: vscode.Disposable;
+  /** Missions whose row was just refreshed: true when another change came since. */
+  private readonly held = new Map<string, boolean>();
+  private readonly loading = new Set<string>();
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly model: MissionModel) {
@@ -123,15 +130,46 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
     this.emitter.dispose();
   }
 
+  /** A mission's row (and its units) is drawn again at most once per ROW_GAP_MS and never while its units
+   * are still being read: changes that come meanwhile make one more refresh, with the newest state. A row
+   * that stays put between refreshes takes a click. */
   private refresh(summary: MissionSummary | undefined): void {
-    const known = summary !== undefined && this.nodes.has(summary.id);
-    this.emitter.fire(known ? this.nodeFor(summary.id) : undefined);
+    if (summary === undefined || !this.nodes.has(summary.id)) {
+      this.emitter.fire(undefined);
+      return;
+    }
+    const id = summary.id;
+    if (this.held.has(id)) {
+      this.held.set(id, true);
+      return;
+    }
+    this.held.set(id, false);
+    this.emitter.fire(this.nodeFor(id));
+    const units = this.model.get(id)?.units.total ?? 0;
+    setTimeout(() => this.release(id), units > OPEN_UP_TO ? BIG_ROW_GAP_MS : ROW_GAP_MS);
+  }
+
+  private release(id: string): void {
+    if (this.loading.has(id)) {
+      setTimeout(() => this.release(id), 50);
+      return;
+    }
+    const again = this.held.get(id) === true;
+    this.held.delete(id);
+    if (again) {
+      this.refresh(this.model.get(id));
+    }
   }
 
   private async unitsOf(missionId: string): Promise<UnitNode[]> {
-    const detail = await this.model.detail(missionId);
-    const asking = detail.mission.question?.unit;
-    return detail.units.map((unit) => ({ kind: "unit", missionId, unit, missionState: detail.mission.state, asking }));
+    this.loading.add(missionId);
+    try {
+      const detail = await this.model.detail(missionId);
+      const asking = detail.mission.question?.unit;
+      return detail.units.map((unit) => ({ kind: "unit", missionId, unit, missionState: detail.mission.state, asking }));
+    } finally {
+      this.loading.delete(missionId);
+    }
   }
 
   private missionItem(id: string): vscode.TreeItem {
@@ -139,16 +177,17 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
     if (m === undefined) {
       return new vscode.TreeItem(id, vscode.TreeItemCollapsibleState.None);
     }
-    const active = m.state !== "completed" && m.state !== "cancelled";
+    // an active mission shows its units, unless they are too many for a tree (its page groups them)
+    const open = m.state !== "completed" && m.state !== "cancelled" && m.units.total <= OPEN_UP_TO;
     const item = new vscode.TreeItem(missionLabel(m) || m.id,
-      active ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
+      open ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
     item.id = `mission:${m.id}`;
     const failover = m.usage?.failovers ? `⇄ ${m.usage.servedModel ?? ""}` : "";
     item.description = [stateText(m), progressText(m), usageText(m), failover].filter((s) => s !== "").join(" · ");
     item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
     item.contextValue = `mission.${m.state}`;
     item.command = { command: "keel.openMission", title: "Open Mission", arguments: [m.id] };
-    item.tooltip = missionTooltip(m);
+    item.tooltip = missionTooltip(m, m.forkedFrom ? this.model.get(m.forkedFrom.mission) : undefined);
     item.accessibilityInformation = { label: `mission ${missionLabel(m)}, ${item.description}` };
     return item;
   }
@@ -170,10 +209,10 @@ function unitItem(node: UnitNode): vscode.TreeItem {
   return item;
 }
 
-function missionTooltip(m: MissionSummary): vscode.MarkdownString {
+function missionTooltip(m: MissionSummary, origin: MissionSummary | undefined): vscode.MarkdownString {
   const lines = [`**${missionLabel(m)}** \`${m.id}\``, "", `state: ${stateText(m)}`];
   if (m.forkedFrom) {
-    lines.push(`forked from ${m.forkedFrom.mission} at ${m.forkedFrom.point}`);
+    lines.push(`forked from ${origin ? missionLabel(origin) : "a deleted mission"} at ${m.forkedFrom.point}`);
   }
   if (m.units.total > 0) {
     lines.push(`units: ${m.units.done}/${m.units.total} done (${m.percentage}%)` +

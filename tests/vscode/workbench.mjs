@@ -230,7 +230,7 @@ export async function runDriver(scenes) {
   const browser = await chromium.launch({ executablePath: config.chromium ?? "/usr/bin/chromium", headless: true,
     args: CHROMIUM_ARGS });
   try {
-    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page = await browser.newPage({ viewport: config.viewport ?? { width: 1400, height: 900 } });
     page.on("console", (msg) => consoleLines.push(`${msg.type()}: ${msg.text()}`.slice(0, 2000)));
     page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
     await page.goto(config.url, { waitUntil: "domcontentloaded" });
