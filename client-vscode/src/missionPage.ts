@@ -14,6 +14,7 @@ import type { KeelConnection } from "./connection";
 import type { MissionTreeNode } from "./missionsTree";
 import type { MissionModel } from "./model";
 import type { FromPage, ToPage } from "./page/main";
+import { Throttle } from "./throttle";
 import {
   missionLabel, Requests, tabTitle, type ActivityItem, type ActivityPage, type MissionDetail, type MissionSummary,
   type RestorePoint,
@@ -22,6 +23,7 @@ import {
 const VIEW_TYPE = "keel.mission";
 const PAGE_LIMIT = 2000;
 const MAX_ITEMS = 20_000;
+const DETAIL_GAP_MS = 250;
 
 class MissionPage implements vscode.Disposable {
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -29,7 +31,12 @@ class MissionPage implements vscode.Disposable {
   private points: RestorePoint[] = [];
   private ready = false;
   private refreshing: Promise<void> | undefined;
-  private again = false;
+  private readonly throttle = new Throttle(() => DETAIL_GAP_MS, () => {
+    this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
+      .finally(() => {
+        this.refreshing = undefined;
+      });
+  }, () => this.refreshing !== undefined);
 
   constructor(readonly id: string, readonly panel: vscode.WebviewPanel, private readonly connection: KeelConnection,
               private readonly model: MissionModel, private readonly log: vscode.LogOutputChannel,
@@ -53,21 +60,10 @@ class MissionPage implements vscode.Disposable {
     );
   }
 
-  /** Fetch the detail (and the restore points when their count moved) and post them; changes that come
-   * while one fetch runs are folded into one more. */
+  /** Fetch the detail (and the restore points when their count moved) and post them: at most once per
+   * DETAIL_GAP_MS and one at a time; changes that come meanwhile are folded into one more, of the newest. */
   refresh(): void {
-    if (this.refreshing !== undefined) {
-      this.again = true;
-      return;
-    }
-    this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
-      .finally(() => {
-        this.refreshing = undefined;
-        if (this.again) {
-          this.again = false;
-          this.refresh();
-        }
-      });
+    this.throttle.request();
   }
 
   private async load(): Promise<void> {
@@ -145,6 +141,7 @@ class MissionPage implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.throttle.dispose();
     this.subscriptions.forEach((d) => d.dispose());
     this.subscriptions.length = 0;
   }

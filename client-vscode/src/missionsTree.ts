@@ -5,6 +5,7 @@
  */
 import * as vscode from "vscode";
 import type { MissionModel } from "./model";
+import { Throttle } from "./throttle";
 import {
   missionLabel,
   progressText,
@@ -53,6 +54,8 @@ const UNIT_ICONS: Record<UnitState, [string, string?]> = {
   resumable: ["debug-pause", "charts.yellow"],
 };
 
+/** The command a mission row runs when clicked (extension.ts): open the mission of the selected row. */
+export const OPEN_SELECTED = "keel.openSelectedMission";
 const ROW_GAP_MS = 500;
 const BIG_ROW_GAP_MS = 1500; // a mission with more units than OPEN_UP_TO: reading them all costs more
 const OPEN_UP_TO = 50;
@@ -89,8 +92,7 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   private readonly nodes = new Map<string, MissionNode>();
   private readonly emitter = new vscode.EventEmitter<MissionTreeNode | undefined>();
   private readonly subscription: vscode.Disposable;
-  /** Missions whose row was just refreshed: true when another change came since. */
-  private readonly held = new Map<string, boolean>();
+  private readonly throttles = new Map<string, Throttle>();
   private readonly loading = new Set<string>();
   readonly onDidChangeTreeData = this.emitter.event;
 
@@ -126,6 +128,7 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   }
 
   dispose(): void {
+    this.throttles.forEach((t) => t.dispose());
     this.subscription.dispose();
     this.emitter.dispose();
   }
@@ -139,26 +142,13 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
       return;
     }
     const id = summary.id;
-    if (this.held.has(id)) {
-      this.held.set(id, true);
-      return;
+    let throttle = this.throttles.get(id);
+    if (throttle === undefined) {
+      throttle = new Throttle(() => ((this.model.get(id)?.units.total ?? 0) > OPEN_UP_TO ? BIG_ROW_GAP_MS : ROW_GAP_MS),
+        () => this.emitter.fire(this.nodeFor(id)), () => this.loading.has(id));
+      this.throttles.set(id, throttle);
     }
-    this.held.set(id, false);
-    this.emitter.fire(this.nodeFor(id));
-    const units = this.model.get(id)?.units.total ?? 0;
-    setTimeout(() => this.release(id), units > OPEN_UP_TO ? BIG_ROW_GAP_MS : ROW_GAP_MS);
-  }
-
-  private release(id: string): void {
-    if (this.loading.has(id)) {
-      setTimeout(() => this.release(id), 50);
-      return;
-    }
-    const again = this.held.get(id) === true;
-    this.held.delete(id);
-    if (again) {
-      this.refresh(this.model.get(id));
-    }
+    throttle.request();
   }
 
   private async unitsOf(missionId: string): Promise<UnitNode[]> {
@@ -186,7 +176,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
     item.description = [stateText(m), progressText(m), usageText(m), failover].filter((s) => s !== "").join(" · ");
     item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
     item.contextValue = `mission.${m.state}`;
-    item.command = { command: "keel.openMission", title: "Open Mission", arguments: [m.id] };
+    // no arguments: VS Code keeps a row command's arguments only until the row is drawn again, so a click
+    // that met a refresh ran nothing ("Actual command not found"); the command opens the selected row's mission
+    item.command = { command: OPEN_SELECTED, title: "Open Mission" };
     item.tooltip = missionTooltip(m, m.forkedFrom ? this.model.get(m.forkedFrom.mission) : undefined);
     item.accessibilityInformation = { label: `mission ${missionLabel(m)}, ${item.description}` };
     return item;

@@ -233,7 +233,7 @@ export async function runDriver(scenes) {
     page = await browser.newPage({ viewport: config.viewport ?? { width: 1400, height: 900 } });
     page.on("console", (msg) => consoleLines.push(`${msg.type()}: ${msg.text()}`.slice(0, 2000)));
     page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
-    await page.goto(config.url, { waitUntil: "domcontentloaded" });
+    await page.goto(config.url, { waitUntil: "domcontentloaded", timeout: 90_000 });
     await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
     const scene = scenes[config.scene];
     if (scene === undefined) {

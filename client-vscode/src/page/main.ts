@@ -69,7 +69,8 @@ const attention = new AttentionView({
   choose, command, showOutput: (unit, item) => send({ type: "showOutput", unit, item }),
 });
 const graph = new GraphView(choose);
-const timeline = new TimelineView({ command, diffItem: (item, path) => send({ type: "diffItem", item, path }) });
+const timeline = new TimelineView({ command, diffItem: (item, path) => send({ type: "diffItem", item, path }),
+  wake: () => schedule() });
 const activity = new ActivityList(() => {
   unitFilter = undefined;
   activity.reset();

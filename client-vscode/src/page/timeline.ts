@@ -10,9 +10,12 @@ import { binMarks, LANES, timelineMarks, timeSpan, type Bin, type Mark } from ".
 const LANE_H = 20;
 const LABEL_W = 150;
 const BIN_PX = 14;
+const REDRAW_MS = 1000;
 
 export interface TimelineActions {
   command(name: string, ...args: unknown[]): void;
+  /** Ask the page for a draw (the timeline has something newer to show). */
+  wake(): void;
   diffItem(item: ActivityItem, path: string): void;
 }
 
@@ -32,6 +35,9 @@ export class TimelineView {
   private cursor: string | undefined;
   private bins: Bin[] = [];
   private signature = "";
+  private drawnAt = 0;
+  private asked = "";
+  private later: ReturnType<typeof setTimeout> | undefined;
   private marks: Mark[] = [];
   private marksOf = "";
   private last: { detail: MissionDetail; items: ActivityItem[]; points: RestorePoint[]; now: number;
@@ -47,18 +53,32 @@ export class TimelineView {
   update(detail: MissionDetail, items: ActivityItem[], points: RestorePoint[], now: number, width: number,
          version: number): void {
     this.last = { detail, items, points, now, version };
+    const w = Math.max(420, Math.min(1400, width));
+    // a running mission's axis moves every second: the marks are drawn again at most once a second, or at
+    // once when a person chose a mark or the page's width changed
+    const asked = `${w}|${this.chosen ?? ""}`;
+    const wait = this.drawnAt + REDRAW_MS - performance.now();
+    if (asked === this.asked && wait > 0) {
+      this.later ??= setTimeout(() => {
+        this.later = undefined;
+        this.asked = ""; // the newest state is drawn when the second is over, with the page's next draw
+        this.act.wake();
+      }, wait);
+      return;
+    }
     if (this.marksOf !== `${version}|${points.length}`) {
       this.marks = timelineMarks(items, points);
       this.marksOf = `${version}|${points.length}`;
     }
     const marks = this.marks;
     const [start, end] = timeSpan(detail, marks, now);
-    const w = Math.max(420, Math.min(1400, width));
-    const signature = `${marks.length}|${start}|${Math.round(end)}|${w}|${this.chosen ?? ""}|${points.length}`;
+    const signature = `${marks.length}|${start}|${Math.round(end)}|${asked}|${points.length}`;
     if (signature === this.signature) {
       return;
     }
     this.signature = signature;
+    this.asked = asked;
+    this.drawnAt = performance.now();
     const plot = w - LABEL_W - 16;
     this.bins = binMarks(marks, start, end, plot, BIN_PX);
     const focusedKey = this.root.contains(document.activeElement) ? this.cursor : undefined;
@@ -124,6 +144,7 @@ export class TimelineView {
 
   private redraw(): void {
     this.signature = "";
+    this.asked = "";
     const last = this.last;
     if (last !== undefined) {
       this.update(last.detail, last.items, last.points, last.now, Number(this.root.getAttribute("width") ?? 480),
