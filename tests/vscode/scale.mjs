@@ -50,6 +50,7 @@ async function started() {
   seen.rowClicks = [];
   for (let i = 0; i < 3; i++) {
     await closeEditors();
+    await pane("Missions").locator(".monaco-list-row", { hasText: M.fresh }).first().waitFor({ timeout: 120_000 });
     await clickRow("Missions", M.fresh);
     const opened = await waitUntil(`the page after click ${i + 1}`, async () =>
       (await tabs()).some((t) => t.includes(M.fresh)) ? "opened" : undefined, 8_000).catch(() => "only selected");
@@ -62,7 +63,7 @@ async function started() {
 async function big() {
   const t0 = Date.now();
   await clickRow("Missions", M.big);
-  await waitForPage(M.big, ["running"], 120_000);
+  await waitForPage(M.big, ["running"], 240_000);
   await waitUntil("the big graph drawn", async () => (await view().locator(".group, .node").count()) > 0);
   seen.openMs = Date.now() - t0;
   await inPage(measured);
@@ -85,6 +86,7 @@ async function big() {
   seen.focusedAfter = await inPage(() => document.activeElement?.getAttribute("data-stop") ?? "");
   seen.selectedAfter = await inPage(() => getSelection().toString());
   seen.updatesWatched = (await inPage(() => window.keelPage.updates.length)) - updatesBefore;
+  seen.bigLegible = await legibility();
   // PageDown: the next group's header
   await page.keyboard.press("PageDown");
   seen.pageDown = await inPage(() => document.activeElement?.getAttribute("data-stop") ?? "");
@@ -92,10 +94,9 @@ async function big() {
     .filter((e) => e.tabIndex >= 0 && !e.disabled && e.getClientRects().length > 0).length);
   seen.counts = await view().locator(".counts .count").allInnerTexts();
   seen.groups = (await view().locator(".group-head").allInnerTexts()).map(squash);
-  seen.bigLegible = await legibility();
+  seen.timings = await inPage(() => window.keelPage);
   await inPage(() => scrollTo(0, 0));
   await shot("vscode-page-1000-units");
-  seen.timings = await inPage(() => window.keelPage);
   await closeEditors();
 }
 

@@ -43,7 +43,7 @@ export async function theme(kind) {
     return;
   }
   await runPalette(">Toggle between Light/Dark", "Light/Dark");
-  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 15_000);
+  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 60_000);
   await sleep(500);
 }
 

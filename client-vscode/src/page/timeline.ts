@@ -180,12 +180,12 @@ export class TimelineView {
       this.detail.replaceChildren();
       return;
     }
-    if (bin.marks.length > 1) {
-      this.detail.replaceChildren(el("p", undefined, `${bin.marks.length} marks from ${clock(bin.at)}:`),
-        ...bin.marks.slice(0, 30).map((m) => button(`${clock(m.at)} ${m.label}`, () => this.choose(m.key))));
-      return;
-    }
-    this.detail.replaceChildren(...markDetail(detail, points, bin.marks[0] as Mark, this.act));
+    // a bin of several marks: the detail of the one chosen (the bin itself stands for its first), and the others
+    const shown = bin.marks.find((m) => m.key === this.chosen) ?? (bin.marks[0] as Mark);
+    const others = bin.marks.filter((m) => m !== shown).slice(-30);
+    const list = others.length === 0 ? [] : [el("p", "detail-line", `${others.length} more here:`), el("div", "actions")];
+    list[1]?.append(...others.map((m) => button(`${clock(m.at)} ${m.label}`, () => this.choose(m.key))));
+    this.detail.replaceChildren(...markDetail(detail, points, shown, this.act), ...list);
   }
 }
 
