@@ -163,8 +163,7 @@ function contrastIn() {
 }
 
 async function asking() {
-  await palette("Open Mission");
-  await pick(M.asking);
+  await clickRow("Missions", M.asking);
   await waitForPage(M.asking, ["waiting_input"]);
   seen.contrast = {};
   for (const kind of ["light", "dark"]) {
