@@ -93,6 +93,7 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   private readonly emitter = new vscode.EventEmitter<MissionTreeNode | undefined>();
   private readonly subscription: vscode.Disposable;
   private readonly throttles = new Map<string, Throttle>();
+  private listed = new Set<string>();
   private readonly loading = new Set<string>();
   readonly onDidChangeTreeData = this.emitter.event;
 
@@ -111,7 +112,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
 
   getChildren(element?: MissionTreeNode): vscode.ProviderResult<MissionTreeNode[]> {
     if (element === undefined) {
-      return this.model.list().map((m) => this.nodeFor(m.id));
+      const missions = this.model.list();
+      this.listed = new Set(missions.map((m) => m.id));
+      return missions.map((m) => this.nodeFor(m.id));
     }
     if (element.kind === "mission") {
       return this.unitsOf(element.id);
@@ -137,7 +140,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
    * are still being read: changes that come meanwhile make one more refresh, with the newest state. A row
    * that stays put between refreshes takes a click. */
   private refresh(summary: MissionSummary | undefined): void {
-    if (summary === undefined || !this.nodes.has(summary.id)) {
+    // a mission the list has not shown yet needs the whole list again (a node made for it by a reveal is
+    // not in the tree until then, and refreshing it alone would show nothing)
+    if (summary === undefined || !this.listed.has(summary.id)) {
       this.emitter.fire(undefined);
       return;
     }
