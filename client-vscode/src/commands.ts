@@ -56,6 +56,7 @@ export function registerCommands(connection: KeelConnection, model: MissionModel
       }
       const summary = await missionCommand(ServerCommands.startMission, [missionFile]);
       model.select(summary.id);
+      await vscode.commands.executeCommand("keel.openMission", summary.id); // a started mission shows its page
       return summary;
     }),
     run(ServerCommands.pause, async (target?: Target) => {

@@ -8,7 +8,7 @@ import { registerActivity, type ActivityApi } from "./activity";
 import { registerCommands } from "./commands";
 import { KeelConnection } from "./connection";
 import { keelHome, onPythonInterpreterChanged } from "./interpreter";
-import { MissionsTreeProvider, type MissionTreeNode } from "./missionsTree";
+import { MissionsTreeProvider, OPEN_SELECTED, type MissionTreeNode } from "./missionsTree";
 import { MissionModel } from "./model";
 import { missionLabel } from "./protocol";
 import { RestorePointsProvider } from "./pointsTree";
@@ -65,6 +65,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<KeelAp
       model.select(id);
     }
   });
+  // a click on a mission row selects it, then runs this command (extension host events come in order)
+  context.subscriptions.push(vscode.commands.registerCommand(OPEN_SELECTED, async () => {
+    const node = missionsView.selection[0];
+    const id = node === undefined ? model.selected?.id : node.kind === "mission" ? node.id : node.missionId;
+    return id === undefined ? undefined : vscode.commands.executeCommand("keel.openMission", id);
+  }));
   model.onDidChangeSelection((m) => {
     // a mission selected by a command (a fork, a start) is selected in the tree too
     if (m !== undefined && missionsView.visible && !missionsView.selection.some((n) => n.kind === "mission" && n.id === m.id)) {

@@ -14,11 +14,16 @@ import type { KeelConnection } from "./connection";
 import type { MissionTreeNode } from "./missionsTree";
 import type { MissionModel } from "./model";
 import type { FromPage, ToPage } from "./page/main";
-import { missionLabel, Requests, type ActivityPage, type MissionDetail, type RestorePoint } from "./protocol";
+import { Throttle } from "./throttle";
+import {
+  missionLabel, Requests, tabTitle, type ActivityItem, type ActivityPage, type MissionDetail, type MissionSummary,
+  type RestorePoint,
+} from "./protocol";
 
 const VIEW_TYPE = "keel.mission";
 const PAGE_LIMIT = 2000;
 const MAX_ITEMS = 20_000;
+const DETAIL_GAP_MS = 250;
 
 class MissionPage implements vscode.Disposable {
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -26,7 +31,12 @@ class MissionPage implements vscode.Disposable {
   private points: RestorePoint[] = [];
   private ready = false;
   private refreshing: Promise<void> | undefined;
-  private again = false;
+  private readonly throttle = new Throttle(() => DETAIL_GAP_MS, () => {
+    this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
+      .finally(() => {
+        this.refreshing = undefined;
+      });
+  }, () => this.refreshing !== undefined);
 
   constructor(readonly id: string, readonly panel: vscode.WebviewPanel, private readonly connection: KeelConnection,
               private readonly model: MissionModel, private readonly log: vscode.LogOutputChannel,
@@ -50,21 +60,10 @@ class MissionPage implements vscode.Disposable {
     );
   }
 
-  /** Fetch the detail (and the restore points when their count moved) and post them; changes that come
-   * while one fetch runs are folded into one more. */
+  /** Fetch the detail (and the restore points when their count moved) and post them: at most once per
+   * DETAIL_GAP_MS and one at a time; changes that come meanwhile are folded into one more, of the newest. */
   refresh(): void {
-    if (this.refreshing !== undefined) {
-      this.again = true;
-      return;
-    }
-    this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
-      .finally(() => {
-        this.refreshing = undefined;
-        if (this.again) {
-          this.again = false;
-          this.refresh();
-        }
-      });
+    this.throttle.request();
   }
 
   private async load(): Promise<void> {
@@ -77,8 +76,19 @@ class MissionPage implements vscode.Disposable {
       this.points = await this.model.restorePoints(this.id);
       this.pointsCount = count;
     }
-    this.panel.title = missionLabel(detail.mission);
-    this.post({ type: "mission", detail, points: this.points, now: Date.now() / 1000 });
+    this.retitle();
+    const from = detail.mission.forkedFrom?.mission;
+    const origin = from === undefined ? undefined : this.model.get(from);
+    this.post({ type: "mission", detail, points: this.points, now: Date.now() / 1000,
+      origin: origin === undefined ? undefined : missionLabel(origin) });
+  }
+
+  /** The tab says the mission's name; two missions of one name are told apart by when each started. */
+  retitle(): void {
+    const m = this.model.get(this.id);
+    if (m !== undefined) {
+      this.panel.title = tabTitle(m, this.model.list());
+    }
   }
 
   private async loadActivity(): Promise<void> {
@@ -111,6 +121,9 @@ class MissionPage implements vscode.Disposable {
           }
           await vscode.commands.executeCommand(message.command, ...message.args);
           return;
+        case "showOutput":
+          await showOutput(this.id, message.unit, message.item);
+          return;
         case "diffItem":
           await vscode.commands.executeCommand("vscode.diff",
             activitySideUri(this.id, message.item, message.path, "before"),
@@ -128,9 +141,17 @@ class MissionPage implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.throttle.dispose();
     this.subscriptions.forEach((d) => d.dispose());
     this.subscriptions.length = 0;
   }
+}
+
+/** The whole output of a unit's failed step, in a read-only editor tab. */
+async function showOutput(mission: string, unit: string, item: ActivityItem): Promise<void> {
+  const content = `${item.title}\n${unit} (mission ${mission}), ${new Date(item.at * 1000).toLocaleString()}\n\n${item.text ?? ""}`;
+  const doc = await vscode.workspace.openTextDocument({ content, language: "log" });
+  await vscode.window.showTextDocument(doc, { preview: true, viewColumn: vscode.ViewColumn.Beside });
 }
 
 /** The page's HTML: only the bundled script (with a nonce) and style may load; nothing from the network. */
@@ -150,10 +171,32 @@ function html(webview: vscode.Webview, extension: vscode.Uri): string {
 <script nonce="${nonce}" src="${script.toString()}"></script></body></html>`;
 }
 
+/** The page's options: scripts from the extension's bundle only; kept alive while its tab is hidden. */
+function panelOptions(extension: vscode.Uri): vscode.WebviewPanelOptions & vscode.WebviewOptions {
+  return {
+    enableScripts: true, retainContextWhenHidden: true,
+    localResourceRoots: [vscode.Uri.joinPath(extension, "client-vscode", "out"),
+      vscode.Uri.joinPath(extension, "client-vscode", "media")],
+  };
+}
+
 export function registerMissionPage(context: vscode.ExtensionContext, connection: KeelConnection,
                                     model: MissionModel, log: vscode.LogOutputChannel): vscode.Disposable[] {
   const pages = new Map<string, MissionPage>();
   const { run } = commandRunner(connection, model, log);
+  /** A panel becomes mission `id`'s page: made here, or given back by VS Code after a reload. */
+  const adopt = (id: string, panel: vscode.WebviewPanel): MissionPage => {
+    panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "client-vscode", "media", "keel.svg");
+    panel.webview.options = panelOptions(context.extensionUri);
+    const page = new MissionPage(id, panel, connection, model, log, () => {
+      pages.delete(id);
+      pages.forEach((p) => p.retitle());
+    });
+    pages.set(id, page);
+    panel.webview.html = html(panel.webview, context.extensionUri);
+    pages.forEach((p) => p.retitle());
+    return page;
+  };
   const open = async (target?: string | MissionTreeNode): Promise<string | undefined> => {
     const id = typeof target === "string" ? target : target?.kind === "mission" ? target.id
       : target?.kind === "unit" ? target.missionId
@@ -167,21 +210,29 @@ export function registerMissionPage(context: vscode.ExtensionContext, connection
       return id;
     }
     const m = model.get(id);
-    const panel = vscode.window.createWebviewPanel(VIEW_TYPE, m ? missionLabel(m) : id,
-      { viewColumn: vscode.ViewColumn.Active, preserveFocus: true }, {
-        enableScripts: true, retainContextWhenHidden: true,
-        localResourceRoots: [vscode.Uri.joinPath(context.extensionUri, "client-vscode", "out"),
-          vscode.Uri.joinPath(context.extensionUri, "client-vscode", "media")],
-      });
-    panel.iconPath = vscode.Uri.joinPath(context.extensionUri, "client-vscode", "media", "keel.svg");
-    const page = new MissionPage(id, panel, connection, model, log, () => pages.delete(id));
-    pages.set(id, page);
-    panel.webview.html = html(panel.webview, context.extensionUri);
+    const panel = vscode.window.createWebviewPanel(VIEW_TYPE, m ? tabTitle(m, model.list()) : id,
+      { viewColumn: vscode.ViewColumn.Active, preserveFocus: true }, panelOptions(context.extensionUri));
+    adopt(id, panel);
     model.select(id);
     return id;
   };
+  // after a window reload or a restart, VS Code gives back every page that was open, with the state its
+  // script saved (the mission's id)
+  const serializer = vscode.window.registerWebviewPanelSerializer(VIEW_TYPE, {
+    deserializeWebviewPanel: async (panel: vscode.WebviewPanel, state: unknown) => {
+      const id = (state as { mission?: unknown } | undefined)?.mission;
+      if (typeof id !== "string" || pages.has(id)) {
+        panel.dispose();
+        return;
+      }
+      panel.title = model.get(id) ? tabTitle(model.get(id) as MissionSummary, model.list()) : panel.title;
+      adopt(id, panel);
+    },
+  });
   return [
     run("keel.openMission", open),
+    serializer,
+    model.onDidChange(() => pages.forEach((p) => p.retitle())),
     { dispose: () => pages.forEach((p) => p.panel.dispose()) },
   ];
 }

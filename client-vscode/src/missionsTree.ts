@@ -5,6 +5,7 @@
  */
 import * as vscode from "vscode";
 import type { MissionModel } from "./model";
+import { Throttle } from "./throttle";
 import {
   missionLabel,
   progressText,
@@ -53,6 +54,12 @@ const UNIT_ICONS: Record<UnitState, [string, string?]> = {
   resumable: ["debug-pause", "charts.yellow"],
 };
 
+/** The command a mission row runs when clicked (extension.ts): open the mission of the selected row. */
+export const OPEN_SELECTED = "keel.openSelectedMission";
+const ROW_GAP_MS = 500;
+const BIG_ROW_GAP_MS = 1500; // a mission with more units than OPEN_UP_TO: reading them all costs more
+const OPEN_UP_TO = 50;
+
 const STOPPED: ReadonlySet<MissionState> = new Set(["paused", "pausing", "waiting_input", "offline", "failed", "cancelled"]);
 
 /** The word a person reads for a unit's state: a resumable unit of a stopped mission is "paused" (it
@@ -85,6 +92,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   private readonly nodes = new Map<string, MissionNode>();
   private readonly emitter = new vscode.EventEmitter<MissionTreeNode | undefined>();
   private readonly subscription: vscode.Disposable;
+  private readonly throttles = new Map<string, Throttle>();
+  private listed = new Set<string>();
+  private readonly loading = new Set<string>();
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly model: MissionModel) {
@@ -102,7 +112,9 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
 
   getChildren(element?: MissionTreeNode): vscode.ProviderResult<MissionTreeNode[]> {
     if (element === undefined) {
-      return this.model.list().map((m) => this.nodeFor(m.id));
+      const missions = this.model.list();
+      this.listed = new Set(missions.map((m) => m.id));
+      return missions.map((m) => this.nodeFor(m.id));
     }
     if (element.kind === "mission") {
       return this.unitsOf(element.id);
@@ -119,19 +131,40 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
   }
 
   dispose(): void {
+    this.throttles.forEach((t) => t.dispose());
     this.subscription.dispose();
     this.emitter.dispose();
   }
 
+  /** A mission's row (and its units) is drawn again at most once per ROW_GAP_MS and never while its units
+   * are still being read: changes that come meanwhile make one more refresh, with the newest state. A row
+   * that stays put between refreshes takes a click. */
   private refresh(summary: MissionSummary | undefined): void {
-    const known = summary !== undefined && this.nodes.has(summary.id);
-    this.emitter.fire(known ? this.nodeFor(summary.id) : undefined);
+    // a mission the list has not shown yet needs the whole list again (a node made for it by a reveal is
+    // not in the tree until then, and refreshing it alone would show nothing)
+    if (summary === undefined || !this.listed.has(summary.id)) {
+      this.emitter.fire(undefined);
+      return;
+    }
+    const id = summary.id;
+    let throttle = this.throttles.get(id);
+    if (throttle === undefined) {
+      throttle = new Throttle(() => ((this.model.get(id)?.units.total ?? 0) > OPEN_UP_TO ? BIG_ROW_GAP_MS : ROW_GAP_MS),
+        () => this.emitter.fire(this.nodeFor(id)), () => this.loading.has(id));
+      this.throttles.set(id, throttle);
+    }
+    throttle.request();
   }
 
   private async unitsOf(missionId: string): Promise<UnitNode[]> {
-    const detail = await this.model.detail(missionId);
-    const asking = detail.mission.question?.unit;
-    return detail.units.map((unit) => ({ kind: "unit", missionId, unit, missionState: detail.mission.state, asking }));
+    this.loading.add(missionId);
+    try {
+      const detail = await this.model.detail(missionId);
+      const asking = detail.mission.question?.unit;
+      return detail.units.map((unit) => ({ kind: "unit", missionId, unit, missionState: detail.mission.state, asking }));
+    } finally {
+      this.loading.delete(missionId);
+    }
   }
 
   private missionItem(id: string): vscode.TreeItem {
@@ -139,16 +172,19 @@ export class MissionsTreeProvider implements vscode.TreeDataProvider<MissionTree
     if (m === undefined) {
       return new vscode.TreeItem(id, vscode.TreeItemCollapsibleState.None);
     }
-    const active = m.state !== "completed" && m.state !== "cancelled";
+    // an active mission shows its units, unless they are too many for a tree (its page groups them)
+    const open = m.state !== "completed" && m.state !== "cancelled" && m.units.total <= OPEN_UP_TO;
     const item = new vscode.TreeItem(missionLabel(m) || m.id,
-      active ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
+      open ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed);
     item.id = `mission:${m.id}`;
     const failover = m.usage?.failovers ? `⇄ ${m.usage.servedModel ?? ""}` : "";
     item.description = [stateText(m), progressText(m), usageText(m), failover].filter((s) => s !== "").join(" · ");
     item.iconPath = icon(MISSION_ICONS[m.state] ?? ["circle-outline"]);
     item.contextValue = `mission.${m.state}`;
-    item.command = { command: "keel.openMission", title: "Open Mission", arguments: [m.id] };
-    item.tooltip = missionTooltip(m);
+    // no arguments: VS Code keeps a row command's arguments only until the row is drawn again, so a click
+    // that met a refresh ran nothing ("Actual command not found"); the command opens the selected row's mission
+    item.command = { command: OPEN_SELECTED, title: "Open Mission" };
+    item.tooltip = missionTooltip(m, m.forkedFrom ? this.model.get(m.forkedFrom.mission) : undefined);
     item.accessibilityInformation = { label: `mission ${missionLabel(m)}, ${item.description}` };
     return item;
   }
@@ -170,10 +206,10 @@ function unitItem(node: UnitNode): vscode.TreeItem {
   return item;
 }
 
-function missionTooltip(m: MissionSummary): vscode.MarkdownString {
+function missionTooltip(m: MissionSummary, origin: MissionSummary | undefined): vscode.MarkdownString {
   const lines = [`**${missionLabel(m)}** \`${m.id}\``, "", `state: ${stateText(m)}`];
   if (m.forkedFrom) {
-    lines.push(`forked from ${m.forkedFrom.mission} at ${m.forkedFrom.point}`);
+    lines.push(`forked from ${origin ? missionLabel(origin) : "a deleted mission"} at ${m.forkedFrom.point}`);
   }
   if (m.units.total > 0) {
     lines.push(`units: ${m.units.done}/${m.units.total} done (${m.percentage}%)` +

@@ -7,6 +7,9 @@ import * as vscode from "vscode";
 import { ConnectionState, type KeelConnection } from "./connection";
 import { Requests, type MissionDetail, type MissionSummary, type RestorePoint } from "./protocol";
 
+/** How long changes are gathered before the views hear of them (at most one update per mission). */
+const COALESCE_MS = 100;
+
 export class MissionModel implements vscode.Disposable {
   private readonly missions = new Map<string, MissionSummary>();
   private selectedId: string | undefined;
@@ -14,8 +17,14 @@ export class MissionModel implements vscode.Disposable {
   private readonly changed = new vscode.EventEmitter<MissionSummary | undefined>();
   private readonly selectionChanged = new vscode.EventEmitter<MissionSummary | undefined>();
   private readonly subscriptions: vscode.Disposable[] = [];
-  /** One mission changed (its summary), or everything (undefined) after a (re)load. */
+  private readonly applied = new vscode.EventEmitter<MissionSummary>();
+  private readonly pending = new Set<string>();
+  private flushTimer: ReturnType<typeof setTimeout> | undefined;
+  /** One mission changed (its newest summary), or everything (undefined) after a (re)load. Changes that
+   * come close together are told once, with the newest state: a view never replays the states between. */
   readonly onDidChange = this.changed.event;
+  /** Every summary as it came, in order (what must notice each transition: the notifications). */
+  readonly onDidApply = this.applied.event;
   readonly onDidChangeSelection = this.selectionChanged.event;
 
   constructor(private readonly connection: KeelConnection, private readonly log: vscode.LogOutputChannel) {
@@ -74,15 +83,31 @@ export class MissionModel implements vscode.Disposable {
     return this.connection.request<RestorePoint[]>(Requests.restorePoints, { id });
   }
 
-  /** Take a summary from a notification or a command result. */
+  /** Take a summary from a notification or a command result; the views hear of it within COALESCE_MS. */
   apply(summary: MissionSummary): void {
     this.missions.set(summary.id, summary);
     this.log.debug(`mission ${summary.id} is ${summary.state}`);
-    this.changed.fire(summary);
-    if (this.selectedId === undefined) {
-      this.select(summary.id);
-    } else if (summary.id === this.selectedId) {
-      this.selectionChanged.fire(summary);
+    this.applied.fire(summary);
+    this.pending.add(summary.id);
+    this.flushTimer ??= setTimeout(() => this.flush(), COALESCE_MS);
+  }
+
+  /** Tell the views the newest state of every mission that changed since the last time. */
+  private flush(): void {
+    this.flushTimer = undefined;
+    const ids = [...this.pending];
+    this.pending.clear();
+    for (const id of ids) {
+      const summary = this.missions.get(id);
+      if (summary === undefined) {
+        continue;
+      }
+      this.changed.fire(summary);
+      if (this.selectedId === undefined) {
+        this.select(id);
+      } else if (id === this.selectedId) {
+        this.selectionChanged.fire(summary);
+      }
     }
   }
 
@@ -99,8 +124,10 @@ export class MissionModel implements vscode.Disposable {
   }
 
   dispose(): void {
+    clearTimeout(this.flushTimer);
     this.subscriptions.forEach((d) => d.dispose());
     this.changed.dispose();
+    this.applied.dispose();
     this.selectionChanged.dispose();
   }
 

@@ -26,7 +26,8 @@ export class Notifier implements vscode.Disposable {
 
   constructor(private readonly model: MissionModel, connection: KeelConnection) {
     this.subscriptions = [
-      model.onDidChange((m) => (m === undefined ? this.remember() : this.onChange(m))),
+      model.onDidChange((m) => m === undefined && this.remember()),
+      model.onDidApply((m) => this.onChange(m)),
       connection.onDidChangeActivity((a) => this.hostLost(a)),
     ];
   }

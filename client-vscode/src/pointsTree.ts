@@ -6,6 +6,7 @@
 import * as vscode from "vscode";
 import type { MissionModel } from "./model";
 import type { MissionSummary, RestorePoint } from "./protocol";
+import { Throttle } from "./throttle";
 
 export interface PointNode {
   readonly kind: "point";
@@ -18,6 +19,7 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
   private readonly subscriptions: vscode.Disposable[];
   private shownVersion = "";
   private readonly timer: ReturnType<typeof setInterval>;
+  private readonly throttle = new Throttle(() => POINTS_GAP_MS, () => this.emitter.fire(undefined));
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly model: MissionModel) {
@@ -49,22 +51,30 @@ export class RestorePointsProvider implements vscode.TreeDataProvider<PointNode>
   }
 
   dispose(): void {
+    this.throttle.dispose();
     clearInterval(this.timer);
     this.subscriptions.forEach((d) => d.dispose());
     this.emitter.dispose();
   }
 
-  /** Refetch only when the selection moved or the selected mission gained or lost restore points. */
+  /** Refetch only when the selection moved (at once) or the selected mission gained or lost restore points
+   * (at most once per POINTS_GAP_MS: a mission that makes a point per unit would refetch them all each time). */
   private onSelection(mission: MissionSummary | undefined): void {
     const version = mission === undefined ? "" : `${mission.id}:${mission.restorePoints ?? mission.updatedAt}`;
     if (version !== this.shownVersion) {
+      const moved = version.split(":")[0] !== this.shownVersion.split(":")[0];
       this.shownVersion = version;
-      this.emitter.fire(undefined);
+      if (moved) {
+        this.emitter.fire(undefined);
+      } else {
+        this.throttle.request();
+      }
     }
   }
 }
 
 const AGE_REFRESH_MS = 10_000;
+const POINTS_GAP_MS = 1000;
 
 function ago(at: number): string {
   const seconds = Math.max(0, Math.round(Date.now() / 1000 - at));

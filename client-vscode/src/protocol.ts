@@ -380,3 +380,18 @@ export function progressText(m: MissionSummary): string {
   const unit = m.currentUnit ? `${m.currentUnit}${m.currentUnitTitle ? ` ${m.currentUnitTitle}` : ""}` : "";
   return [counts, unit].filter((s) => s !== "").join(" · ");
 }
+
+/** A mission page's tab: its name, and when another mission has the same name, when it started
+ * ("build · started 14:02:11", or "build · started Dec 5, 14:02" on another day), so tabs differ. */
+export function tabTitle(m: MissionSummary, all: readonly MissionSummary[]): string {
+  const label = missionLabel(m);
+  if (!all.some((o) => o.id !== m.id && missionLabel(o) === label)) {
+    return label;
+  }
+  const started = new Date(m.createdAt * 1000);
+  const today = started.toDateString() === new Date().toDateString();
+  const when = today
+    ? started.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false })
+    : started.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hour12: false });
+  return `${label} · started ${when}`;
+}

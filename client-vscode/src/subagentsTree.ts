@@ -7,6 +7,7 @@
 import * as vscode from "vscode";
 import type { KeelConnection } from "./connection";
 import type { MissionModel } from "./model";
+import { Throttle } from "./throttle";
 import type { Subagent } from "./protocol";
 
 export interface SubagentNode {
@@ -29,11 +30,14 @@ export function subagentStateText(state: Subagent["state"], missionState: string
   return ["paused", "pausing", "waiting_input", "offline"].includes(missionState ?? "") ? "paused" : "stopped";
 }
 
+const SUBAGENTS_GAP_MS = 1000;
+
 export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>, vscode.Disposable {
   private readonly emitter = new vscode.EventEmitter<SubagentNode | undefined>();
   private readonly subscriptions: vscode.Disposable[];
   private readonly timer: ReturnType<typeof setInterval>;
   private shownVersion = "";
+  private readonly throttle = new Throttle(() => SUBAGENTS_GAP_MS, () => this.emitter.fire(undefined));
   readonly onDidChangeTreeData = this.emitter.event;
 
   constructor(private readonly model: MissionModel, private readonly connection: KeelConnection) {
@@ -74,6 +78,7 @@ export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>,
   }
 
   dispose(): void {
+    this.throttle.dispose();
     clearInterval(this.timer);
     this.subscriptions.forEach((d) => d.dispose());
     this.emitter.dispose();
@@ -83,8 +88,13 @@ export class SubagentsProvider implements vscode.TreeDataProvider<SubagentNode>,
     const m = this.model.selected;
     const version = m === undefined ? "" : `${m.id}:${m.updatedAt}:${m.state}`;
     if (version !== this.shownVersion) {
+      const moved = version.split(":")[0] !== this.shownVersion.split(":")[0];
       this.shownVersion = version;
-      this.emitter.fire(undefined);
+      if (moved) {
+        this.emitter.fire(undefined); // another mission: at once; the same one: at most once per SUBAGENTS_GAP_MS
+      } else {
+        this.throttle.request();
+      }
     }
   }
 }

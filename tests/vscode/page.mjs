@@ -81,12 +81,12 @@ async function asking() {
   await openPage(config.missions.asking, "waiting_input");
   seen.asking = await read();
   await shot("vscode-page-question");
-  await view().locator(".question button", { hasText: "Answer" }).first().click();
-  const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 60_000 });
-  seen.answerPrompt = squash(await page.locator(".quick-input-widget").first().innerText());
-  await input.fill(config.answer);
-  await input.press("Enter");
+  // a free-text question is answered in a field on the page, never an input box at the top of the window
+  const field = view().locator(".question .answer-field");
+  seen.answerPrompt = await field.getAttribute("aria-label");
+  await field.fill(config.answer);
+  await field.press("Enter");
+  seen.quickInput = await page.locator(".quick-input-widget").isVisible();
   seen.answered = await waitUntil("the answered mission completes on the page", async () => {
     const s = await view().locator("body").getAttribute("data-state").catch(() => null);
     return s === "completed" ? read() : undefined;

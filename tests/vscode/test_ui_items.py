@@ -125,7 +125,7 @@ def run_scene(
         "userSettings": str(settings),
         **extra,
     }
-    out = drive(config, timeout=600, script=script)
+    out = drive(config, timeout=840, script=script)
     (ARTIFACTS / f"items-{scene}.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], (
         f"{out.get('error')}\n{json.dumps(out.get('seen'), indent=1)[:4000]}\n"

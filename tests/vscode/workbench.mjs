@@ -43,7 +43,7 @@ export async function theme(kind) {
     return;
   }
   await runPalette(">Toggle between Light/Dark", "Light/Dark");
-  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 15_000);
+  await waitUntil(`the ${kind} theme`, () => page.locator(`.monaco-workbench.${cls}`).count(), 60_000);
   await sleep(500);
 }
 
@@ -230,10 +230,10 @@ export async function runDriver(scenes) {
   const browser = await chromium.launch({ executablePath: config.chromium ?? "/usr/bin/chromium", headless: true,
     args: CHROMIUM_ARGS });
   try {
-    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page = await browser.newPage({ viewport: config.viewport ?? { width: 1400, height: 900 } });
     page.on("console", (msg) => consoleLines.push(`${msg.type()}: ${msg.text()}`.slice(0, 2000)));
     page.on("pageerror", (err) => consoleLines.push(`pageerror: ${err.message}`));
-    await page.goto(config.url, { waitUntil: "domcontentloaded" });
+    await page.goto(config.url, { waitUntil: "domcontentloaded", timeout: 90_000 });
     await page.locator(".monaco-workbench").waitFor({ timeout: 60_000 });
     const scene = scenes[config.scene];
     if (scene === undefined) {

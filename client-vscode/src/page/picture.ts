@@ -179,3 +179,32 @@ export function currentStep(items: ActivityItem[], unit: string): string | undef
   }
   return undefined;
 }
+
+export interface Bin {
+  key: string;
+  lane: Lane;
+  at: number;
+  marks: Mark[];
+  failed: boolean;
+}
+
+/** Marks that would overlap on a lane (closer than `px` pixels on a `plot`-wide axis) are one bin, drawn
+ * once with its count: a long mission's timeline stays readable instead of a solid bar. A bin's key is its
+ * lane and first mark, so a chosen bin stays chosen while later marks arrive. */
+export function binMarks(marks: readonly Mark[], start: number, end: number, plot: number, px: number): Bin[] {
+  const perPx = (end - start) / Math.max(1, plot);
+  const open = new Map<Lane, Bin>();
+  const bins: Bin[] = [];
+  for (const mark of marks) {
+    const bin = open.get(mark.lane);
+    if (bin !== undefined && (mark.at - bin.at) / perPx < px) {
+      bin.marks.push(mark);
+      bin.failed ||= mark.failed;
+      continue;
+    }
+    const fresh: Bin = { key: mark.key, lane: mark.lane, at: mark.at, marks: [mark], failed: mark.failed };
+    open.set(mark.lane, fresh);
+    bins.push(fresh);
+  }
+  return bins;
+}
