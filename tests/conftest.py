@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.pgserver import PgServer
+from tests.pgserver import PgServer, pg_missing
 
 TESTS = Path(__file__).resolve().parent
 FAST_FOLDERS = {"protocol", "storage", "tools", "providers"}
-FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py"}
+FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py", "test_tiers.py"}
 GROUPS = {
     "vscode": "vscode",
     "postgres/test_machines.py": "machines",
@@ -44,6 +44,11 @@ STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundl
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
+    """The run's PostgreSQL cluster, started by the first test that needs it. Where PostgreSQL is not
+    installed, each test that needs it is skipped with the reason, as tests of other missing tools are."""
+    missing = pg_missing()
+    if missing:
+        pytest.skip(missing)
     server = PgServer()
     try:
         yield server
@@ -75,9 +80,11 @@ def store_folder(backend: str, request: pytest.FixtureRequest) -> Callable[[Path
 def store_backend(
     backend: str, store_folder: Callable[[Path], Path], request: pytest.FixtureRequest, tmp_path: Path
 ) -> str:
-    """A whole suite on both backends (its conftest makes this autouse): for PostgreSQL, the store folders
-    the suite's tests use are made to name a fresh schema on the run's server before the test starts
-    (`store_folder` makes any other). A test marked `lmdb_only("why")` runs on LMDB alone."""
+    """A test that touches a store runs on both backends by asking for this (a module whose tests all do:
+    `pytestmark = pytest.mark.usefixtures("store_backend")`); a test that touches none, a decision table
+    above all, does not ask, and runs once. For PostgreSQL, the store folders the tests use are made to
+    name a fresh schema on the run's server before the test starts (`store_folder` makes any other). A test
+    marked `lmdb_only("why")` runs on LMDB alone."""
     if backend == "postgresql":
         marker = request.node.get_closest_marker("lmdb_only")
         if marker is not None:

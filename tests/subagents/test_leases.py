@@ -13,6 +13,8 @@ from keel.protocol.records import Placement
 from keel.protocol.states import LeaseState
 from keel.storage import Store, leases
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def test_a_new_grant_fences_the_old_epoch_and_completion_happens_once(tmp_path: Path) -> None:
     with Store.open(tmp_path / "store") as store:
