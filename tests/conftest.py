@@ -9,7 +9,8 @@ and is marked `slow` here (a test of a fast module may also be marked `slow` by 
 Parallel runs (`pytest -n auto --dist loadgroup`, pytest-xdist): each worker is a session of its own, with
 its own tmp_path root, its own PostgreSQL cluster on a free port (`pg_server`) and free ports for every
 server; tests that share something outside those run on one worker (an `xdist_group`): the VS Code tests
-(they package the extension into the checkout), the two-machine tests (each strikes on a lease's timing:
+in two groups (at most two code-servers with Chromium at once; the extension is packaged into the checkout
+once per run, tests/vscode/conftest.py), the two-machine tests (each strikes on a lease's timing:
 two side by side would only slow each other's takeovers) and the modules whose module-scoped fixtures are
 costly (computed once, not once per worker). The groups are named before xdist reads them (tryfirst)."""
 
@@ -20,13 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.pgserver import PgServer
+from tests.pgserver import PgServer, pg_missing
 
 TESTS = Path(__file__).resolve().parent
 FAST_FOLDERS = {"protocol", "storage", "tools", "providers"}
-FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py"}
-GROUPS = {
-    "vscode": "vscode",
+FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py", "test_tiers.py"}
+GROUPS = {  # a module's entry before its folder's
+    "vscode": "vscode-a",  # the VS Code tests on two workers: each group ~3 minutes of code-server and Chromium
+    "vscode/test_ui_items.py": "vscode-a",
+    "vscode/test_ui.py": "vscode-a",
+    "vscode/test_told_ui.py": "vscode-b",
+    "vscode/test_mission_page.py": "vscode-b",
+    "vscode/test_activity_ui.py": "vscode-b",
+    "vscode/test_extension_host.py": "vscode-b",
     "postgres/test_machines.py": "machines",
     "postgres/test_worker_machines.py": "machines",
     "postgres/test_store_outage.py": "machines",
@@ -36,7 +43,7 @@ GROUPS = {
     "cli/test_page_damage.py": "cli/test_page_damage.py",
 }
 
-LONG_GROUPS = ("vscode", "machines")  # started first (pytest_collection_modifyitems)
+LONG_GROUPS = ("vscode-a", "vscode-b", "machines")  # started first (pytest_collection_modifyitems)
 
 BACKENDS = ("lmdb", "postgresql")
 STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundle tests keep their stores
@@ -44,6 +51,11 @@ STORE_FOLDERS = ("store", ".keel/store")  # where the engine, subagent and bundl
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
+    """The run's PostgreSQL cluster, started by the first test that needs it. Where PostgreSQL is not
+    installed, each test that needs it is skipped with the reason, as tests of other missing tools are."""
+    missing = pg_missing()
+    if missing:
+        pytest.skip(missing)
     server = PgServer()
     try:
         yield server
@@ -75,9 +87,11 @@ def store_folder(backend: str, request: pytest.FixtureRequest) -> Callable[[Path
 def store_backend(
     backend: str, store_folder: Callable[[Path], Path], request: pytest.FixtureRequest, tmp_path: Path
 ) -> str:
-    """A whole suite on both backends (its conftest makes this autouse): for PostgreSQL, the store folders
-    the suite's tests use are made to name a fresh schema on the run's server before the test starts
-    (`store_folder` makes any other). A test marked `lmdb_only("why")` runs on LMDB alone."""
+    """A test that touches a store runs on both backends by asking for this (a module whose tests all do:
+    `pytestmark = pytest.mark.usefixtures("store_backend")`); a test that touches none, a decision table
+    above all, does not ask, and runs once. For PostgreSQL, the store folders the tests use are made to
+    name a fresh schema on the run's server before the test starts (`store_folder` makes any other). A test
+    marked `lmdb_only("why")` runs on LMDB alone."""
     if backend == "postgresql":
         marker = request.node.get_closest_marker("lmdb_only")
         if marker is not None:
@@ -95,7 +109,7 @@ def fast(relative: Path) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist names each item's group in its node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks each test's tier and group, and puts the groups that run longest on one worker first (the
-    VS Code tests, then the two-machine tests: minutes each), so the other workers share out the rest
+    VS Code tests' two, then the two-machine tests: minutes each), so the other workers share out the rest
     beside them instead of one worker running them alone at the end."""
     first = {group: n for n, group in enumerate(LONG_GROUPS)}
 

@@ -32,6 +32,13 @@ def _bindir() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
+def pg_missing() -> str:
+    """Why no cluster can be started here ("" when one can)."""
+    if _bindir() is None:
+        return "PostgreSQL is not installed (run scripts/setup.sh --system: Debian's postgresql)"
+    return ""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +53,7 @@ class PgServer:
         `root`, by trust here, where a package install has peer), instead of trust everywhere."""
         bindir = _bindir()
         if bindir is None:
-            raise RuntimeError("PostgreSQL is not installed: run scripts/setup.sh --system (Debian's postgresql)")
+            raise RuntimeError(pg_missing())
         self.bindir = bindir
         self.root = Path(tempfile.mkdtemp(prefix="keel-pg-", dir="/tmp"))
         self.data = self.root / "data"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from tests.bundles.kit import (
     BINARY,
@@ -32,6 +33,8 @@ from tests.bundles.kit import (
     write_mission,
 )
 from tests.pgserver import PgServer
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 UNITS = [
     {

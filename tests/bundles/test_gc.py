@@ -21,6 +21,8 @@ from keel.storage.verify import verify_all
 from tests.bundles.kit import git_workspace, keel, ok, write_mission
 from tests.storage.test_verify import make_mission
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def point_loads(txn: Txn, mission_id: str, point: RestorePoint) -> None:
     """What a restore to `point` reads: the manifest chain (down to where retention cut it), its blobs and

@@ -11,11 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from keel.server.engine.files.trees import Snapshotter
 from keel.storage import Store
 from keel.storage import missions as m
 from tests.bundles.kit import keel, ok, read, wait_for
 from tests.storage.gckit import checkpoint, files_at, grow, long_history, missing_blobs, strays, write_files
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 FILES, CHANGES, CHECKPOINTS = 40, 6, 8
 LOCK_TIMEOUT_S = 1.0  # the other process's patience for the write lock

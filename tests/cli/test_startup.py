@@ -62,11 +62,21 @@ def test_missions_reads_the_store_without_providers_or_the_language_server(tmp_p
 
 def test_missions_loads_nothing_only_help_errors_or_debugging_need(tmp_path: Path) -> None:
     """Listing an existing store's missions: no shutil (argparse's width lookup), no traceback (--debug), no
-    dataclasses (the LMDB file checks), no OpenSSL (hashlib; records need only BLAKE2b)."""
+    dataclasses (the LMDB file checks), no OpenSSL (hashlib; records need only BLAKE2b), no
+    typing_extensions nor the inspect module it pulls in (msgspec takes what keel's records need from
+    typing)."""
     Store.open(tmp_path / "store").close()
     code, modules = imported("missions", "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert code == 0 and "keel.storage.store" in modules
-    assert {"shutil", "traceback", "dataclasses", "_hashlib"}.isdisjoint(modules)
+    assert {"shutil", "traceback", "dataclasses", "_hashlib", "typing_extensions", "inspect"}.isdisjoint(modules)
+
+
+def test_a_verb_that_needs_typing_extensions_imports_it_after_msgspec(tmp_path: Path) -> None:
+    """msgspec is imported without typing_extensions, never in its place: a library a verb loads later (pygls,
+    for `keel serve`) imports it as usual."""
+    probe = "from keel.server.commands import import_msgspec; import_msgspec(); import typing_extensions, msgspec"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("argv", [["missions", "extra"], ["missions", "--bogus"], ["status", "a", "b"]])

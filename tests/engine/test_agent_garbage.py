@@ -21,6 +21,8 @@ from engine_helpers import keel, read, write_mission
 from keel.protocol.framing import DEFAULT_MAX_SIZE
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 AGENT = """
 import os, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]])

@@ -17,6 +17,8 @@ from keel.server.engine.hostlock import HostLock
 from keel.storage import Store, hostlease
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def test_an_answer_that_finds_the_asking_host_still_stopping_is_taken_up(tmp_path: Path) -> None:
     units = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from engine_helpers import write_mission
 
 from keel.protocol.records import JournalEntry, UnitMark
@@ -16,6 +17,8 @@ from keel.server.engine import checkpoint, control
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.verify import verify_all
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def test_a_checkpoint_stores_again_an_agent_state_a_collection_removed(

@@ -14,8 +14,11 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from engine_helpers import start_keel, write_mission
 from modelkit import NO_KEYRING, provider, write_config
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 KEY = "sk-llm-pass-4Jw9QeT2xVb7Nc3R"  # made up; the provider is never called
 

@@ -268,6 +268,7 @@ def _verifications(store: Path, mid: str) -> list[tuple[bool, str]]:
     return [(e.data["ok"], e.data["output"]) for e in evidence if e.kind == "verification"]
 
 
+@pytest.mark.usefixtures("store_backend")  # its store is tmp_path/store: on each backend
 def test_a_verification_failing_for_want_of_space_is_a_pause_and_runs_again_on_resume(
     tmp_path: Path, mount: Mount
 ) -> None:
@@ -312,7 +313,6 @@ def test_a_verification_failing_for_want_of_space_is_a_pause_and_runs_again_on_r
     assert _no_space_journaled(store, mid) == []
 
 
-@pytest.mark.lmdb_only("the store's own folder is on the small disk")
 def test_a_unit_sandbox_that_cannot_be_checked_out_for_want_of_space_is_a_pause(tmp_path: Path, mount: Mount) -> None:
     """`--store` on a 3 MB tmpfs (the sandboxes next to it): unit c's sandbox cannot be made, since its
     600 KB file does not fit; git removes what it could not write and says only "unable to write file",
@@ -343,6 +343,7 @@ def test_a_unit_sandbox_that_cannot_be_checked_out_for_want_of_space_is_a_pause(
     assert files(sandbox_of(store, mid))["big.bin"] == (ws / "big.bin").read_bytes()
 
 
+@pytest.mark.usefixtures("store_backend")  # its store is tmp_path/store: on each backend
 def test_a_unit_home_that_cannot_be_made_for_want_of_space_is_a_pause(tmp_path: Path, mount: Mount) -> None:
     """The units' homes are on a tmpfs that has no inode left: making unit a's home fails with ENOSPC. The
     mission pauses `disk_full` naming that filesystem (the host neither fails the unit nor dies of the

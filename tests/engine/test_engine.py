@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from engine_helpers import (
     keel,
     kill,
@@ -27,6 +28,8 @@ from keel.protocol.states import MissionState
 from keel.storage import missions as m
 from keel.storage.location import store_exists
 from keel.storage.writelock import LOCK_NAME, holder_pid
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def _edit_units(side: Path) -> list[dict]:

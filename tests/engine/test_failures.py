@@ -26,6 +26,8 @@ from engine_helpers import (
 
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 FLAKY_AGENT = """
 import os, sys
 from keel.agents.sdk import Agent

@@ -23,6 +23,8 @@ from keel.protocol.states import MissionState
 from keel.storage import Store, Txn, hostlease
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def _units(side: Path, gate: Path | None = None) -> list[dict]:
     """Three units, each running a command, then another; with `gate`, each waits for that file between."""

@@ -15,6 +15,8 @@ from keel.storage import DB, Store
 from keel.storage.keys import unit_prefix
 from tests.engine.engine_helpers import read, write_mission
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 ENTRIES = 6000
 BODY = "a line a unit reads back, again and again, to fill its journal\n" * 64  # ~4 KB of result per entry
 MB = 1024 * 1024

@@ -16,6 +16,8 @@ from keel.server.engine.journal import JournalWriter, fingerprint, lane
 from keel.server.engine.step.policy import Policy
 from keel.storage import DB, Store, Txn
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def test_fingerprint_is_canonical_and_names_the_method() -> None:
     assert fingerprint("tool/run", {"a": 1, "b": [1, 2]}) == fingerprint("tool/run", {"b": [1, 2], "a": 1})

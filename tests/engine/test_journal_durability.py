@@ -22,6 +22,8 @@ import pytest
 
 from tests.engine.engine_helpers import kill, start_keel, wait_for, write_mission
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 NOTING_AGENT = """
 import sys
 from keel.agents.sdk import Agent

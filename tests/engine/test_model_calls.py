@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from engine_helpers import keel, record, start_keel, write_mission
 from modelkit import (
     FAST,
@@ -31,6 +32,8 @@ from modelkit import (
 )
 
 from keel.protocol.states import MissionState, PauseReason
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 HELLO = {"messages": [{"role": "user", "content": "say hello"}], "purpose": "greeting"}
 

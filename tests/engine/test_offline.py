@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_helpers import keel, kill, mission_id_of, record, start_keel, wait_for, write_mission
 from modelkit import (
     NO_KEYRING,
@@ -25,6 +26,8 @@ from modelkit import (
 )
 
 from keel.protocol.states import MissionState, PauseReason
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 CHECK = "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n"

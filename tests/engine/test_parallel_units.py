@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from engine_helpers import keel, read, write_mission
 
 from keel.storage import missions as m
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 WAIT_TICKS = 2400  # of 0.05 s (2 minutes): how long a command waits for the other one to start before it gives up
 

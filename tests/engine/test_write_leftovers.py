@@ -11,7 +11,6 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pytest
 from engine_helpers import files, keel, mission_id_of, read, record, start_keel, wait_for, write_mission
 
 from keel.storage import missions as m
@@ -61,7 +60,7 @@ def _digests(root: Path) -> dict[str, str]:
     return {path: hashlib.sha256(data).hexdigest()[:16] for path, data in files(root).items()}
 
 
-@pytest.mark.lmdb_only("which files keel commits does not depend on the store; two 16 MiB runs are enough")
+# on LMDB alone: which files keel commits does not depend on the store; two 16 MiB runs are enough
 def test_a_host_killed_mid_write_commits_no_temporary_file(tmp_path: Path) -> None:
     reference = tmp_path / "undisturbed"
     _workspace(reference)

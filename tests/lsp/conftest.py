@@ -160,13 +160,6 @@ def watch(client: LanguageClient, root: Path) -> Env:
     return e
 
 
-@pytest.fixture(autouse=True)
-def _on_each_backend(store_backend: str) -> str:
-    """Every test of this suite runs with the server's store on LMDB and on PostgreSQL (made before the
-    server starts)."""
-    return store_backend
-
-
 @pytest.fixture
 def env(client: LanguageClient, tmp_path: Path):
     e = watch(client, tmp_path)

@@ -16,6 +16,8 @@ from tests.faultserver import FaultServer, ok
 
 from .conftest import Env, _plain
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.fixture
 def model() -> Iterator[FaultServer]:

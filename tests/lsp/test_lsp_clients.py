@@ -19,6 +19,8 @@ from pytest_lsp.client import captured_exception_key
 
 from tests.lsp.conftest import OPTIONS, SERVER, Env, capabilities, edit_elsewhere, mission_toml, until, watch
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.fixture
 def backend() -> str:

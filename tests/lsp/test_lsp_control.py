@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 
+import pytest
 from lsprotocol import types
 
 from tests.lsp.conftest import OPTIONS, Env, edit_elsewhere
 from tests.lsp.conftest import until as _until
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 SLOW = [{"sleep": 0.25}] * 40  # ~10 s of work: long enough to pause, kill or watch
 

@@ -16,6 +16,8 @@ from pygls.exceptions import JsonRpcException
 from tests.lsp.conftest import Env
 from tests.lsp.test_lsp_bad_input import INIT, Server, _msg
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.fixture
 def backend() -> str:

@@ -13,6 +13,8 @@ from tests.hosts import kill_hosts
 from tests.lsp.conftest import mission_toml
 from tests.lsp.test_lsp_bad_input import Server, _msg
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.fixture
 def backend() -> str:

@@ -12,9 +12,13 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.faultserver import FaultServer, ok
 from tests.lsp.conftest import Env
 from tests.lsp.test_lsp_providers import MODEL_STEP, write_config
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 async def _offline_with_a_probing_host(env: Env, server: FaultServer, name: str) -> tuple[str, int]:

@@ -13,6 +13,8 @@ import pytest
 from tests.faultserver import FaultServer, error, ok
 from tests.lsp.conftest import Env, _plain
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.fixture
 def backend() -> str:

@@ -11,6 +11,8 @@ from pygls.exceptions import JsonRpcException
 
 from tests.lsp.conftest import Env
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.invalid",

@@ -9,6 +9,8 @@ import pytest
 
 from tests.lsp.conftest import Env
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 async def test_subagents_while_running_and_after(env: Env) -> None:
     path = env.write_mission(

@@ -15,6 +15,8 @@ from tests.faultserver import FaultServer, error, ok
 from tests.lsp.conftest import Env
 from tests.lsp.test_lsp_providers import MODEL_STEP, by_name
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 SLOW = [{"sleep": 0.25}] * 200  # ~50 s: long enough to watch, pause or cancel
 
 

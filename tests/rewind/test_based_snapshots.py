@@ -22,6 +22,8 @@ from keel.storage.snapshots import load_tree, snapshot_base
 from tests.bundles.kit import git, git_workspace, keel, ok, read, record
 from tests.rewind.kit import AFTER_U1, AFTER_U2, imported_into_a_clone, mission, point_after, sandbox_files
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def _stat(path: Path) -> tuple[int, int, int, int]:
     st = os.lstat(path)

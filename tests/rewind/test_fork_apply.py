@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.bundles.kit import BINARY, git, keel, ok, record
 from tests.rewind.kit import (
     AFTER_U1,
@@ -18,6 +20,8 @@ from tests.rewind.kit import (
     run,
     sandbox_files,
 )
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def test_fork_leaves_the_original_identical_and_runs_on_its_own(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from keel.protocol.records import CheckpointManifest
 from keel.storage import DB, Txn
 from tests.bundles.kit import keel, ok, read, record
@@ -20,6 +22,8 @@ from tests.rewind.kit import (
     points,
     sandbox_files,
 )
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def _file_blobs(store: Path) -> int:

@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from keel.protocol.states import UnitState
 from keel.server.engine.units import placement
 from keel.storage import Store, leases
 from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record
 from tests.rewind.kit import mission_toml, points
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 BASE = {"README.md": b"hello\n", "data.bin": BINARY, "old.txt": b"to be deleted\n"}
 UNITS = {"a": 0.4, "b": 0.25}  # each unit's command time: their steps interleave unevenly

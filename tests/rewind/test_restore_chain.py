@@ -9,8 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.bundles.kit import git, git_workspace, keel, ok, record, toml
 from tests.rewind.kit import points, sandbox_files
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 UNITS: list[dict[str, Any]] = [
     {"id": "a", "params": {"steps": [{"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}}]}},

@@ -19,6 +19,8 @@ from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git_workspace, keel, ok, read, record, wait_for
 from tests.rewind.kit import mission_toml, point_after
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 RESULT = {
     "README.md": b"hello\n",
     "data.bin": BINARY,

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.bundles.kit import keel, ok, record, wait_for
 from tests.rewind.kit import (
     AFTER_U1,
@@ -20,6 +22,8 @@ from tests.rewind.kit import (
     points,
     sandbox_files,
 )
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def test_restore_files_rewinds_tool_and_shell_edits_then_resumes(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ from keel.storage import missions as m
 from tests.bundles.kit import BINARY, files, git, git_workspace, keel, ok, read, record, wait_for
 from tests.rewind.kit import mission_toml, points
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def _units(side: Path) -> list[dict[str, object]]:
     return [

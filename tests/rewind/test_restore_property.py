@@ -25,6 +25,8 @@ from keel.storage.keys import mission_prefix
 from tests.bundles.kit import git_workspace, keel, ok, read, record, toml
 from tests.rewind.kit import points, sandbox_files
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 EXAMPLES = int(os.environ.get("KEEL_REWIND_EXAMPLES", "3"))
 
 

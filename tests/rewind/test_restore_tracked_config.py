@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.bundles.kit import files, git, keel, ok, record
 from tests.rewind.kit import imported_into_a_clone, mission_toml, point_after, points
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 CONFIG = b"# the team's provider settings, committed with the code\n"
 UNITS = [

@@ -20,6 +20,8 @@ import pytest
 from keel.server.engine.files import trees
 from keel.storage import Store
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def digest_recorded_by_the_previous_keel(root: Path) -> str:
     """checkpoint.TreeDigest as the keel before folder trees had it (copied unchanged, cache left out)."""

@@ -24,6 +24,8 @@ from keel.storage.snapshots import load_tree
 from keel.storage.verify import verify_all
 from tests.storage.test_verify import make_mission
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 MANY = 300
 
 

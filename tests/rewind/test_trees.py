@@ -16,6 +16,8 @@ from keel.storage import DB, Store
 from keel.storage.snapshots import load_tree
 from tests.tmpfs import fill, mounted
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def _tree(store: Store, snap: trees.Snapshotter, root: Path) -> tuple[str, SandboxTree]:
     scan = snap.scan(root)

@@ -51,6 +51,8 @@ from subagent_helpers import all_leases, git
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 PHASES = ("effect", "intent", "worker", "merge", "completion", "checkpoint", "resume", "journal", "recovery")
 ITERATIONS = int(os.environ.get("KEEL_CHAOS_ITERATIONS", str(2 * len(PHASES))))
 PG_ITERATIONS = int(os.environ.get("KEEL_CHAOS_ITERATIONS", str(len(PHASES))))  # the PostgreSQL pass: one each

@@ -19,6 +19,8 @@ from keel.protocol.states import MissionState
 from keel.server.engine.files import places
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 def _git_workspace(folder: Path) -> None:
     ws = folder / "ws"

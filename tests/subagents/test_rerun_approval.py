@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from engine_helpers import keel, read, record, write_mission
 from subagent_helpers import uncertain_effect
 
@@ -20,6 +21,8 @@ from keel.storage import missions as m
 from keel.storage.base import SCHEMA_KEY
 from keel.storage.keys import DB
 from keel.storage.migrations import SchemaInfo
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def test_a_rerun_answer_sets_the_intents_flag_and_keeps_its_summary(tmp_path: Path) -> None:

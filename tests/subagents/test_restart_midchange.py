@@ -8,10 +8,13 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from engine_helpers import keel, mission_id_of, read, record, start_keel, wait_for, write_mission
 from subagent_helpers import lease
 
 from keel.storage import missions as m
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def test_a_change_recorded_after_the_restarted_agent_began_replaying_is_answered_not_made_again(

@@ -17,8 +17,6 @@ from subagent_helpers import alive
 
 from keel.server.engine.units import runtree
 
-pytestmark = pytest.mark.lmdb_only("this machine's processes; no store")
-
 # a run's worker, as subagent.main starts: it enters the cgroup (and becomes a subreaper), then starts a
 # command that leaves a detached grandchild behind and writes its pid; with argv[3], it ends all below it
 WORKER = """

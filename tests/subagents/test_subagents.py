@@ -38,6 +38,8 @@ from subagent_helpers import (
 from keel.protocol.states import MissionState
 from keel.storage import missions as m
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 FAST_LEASES = {"KEEL_LEASE_TTL_S": "1.0"}
 
 

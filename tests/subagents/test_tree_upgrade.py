@@ -19,6 +19,8 @@ from keel.storage import missions as m
 from tests.bundles.kit import git_workspace
 from tests.rewind.test_tree_digest import digest_recorded_by_the_previous_keel
 
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
 
 @pytest.mark.parametrize("tampered", [False, True])
 def test_a_lease_digest_from_before_the_upgrade(tmp_path: Path, tampered: bool) -> None:

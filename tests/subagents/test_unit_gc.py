@@ -10,11 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_helpers import files, keel, kill, mission_id_of, read, record, start_keel, wait_for, write_mission
 from subagent_helpers import all_leases, checkout_fingerprint, git, lease
 
 from keel.protocol.states import MissionState, UnitState
 from keel.storage import missions as m
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
 def _workspace(tmp_path: Path) -> Path:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from keel.protocol.states import LeaseState, MissionState
 from keel.storage import leases
 from keel.storage import missions as m
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.usefixtures("store_backend"), pytest.mark.timeout(240)]  # each test on LMDB and on PostgreSQL
 ENV = {"KEEL_LEASE_TTL_S": "2"}
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -405,7 +406,9 @@ CHAOS_ITERATIONS = int(os.environ.get("KEEL_WORKER_CHAOS_ITERATIONS", "6"))
 
 
 @pytest.mark.timeout(600)
-def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(tmp_path: Path, store_backend: str) -> None:
+def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(
+    tmp_path: Path, store_backend: str, store_folder: Callable[[Path], Path]
+) -> None:
     """Chaos over a mission run by two workers. Each iteration strikes when a unit held by a worker has
     journaled a chosen number of entries (its effect made or not, in doubt or recorded), killing a random
     mix of the host and the two workers (each with everything it started); the killed ones are started
@@ -419,7 +422,7 @@ def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(tmp_
     for i in range(CHAOS_ITERATIONS):
         folder = tmp_path / f"i{i}"
         folder.mkdir()
-        side, store = folder / "side.log", folder / "store"
+        side, store = folder / "side.log", store_folder(folder / "store")  # on this test's backend
         unit, entries = rng.choice("ab"), rng.randint(1, 3)  # then a and b sleep, and make their last entry
         victims = rng.choice([{"host"}, {"w1"}, {"host", "w1"}, {"w1", "w2"}, {"host", "w1", "w2"}])
         host = _host(folder, side, store, linger=rng.choice([0, 1.0]))

@@ -11,6 +11,7 @@ test kills the ones it made.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "vscode"
+BUILD_LOCK = ROOT / "test-artifacts" / "vscode-build.lock"  # held while installing or packaging; names its run
 USER_SETTINGS = {
     "workbench.startupEditor": "none",
     "workbench.tips.enabled": False,
@@ -44,10 +46,13 @@ USER_SETTINGS = {
 
 @pytest.fixture(scope="session")
 def tools() -> dict[str, str]:
-    """NODE_BIN, CODE_SERVER, CHROMIUM: installed (or found in the cache) by scripts/editor-tools.sh."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "editor-tools.sh")], capture_output=True, text=True, timeout=900, check=False
-    )
+    """NODE_BIN, CODE_SERVER, CHROMIUM: installed (or found in the cache) by scripts/editor-tools.sh, one
+    worker at a time (BUILD_LOCK)."""
+    BUILD_LOCK.parent.mkdir(exist_ok=True)
+    with BUILD_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        script = str(ROOT / "scripts" / "editor-tools.sh")
+        done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         pytest.fail(f"scripts/editor-tools.sh failed ({done.returncode}):\n{done.stderr[-3000:]}")
     found = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
@@ -55,8 +60,23 @@ def tools() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def vsix(tools: dict[str, str]) -> Path:
-    """The packaged extension, built the way a release is: typecheck, esbuild bundle, vsce package."""
+def vsix(tools: dict[str, str], request: pytest.FixtureRequest) -> Path:
+    """The packaged extension, built the way a release is: typecheck, esbuild bundle, vsce package. Built
+    once per test run, into the checkout: the VS Code tests run on two workers (tests/conftest.py), and the
+    first to get here builds while the other waits on BUILD_LOCK, then finds the run's id in it and uses
+    the same build (a build under a test that runs the extension from the checkout would pull it away)."""
+    run = getattr(request.config, "workerinput", {}).get("testrunuid", "")  # one id per run, shared by its workers
+    with BUILD_LOCK.open("a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        if not run or lock.read() != run:
+            _package(tools)
+            lock.truncate(0)
+            lock.write(run)
+    return ROOT / "keel.vsix"
+
+
+def _package(tools: dict[str, str]) -> None:
     done = subprocess.run(
         ["npm", "run", "package"],
         cwd=ROOT,
@@ -68,7 +88,6 @@ def vsix(tools: dict[str, str]) -> Path:
     )
     if done.returncode != 0:
         pytest.fail(f"npm run package failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return ROOT / "keel.vsix"
 
 
 def free_port() -> int:
