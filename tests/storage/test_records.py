@@ -148,7 +148,9 @@ SAMPLES: dict[type[Any], Any] = {
         rerun_approved=True,
         skipped=True,
         effect=records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
+        base=records.LaneBase(lane="u1.2", upto=40),
     ),
+    records.LaneBase: records.LaneBase(lane="u1.2", upto=40),
     records.EffectMark: records.EffectMark(key="k" * 32, before="b" * 32, after="a" * 32, text="run ls"),
     records.UnitMark: MARK,
     records.CheckpointManifest: records.CheckpointManifest(
