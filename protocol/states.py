@@ -12,7 +12,7 @@ starting host does) are results, not lifecycles: they have no moves. Depends on 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from keel.protocol.errors import InvalidTransitionError
 
@@ -142,8 +142,7 @@ LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Capabilities:
+class Capabilities(NamedTuple):
     """What may be asked of a mission in a state: the one table the engine, the language server and the
     extension (client-vscode/src/protocol.ts, generated from it by scripts/protocol_ts.py) go by."""
 

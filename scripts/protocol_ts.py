@@ -7,7 +7,6 @@ Usage: python scripts/protocol_ts.py [--check]
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ def generated() -> str:
     out = [BEGIN]
     for kind in UNIONS:
         out.append(f"export type {kind.__name__} =\n  | {union([v.value for v in kind])};\n\n")
-    fields = [f.name for f in dataclasses.fields(Capabilities)]
+    fields = list(Capabilities._fields)
     out.append("/** What may be asked of a mission in a state (protocol/states.py `Capabilities`). */\n")
     out.append("export interface Capabilities {\n" + "".join(f"  readonly {f}: boolean;\n" for f in fields) + "}\n\n")
     out.append("export const MISSION_CAPABILITIES: Readonly<Record<MissionState, Capabilities>> = {\n")

@@ -131,7 +131,7 @@ def test_stock_eglot_prompts_for_the_questions_and_shows_progress(tmp_path: Path
         ], seen
         assert "keel answer" not in proc.stderr, proc.stderr[-3000:]
         shown = [line for line in proc.stderr.splitlines() if f"keel: ship ({mission_id})" in line]
-        assert any("running" in line and line.endswith("(0%)") for line in shown), proc.stderr[-3000:]
+        assert any(line.endswith("(0%)") for line in shown)  # running, or already at its unit, proc.stderr[-3000:]
         assert shown[-1].endswith("completed (100%)"), shown
         with Store.open(session.store) as s:
             assert s.read(lambda t: m.get_mission(t, mission_id)).state.value == "completed"

@@ -128,7 +128,7 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
         a.stop()
         b.stop()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "extension-host.json").write_text(json.dumps(out, indent=2))
+    (ARTIFACTS / "extension-host.json").write_text(json.dumps({**out, "took_s": round(took, 1)}, indent=2))
     assert out["ok"], f"driver failed: {out.get('error')}\n" + "\n".join(out.get("console", []))
     suite = out["suite"]
     failed = [r for r in suite["results"] if not r["ok"]]
@@ -206,4 +206,3 @@ def test_extension_host_suite(code_server, drive, vsix: Path, tmp_path: Path) ->
     log = channel.read_text()
     assert "[info] keel.server.lsp.app: keel serve: store" in log  # server stderr at its own level
     assert " INFO " not in log and "[info] connection starting -> running" in log
-    assert took < 60, f"the extension-host suite took {took:.1f} s"
