@@ -43,8 +43,19 @@ function inPage(fn, arg) {
 
 // -- 8: a started mission opens its page; its row opens it at the first click ---------------------------
 async function started() {
-  await palette("Start Mission");
-  await pick(config.freshFile);
+  // an editor an earlier step opened may land late (a loaded machine) and close the quick pick: ask again
+  for (let attempt = 1; ; attempt++) {
+    await palette("Start Mission");
+    try {
+      await pick(config.freshFile, 30_000);
+      break;
+    } catch (error) {
+      if (attempt >= 3) {
+        throw error;
+      }
+      await page.keyboard.press("Escape");
+    }
+  }
   await waitForPage(M.fresh, ["running", "completed", "created"]);
   seen.startedTabs = await tabs();
   seen.rowClicks = [];

@@ -103,9 +103,9 @@ export async function quickPick() {
   return { title, rows };
 }
 
-export async function pick(text) {
+export async function pick(text, timeout = 60_000) {
   const row = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: text }).first();
-  await row.waitFor({ timeout: 60_000 });
+  await row.waitFor({ timeout });
   await row.click();
 }
 
