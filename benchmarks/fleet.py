@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine")
 
 from engine_helpers import write_mission
 
-from keel.protocol.states import MissionState
 from keel.server.engine import control
 from keel.storage import Store, leases
 from keel.storage import missions as m
@@ -56,11 +55,10 @@ def _start_missions(root: Path, store: Path, count: int, side: Path, hosting: st
             folder.mkdir(parents=True)
             steps: list[dict[str, Any]] = [{"tool": "run", "args": {"cmd": f"echo m{n} >> {side}"}}]
             mission = write_mission(folder, [{"id": "u", "params": {"steps": steps}}], workers=True)
-            record = control.create_mission(opened, mission)  # as `keel run` does, without a process each
-            if hosting == "process":
-                control.spawn_host(store, record.id)
+            if hosting == "process":  # as `keel run --detach` and `keel run --queue` do, without a process each
+                control.spawn_host(store, control.create_mission(opened, mission).id)
             else:
-                opened.write(lambda t, mid=record.id: m.set_mission_state(t, mid, MissionState.RUNNING))
+                control.queue_mission(opened, mission)
     if hosting == "process":
         return None
     log = (root / "supervise.log").open("ab")

@@ -62,11 +62,10 @@ def run_mission(args: argparse.Namespace) -> int:
     path = store_path(args)
     prepare_keel_dir(path)
     with Store.open(path) as store:
-        record = control.create_mission(store, Path(args.file))
-        if args.queue:  # running, with no host yet: the first `keel supervise` of the store that looks hosts it
-            store.write(lambda t: m.set_mission_state(t, record.id, MissionState.RUNNING))
-            print(record.id)
+        if args.queue:
+            print(control.queue_mission(store, Path(args.file)).id)
             return Exit.OK
+        record = control.create_mission(store, Path(args.file))
         if args.detach:
             control.spawn_host(path, record.id)
             print(record.id)

@@ -70,6 +70,14 @@ def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
     return record.id
 
 
+def queue_mission(store: Store, mission_file: Path) -> MissionRecord:
+    """Record a mission running with no host (`keel run --queue`): the first `keel supervise` of the store that
+    looks hosts it."""
+    record = create_mission(store, mission_file)
+    queued: MissionRecord = store.write(lambda t: m.set_mission_state(t, record.id, MissionState.RUNNING))
+    return queued
+
+
 def spawn_host(store_path: Path, mission_id: str) -> int:
     """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log); it
     waits out a network loss by itself (`--wait-online`, docs/providers.md)."""

@@ -41,9 +41,7 @@ def _queue(store: Path, root: Path, side: Path) -> list[str]:
             folder.mkdir()
             steps: list[dict[str, Any]] = [{"tool": "run", "args": {"cmd": f"echo m{n} >> {side}"}}]
             mission = write_mission(folder, [{"id": "u", "params": {"steps": steps}}], workers=True)
-            record = control.create_mission(opened, mission)
-            opened.write(lambda t, mid=record.id: m.set_mission_state(t, mid, MissionState.RUNNING))
-            ids.append(record.id)
+            ids.append(control.queue_mission(opened, mission).id)
     return ids
 
 
