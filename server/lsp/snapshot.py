@@ -83,8 +83,20 @@ _cache = _Cache()
 
 def read_views(store: Store) -> dict[str, MissionView]:
     """Every mission, in one read transaction (ordered by id, which sorts by creation time)."""
-    views = store.read(lambda txn: {r.id: _view(store, txn, r) for r in m.list_missions(txn)})
-    return {mid: msgspec.structs.replace(v, host_alive=host_alive(v.record)) for mid, v in views.items()}
+    return read_views_at(store)[1]
+
+
+def read_views_at(store: Store) -> tuple[int, dict[str, MissionView]]:
+    """`read_views` with the id of the committed transaction they are as new as (`Txn.snapshot_id`, asked
+    first): a read can trail `Store.txn_id()` for a moment, so a watcher that took the store's id for what
+    its read saw would answer from a picture that misses the newest commit."""
+
+    def read(txn: Txn) -> tuple[int, dict[str, MissionView]]:
+        seen = txn.snapshot_id()
+        return seen, {r.id: _view(store, txn, r) for r in m.list_missions(txn)}
+
+    seen, views = store.read(read)
+    return seen, {mid: msgspec.structs.replace(v, host_alive=host_alive(v.record)) for mid, v in views.items()}
 
 
 def read_view(store: Store, text: str) -> MissionView:

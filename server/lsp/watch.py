@@ -2,7 +2,7 @@
 
 The watcher never holds a read transaction between polls: `Store.txn_id()` reads LMDB's environment info,
 and a changed id (or the once-a-second liveness sweep, since a host can die without writing) triggers
-one short `read_views`. The hub lives on the event loop: it keeps the current view of every mission,
+one short `read_views_at`. The hub lives on the event loop: it keeps the current view of every mission,
 diffs, and calls each subscriber with `(old, new)` for the missions that changed. Features subscribe;
 none of them polls. The hub's views are also what requests answer from (`keel/missions`): current within
 one poll, and a command waits for the watcher to catch up with its own write (`StoreWatcher.current`).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from keel.server.lsp.snapshot import MissionView, read_views
+from keel.server.lsp.snapshot import MissionView, read_views_at
 from keel.storage import Store
 
 log = logging.getLogger(__name__)
@@ -186,11 +186,10 @@ class StoreWatcher:
                 elif store is not None:
                     if not self._woken:
                         self._woken = store.subscribe(self._wake.set) is not None
-                    txn = store.txn_id()
                     now = time.monotonic()
-                    if txn != last_txn or now - last_sweep >= SWEEP_S or self._again:
+                    if store.txn_id() != last_txn or now - last_sweep >= SWEEP_S or self._again:
                         self._again = False
-                        views = read_views(store)
+                        txn, views = read_views_at(store)  # as new as its own snapshot, which may trail txn_id
                         last_txn, last_sweep = txn, now
                         self._loop.call_soon_threadsafe(self._deliver, txn, views, now)
                 failures = 0
