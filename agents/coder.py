@@ -10,8 +10,8 @@ accepted once that command passes; otherwise its output goes back to the model, 
 
 It never talks HTTP and never sees keys: every model call is the host's `model/complete`, journaled, so
 after a crash the host replays the conversation and no token is spent twice. The conversation is saved
-with `state/save` after every step; it is resumed from that state only when the host says it is not
-replaying (a fresh journal), since during replay the journal itself carries the agent forward.
+with `state/save` after every step, and a restarted run carries on from the last one (the agent resumes:
+the host numbers its requests after that save), so a long unit is never replayed from its start.
 
 The tool schemas it offers are keel.protocol.tools' TOOL_SPECS, the same declaration server/tools runs
 under (agents never import keel.server). Depends on keel.protocol and the SDK.
@@ -59,10 +59,12 @@ def first_messages(ctx: Context) -> list[dict[str, Any]]:
 
 
 def resumable_state(ctx: Context) -> dict[str, Any] | None:
-    """The saved conversation, if the host gave one and is not replaying this unit's journal."""
+    """The saved conversation, when the run carries on from it: the host numbered this run's requests after
+    it (`resumed_at`), or holds no journal to replay."""
     state = ctx.state
     replaying = getattr(ctx, "replaying", True)  # SDKs that do not say are treated as replaying: safe
-    if replaying is False and isinstance(state, dict) and isinstance(state.get("messages"), list):
+    carries_on = getattr(ctx, "resumed_at", 0) > 0 or replaying is False
+    if carries_on and isinstance(state, dict) and isinstance(state.get("messages"), list):
         return state
     return None
 
@@ -94,8 +96,11 @@ class Coder:
         self.step: int = saved.get("step", 0) if saved else 0
         self.changed: list[str] = saved.get("changed", []) if saved else []
         self.verifications: list[dict[str, Any]] = saved.get("verifications", []) if saved else []
+        self.finished: str | None = saved.get("model") if saved and saved.get("done") else None
 
     async def run(self) -> dict[str, Any]:
+        if self.finished is not None:  # saved as done: what is left is to say so
+            return await self.finish(str(self.messages[-1].get("content") or ""), self.finished)
         while self.step < self.max_steps:
             self.step += 1
             reply = await self.ctx.model(
@@ -107,33 +112,36 @@ class Coder:
             for call in calls:
                 self.messages.append(await self.call_tool(call))
             final = not calls and await self.accept_final()
-            await self.ctx.save_state(self.state(done=final))
+            await self.ctx.save_state(self.state(done=final, model=reply.model))
             if final:
-                answer = str(message.get("content") or "")
-                await self.ctx.evidence(
-                    "note",
-                    f"unit {self.ctx.unit.id}: {answer[:200]}",
-                    {"steps": self.step, "model": reply.model, "changed": self.changed},
-                )
-                return {
-                    "answer": answer,
-                    "steps": self.step,
-                    "changed": self.changed,
-                    "verifications": self.verifications,
-                    "model": reply.model,
-                }
+                return await self.finish(str(message.get("content") or ""), reply.model)
         raise StepLimitError(
             f"unit {self.ctx.unit.id}: no final answer after {self.max_steps} model calls "
             "(raise params.max_steps to allow more)"
         )
 
-    def state(self, *, done: bool) -> dict[str, Any]:
+    async def finish(self, answer: str, model: str) -> dict[str, Any]:
+        await self.ctx.evidence(
+            "note",
+            f"unit {self.ctx.unit.id}: {answer[:200]}",
+            {"steps": self.step, "model": model, "changed": self.changed},
+        )
+        return {
+            "answer": answer,
+            "steps": self.step,
+            "changed": self.changed,
+            "verifications": self.verifications,
+            "model": model,
+        }
+
+    def state(self, *, done: bool, model: str) -> dict[str, Any]:
         return {
             "messages": self.messages,
             "step": self.step,
             "changed": self.changed,
             "verifications": self.verifications,
             "done": done,
+            "model": model,
         }
 
     async def accept_final(self) -> bool:
@@ -199,7 +207,7 @@ async def code(ctx: Context) -> dict[str, Any]:
 
 
 def main() -> None:
-    Agent("coder", {"*": code}, version="1").run()
+    Agent("coder", {"*": code}, version="1", resumes=True).run()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@
       { shell = "make test" },
     ]
 
+A restarted run carries on from its last `save_state` (the agent resumes: `Agent(resumes=True)`): each
+save holds where the steps were and their outputs so far, with the step's own value under "value".
+
 `shell` is a command the agent runs itself, as Codex and Gemini CLI do: asked for first (`effect/ask`,
 as the keel tool `run`), run in the agent's own process with /bin/sh in its working folder (the unit's
 sandbox), its outcome reported (`effect/done`); one keel refuses is not run.
@@ -37,22 +40,54 @@ from typing import Any, Literal
 from keel.agents.sdk import Agent, Context
 
 
+class _Run:
+    """Where the agent is in its steps: (step, repetition, inner step). A `save_state` step saves that place
+    (after itself) with the outputs so far, so a restarted run carries on from it (`Agent(resumes=True)`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.outputs: list[Any] = []
+        self.at: tuple[int, int, int] = (0, 0, 0)
+        if ctx.resumed_at:
+            saved = ctx.state if isinstance(ctx.state, dict) else {}
+            place = saved.get(SAVED_AT)
+            if not (isinstance(place, list) and len(place) == 3 and all(isinstance(n, int) for n in place)):
+                raise ValueError(
+                    f"unit {ctx.unit.id}: the state saved at entry {ctx.resumed_at} does not say where the "
+                    "steps were; it cannot be carried on from"
+                )
+            self.at = (place[0], place[1], place[2])
+            self.outputs = list(saved.get("outputs", []))
+
+    async def save(self, value: Any, after: tuple[int, int, int], outputs: list[Any]) -> None:
+        await self.ctx.save_state({SAVED_AT: list(after), "outputs": outputs, "value": value})
+
+
+SAVED_AT = "scripted_at"
+
+
 async def run_steps(ctx: Context) -> dict[str, Any]:
-    outputs: list[Any] = []
-    for index, step in enumerate(ctx.params.get("steps", [])):
+    run = _Run(ctx)
+    steps = ctx.params.get("steps", [])
+    first, first_rep, first_inner = run.at
+    for index in range(first, len(steps)):
+        step = steps[index]
         if not isinstance(step, dict):
             raise ValueError(f"unit {ctx.unit.id} step {index}: expected a table, got {type(step).__name__}")
         if "repeat" in step:  # a long unit in a few lines: its outputs are counted, not kept
-            for _ in range(int(step["repeat"])):
-                for inner in step.get("steps", []):
-                    await _step(ctx, index, inner)
-            outputs.append({"repeated": int(step["repeat"])})
+            inner_steps = step.get("steps", [])
+            start_rep = first_rep if index == first else 0
+            for rep in range(start_rep, int(step["repeat"])):
+                start_inner = first_inner if index == first and rep == start_rep else 0
+                for inner in range(start_inner, len(inner_steps)):
+                    await _step(ctx, index, inner_steps[inner], run, (index, rep, inner + 1))
+            run.outputs.append({"repeated": int(step["repeat"])})
             continue
-        outputs.append(await _step(ctx, index, step))
-    return {"unit": ctx.unit.id, "steps": len(outputs), "outputs": outputs}
+        run.outputs.append(await _step(ctx, index, step, run, (index + 1, 0, 0)))
+    return {"unit": ctx.unit.id, "steps": len(run.outputs), "outputs": run.outputs}
 
 
-async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
+async def _step(ctx: Context, index: int, step: dict[str, Any], run: _Run, after: tuple[int, int, int]) -> Any:
     where = f"unit {ctx.unit.id} step {index}"
     if "tool" in step:
         args = dict(step.get("args", {}))
@@ -72,8 +107,8 @@ async def _step(ctx: Context, index: int, step: dict[str, Any]) -> Any:
         return await ctx.now()
     if step.get("random"):
         return await ctx.random()
-    if "save_state" in step:
-        await ctx.save_state(step["save_state"])
+    if "save_state" in step:  # a top-level step's own output (None) is among the outputs it saves
+        await run.save(step["save_state"], after, [*run.outputs, None] if after[1:] == (0, 0) else run.outputs)
         return None
     if "add_units" in step:
         return await ctx.add_units(step["add_units"])
@@ -131,7 +166,7 @@ def _test_step(where: str, step: dict[str, Any]) -> Any:
 
 
 def main() -> None:
-    Agent("scripted", {"*": run_steps}, version="1").run()
+    Agent("scripted", {"*": run_steps}, version="1", resumes=True).run()
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@ class Context:
         self.params: dict[str, Any] = dict(params.unit.params)
         self.attempt = params.attempt
         self.state: Any = params.state
+        self.resumed_at = params.resumed_at  # a resuming agent carries on from `state`, saved at this entry
+        self.replaying = params.replaying
         self.mission_id = init.mission_id
         self.goal = init.goal
         self.home = params.home  # a folder of this unit's own outside the sandbox, kept across its runs
@@ -160,12 +162,19 @@ class Agent:
     """An agent: a name and one async handler per unit kind ("*" handles any kind)."""
 
     def __init__(
-        self, name: str, handlers: Mapping[str, Handler], version: str = "", journal: Journal = "replay"
+        self,
+        name: str,
+        handlers: Mapping[str, Handler],
+        version: str = "",
+        journal: Journal = "replay",
+        *,
+        resumes: bool = False,
     ) -> None:
         self.name = name
         self.handlers = dict(handlers)
         self.version = version
         self.journal = journal  # "append": see protocol.agent.InitializeResult
+        self.resumes = resumes  # its handlers carry on from `Context.state` when `Context.resumed_at` > 0
         self._init: ap.InitializeParams | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -231,7 +240,9 @@ class Agent:
         if method == "initialize":
             self._init = msgspec.convert(params, ap.InitializeParams)
             kinds = tuple(k for k in self.handlers if k != "*")
-            return ap.InitializeResult(name=self.name, kinds=kinds, version=self.version, journal=self.journal)
+            return ap.InitializeResult(
+                name=self.name, kinds=kinds, version=self.version, journal=self.journal, resumes=self.resumes
+            )
         if method == "unit/run":
             if self._init is None:
                 raise RuntimeError("unit/run before initialize")

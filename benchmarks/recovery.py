@@ -1,14 +1,16 @@
 """Benchmark: from a SIGKILLed mission host to the first new journal entry of its mission.
 
-    python benchmarks/recovery.py [--runs 5] [--history 1,2000]
+    python benchmarks/recovery.py [--runs 5] [--history 1,2000] [--agent plain,saving] [--by serve,hand]
 
-For each history length (journal entries the unit has made before the kill), interleaved run by run:
+For each history length (journal entries the unit has made before the kill) and agent, interleaved run by run:
   - under `keel serve`: a real language server (pygls client over stdio) supervising the mission; the host's
     process group is SIGKILLed mid-mission and the time runs until the store holds the first journal entry
     the restarted host made (a replayed entry does not count: it is not new work);
   - by hand: the same kill with no server, then `keel resume ID --detach` at once, as a person would.
 The agent is the scripted one, journaling `now` and `random` steps back to back (nothing it does between
-them takes time of its own, so a replay costs only keel's answers from the journal). Prints medians and
+them takes time of its own, so a replay costs only keel's answers from the journal). The "plain" agent
+never saves its state, so a restarted one replays its whole history; the "saving" one saves it every tenth
+entry, and a restarted one carries on from its last save (`InitializeResult.resumes`). Prints medians and
 the ratio of serve to by-hand. Not a test, but each run checks what it times: the host was running the
 mission when it was killed, all its threads were gone before the clock could stop, and the entry that stops
 it was stamped after the kill by a host other than the killed one.
@@ -46,7 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.hosts import kill_hosts
 from tests.lsp.conftest import mission_toml
 
-STEPS = [{"now": True}, {"random": True}] * 2_500  # journaled steps only: a replay re-runs no sleep
+TAIL = 5_000  # journaled steps past the kill: the unit is mid-way when it is struck
+
+
+def steps(agent: str, history: int) -> list[dict[str, Any]]:
+    """Journaled steps only (a replay re-runs no sleep): `history` + TAIL entries, a save every tenth for
+    the saving agent."""
+    rounds = (history + TAIL) // 10 + 1
+    if agent == "saving":
+        return [{"repeat": rounds, "steps": [*([{"now": True}] * 9), {"save_state": {"round": True}}]}]
+    return [{"repeat": rounds * 5, "steps": [{"now": True}, {"random": True}]}]
 
 
 class Seen(NamedTuple):
@@ -95,9 +106,9 @@ def gone(pid: int) -> bool:
     return True
 
 
-def start_mission(root: Path, store: Path, name: str) -> str:
+def start_mission(root: Path, store: Path, name: str, agent: str, history: int) -> str:
     path = root / f"{name}.toml"
-    path.write_text(mission_toml(name, [{"id": "u", "steps": STEPS}]))
+    path.write_text(mission_toml(name, [{"id": "u", "steps": steps(agent, history)}]))
     out = subprocess.run(
         [sys.executable, "-m", "keel.server.cli", "run", str(path), "--detach", "--store", str(store)],
         check=True,
@@ -110,7 +121,7 @@ def start_mission(root: Path, store: Path, name: str) -> str:
 def kill_and_time(store: Path, mission_id: str, history: int, resume: bool) -> float:
     before = wait_until(lambda: (seen := look(store, mission_id)).seq >= history and seen.host_pid and seen)
     pid = before.host_pid
-    assert before.state == MissionState.RUNNING and before.seq < len(STEPS), f"not mid-mission: {before}"
+    assert before.state == MissionState.RUNNING and before.seq < history + TAIL, f"not mid-mission: {before}"
     assert not gone(pid), f"host {pid} was not running"
     begin = time.monotonic()
     os.killpg(pid, signal.SIGKILL)
@@ -129,7 +140,7 @@ def kill_and_time(store: Path, mission_id: str, history: int, resume: bool) -> f
     return took
 
 
-async def serve_run(root: Path, store: Path, history: int) -> float:
+async def serve_run(root: Path, store: Path, agent: str, history: int) -> float:
     client = BaseLanguageClient("bench", "1")
 
     @client.feature(types.WINDOW_LOG_MESSAGE)
@@ -150,7 +161,7 @@ async def serve_run(root: Path, store: Path, history: int) -> float:
     )
     client.initialized(types.InitializedParams())
     try:
-        mission_id = start_mission(root, store, f"serve{history}")
+        mission_id = start_mission(root, store, f"serve{history}", agent, history)
         return await asyncio.to_thread(kill_and_time, store, mission_id, history, False)
     finally:
         kill_hosts(store)
@@ -159,8 +170,8 @@ async def serve_run(root: Path, store: Path, history: int) -> float:
         await client.stop()
 
 
-def by_hand_run(root: Path, store: Path, history: int) -> float:
-    mission_id = start_mission(root, store, f"hand{history}")
+def by_hand_run(root: Path, store: Path, agent: str, history: int) -> float:
+    mission_id = start_mission(root, store, f"hand{history}", agent, history)
     try:
         return kill_and_time(store, mission_id, history, True)
     finally:
@@ -175,28 +186,35 @@ def main() -> None:
         default="1,2000",
         help="journal entries before the kill (at least 1: the unit runs), comma-separated",
     )
+    parser.add_argument("--agent", default="plain,saving", help="plain (never saves), saving (every 10th entry)")
+    parser.add_argument("--by", default="serve,hand", help="serve (keel serve restarts it), hand (keel resume)")
     args = parser.parse_args()
     histories = [int(h) for h in args.history.split(",")]
-    results: dict[tuple[str, int], list[float]] = {}
+    agents, ways = args.agent.split(","), args.by.split(",")
+    results: dict[tuple[str, str, int], list[float]] = {}
     for _ in range(args.runs):
         for history in histories:
-            with tempfile.TemporaryDirectory(prefix="keel-bench-recovery-") as tmp:
-                root = Path(tmp)
-                store = root / ".keel" / "store"
-                results.setdefault(("keel serve", history), []).append(asyncio.run(serve_run(root, store, history)))
-            with tempfile.TemporaryDirectory(prefix="keel-bench-recovery-") as tmp:
-                root = Path(tmp)
-                store = root / ".keel" / "store"
-                results.setdefault(("keel resume", history), []).append(by_hand_run(root, store, history))
+            for agent in agents:
+                for way in ways:
+                    with tempfile.TemporaryDirectory(prefix="keel-bench-recovery-") as tmp:
+                        root = Path(tmp)
+                        store = root / ".keel" / "store"
+                        took = (
+                            asyncio.run(serve_run(root, store, agent, history))
+                            if way == "serve"
+                            else by_hand_run(root, store, agent, history)
+                        )
+                        results.setdefault((way, agent, history), []).append(took)
     print(
         f"SIGKILL of a host → first new journal entry; {args.runs} runs each, {os.cpu_count()} CPUs, "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'recovered by':<14} {'history':>8} {'p50 ms':>8} {'min ms':>8} {'max ms':>8} {'x by hand':>10}")
-    for (who, history), values in results.items():
-        hand = statistics.median(results[("keel resume", history)])
+    print(f"{'by':<6} {'agent':<7} {'history':>8} {'p50 ms':>8} {'min ms':>8} {'max ms':>8} {'x at 1':>7}")
+    for (way, agent, history), values in results.items():
         p50 = statistics.median(values)
-        print(f"{who:<14} {history:>8} {p50:>8.0f} {min(values):>8.0f} {max(values):>8.0f} {p50 / hand:>10.2f}")
+        first = results.get((way, agent, histories[0]))
+        ratio = f"{p50 / statistics.median(first):>7.2f}" if first else ""
+        print(f"{way:<6} {agent:<7} {history:>8} {p50:>8.0f} {min(values):>8.0f} {max(values):>8.0f} {ratio}")
 
 
 if __name__ == "__main__":

@@ -38,13 +38,21 @@ class InitializeResult(msgspec.Struct, frozen=True, omit_defaults=True):
     # an outside agent with its own session state); a restarted run carries on after the journal's last
     # entry and learns where it was from its saved state (keel.agents.acp).
     journal: Literal["replay", "append"] = "replay"
+    # a replaying agent that carries on from the state it last saved: every `state/save` it makes holds all
+    # it needs to go on from there, so a restarted run is given that state (`UnitRunParams.state`) and its
+    # requests are numbered after that save's entry (`UnitRunParams.resumed_at`): it replays only what came
+    # after the save, never its whole history (Temporal's continue-as-new, at every save)
+    resumes: bool = False
 
 
 class UnitRunParams(msgspec.Struct, frozen=True, omit_defaults=True):
     unit: UnitSpec
     attempt: int = 1
     state: Any = None  # the last value the agent saved with state/save for this unit, if any
-    replaying: bool = False  # informational: the host holds journal entries for this unit
+    replaying: bool = False  # informational: the host holds journal entries for this unit (after `resumed_at`)
+    # a resuming agent (InitializeResult.resumes) carries on from `state`, saved at this journal entry: its
+    # first request is numbered resumed_at + 1 (0: it starts from the beginning)
+    resumed_at: int = 0
     home: str = ""  # a folder of this unit's own, outside the sandbox, kept across the unit's runs
     history: tuple[str, ...] = ()  # for an appending agent: its journal so far, one line per entry
     tools: tuple[str, ...] = ()  # the keel tools the mission's permissions allow (empty: not said)

@@ -97,6 +97,7 @@ class Placement(msgspec.Struct, frozen=True, omit_defaults=True):
     tree: str = ""  # sandbox tree digest at `last_checkpoint` (the last journal entry that changed files)
     base_tree: str = ""  # on a shared store: the stored snapshot the sandbox started from (see `tree`)
     last_checkpoint: int = 0  # journal seq of the latest durable entry of this unit
+    saved_at: int = -1  # journal seq of the lane's newest done `state/save` (0: none; -1: not known, read the lane)
     commit: str = ""  # the unit's commit on its branch (git sandboxes) once done
     merged: bool = False
     result: Any = None
@@ -123,6 +124,7 @@ class Placement(msgspec.Struct, frozen=True, omit_defaults=True):
             tree=self.tree,
             base_tree=self.base_tree,
             last_checkpoint=self.last_checkpoint,
+            saved_at=self.saved_at,
             copied=self.is_copy() or base == "copy",
         )
 

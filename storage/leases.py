@@ -187,12 +187,17 @@ def beat(txn: Txn, mission_id: str, unit_id: str, epoch: int) -> UnitLease:
     return _write(txn, mission_id, check(txn, mission_id, unit_id, epoch), heartbeat=txn.clock())
 
 
-def recorded(txn: Txn, mission_id: str, unit_id: str, epoch: int, *, mark: int, tree: str | None = None) -> UnitLease:
+def recorded(
+    txn: Txn, mission_id: str, unit_id: str, epoch: int, *, mark: int, tree: str | None = None, saved_at: int = -1
+) -> UnitLease:
     """A journal entry of the lease of `epoch` was written (in this transaction: the entry's fence): the lane's
-    high-water mark `mark`, and `tree`, the snapshot of its sandbox after it, when the entry changed files
-    ("" when nothing holds it: an outside agent's sandbox; None leaves the last one)."""
+    high-water mark `mark`; `tree`, the snapshot of its sandbox after it, when the entry changed files
+    ("" when nothing holds it: an outside agent's sandbox; None leaves the last one); `saved_at`, the
+    lane's newest done `state/save` entry (-1: not known to the writer, the last one stays)."""
     held = check(txn, mission_id, unit_id, epoch)
     place = msgspec.structs.replace(held.place, last_checkpoint=mark)
+    if saved_at >= 0:
+        place = msgspec.structs.replace(place, saved_at=saved_at)
     if tree is not None:
         place = msgspec.structs.replace(place, tree=tree)
     return _write(txn, mission_id, held, place=place)

@@ -19,7 +19,7 @@ from keel.storage import Store, Txn, leases
 
 M, U = "m1", "a"
 TREE, BASE = "1" * 64, "2" * 64
-PLACE = Placement(sandbox="/s/a", base="c" * 40, tree=TREE, base_tree=BASE, last_checkpoint=3)
+PLACE = Placement(sandbox="/s/a", base="c" * 40, tree=TREE, base_tree=BASE, last_checkpoint=3, saved_at=2)
 
 Op = Callable[[Txn, str, int], object]
 
@@ -38,8 +38,15 @@ OPERATIONS: dict[str, tuple[Op, Callable[[UnitLease, UnitLease], bool]]] = {
     ),
     "beat": (lambda t, u, e: leases.beat(t, M, u, e), lambda after, before: after.heartbeat > before.heartbeat),
     "recorded": (
-        lambda t, u, e: leases.recorded(t, M, u, e, mark=9, tree="3" * 64),
-        lambda after, _: (after.place.last_checkpoint, after.place.tree) == (9, "3" * 64),
+        lambda t, u, e: leases.recorded(t, M, u, e, mark=9, tree="3" * 64, saved_at=7),
+        lambda after, _: (after.place.last_checkpoint, after.place.tree, after.place.saved_at) == (9, "3" * 64, 7),
+    ),
+    "recorded, what it does not know left as it was": (
+        lambda t, u, e: leases.recorded(t, M, u, e, mark=9),
+        lambda after, before: (
+            (after.place.last_checkpoint, after.place.tree, after.place.saved_at)
+            == (9, before.place.tree, before.place.saved_at)
+        ),
     ),
     "expire": (lambda t, u, e: leases.expire(t, M, u, e), lambda after, _: after.state == LeaseState.EXPIRED),
     "orphan": (lambda t, u, e: leases.orphan(t, M, u, e), lambda after, _: after.state == LeaseState.ORPHANED),

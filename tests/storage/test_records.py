@@ -92,6 +92,7 @@ PLACE = records.Placement(
     tree="t" * 64,
     base_tree="b" * 64,
     last_checkpoint=7,
+    saved_at=5,
     commit="c" * 40,
     merged=True,
     result={"ok": 1},
@@ -200,9 +201,18 @@ SAMPLES: dict[type[Any], Any] = {
     ),
     records.Event: records.Event(kind="state", at=8.0, unit="u1", state="running", message="m"),
     agent.InitializeParams: agent.InitializeParams(protocol_version=1, mission_id="m1", goal="g", sandbox="/s"),
-    agent.InitializeResult: agent.InitializeResult(name="a", kinds=("shell",), version="1", journal="append"),
+    agent.InitializeResult: agent.InitializeResult(
+        name="a", kinds=("shell",), version="1", journal="append", resumes=True
+    ),
     agent.UnitRunParams: agent.UnitRunParams(
-        unit=UNIT, attempt=2, state={"k": 1}, replaying=True, home="/h", history=("1 tool write_file",), tools=("run",)
+        unit=UNIT,
+        attempt=2,
+        state={"k": 1},
+        replaying=True,
+        resumed_at=4,
+        home="/h",
+        history=("1 tool write_file",),
+        tools=("run",),
     ),
     agent.UnitRunResult: agent.UnitRunResult(result=[1, 2], summary="done"),
     agent.ToolCallSpec: TOOL,

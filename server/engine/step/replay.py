@@ -37,7 +37,7 @@ TABLE_BUDGET = DEFAULT_MAX_SIZE // 4  # answers' JSON bytes in one table: well i
 
 
 class ReplayTable(msgspec.Struct, frozen=True):
-    """Entries 1..n of a lane: (seq, fingerprint, the answer's JSON)."""
+    """Entries k+1..n of a lane, the agent's requests from its first on: (seq, fingerprint, the answer's JSON)."""
 
     entries: list[tuple[int, str, msgspec.Raw]]
 
@@ -66,13 +66,14 @@ _encoder = msgspec.json.Encoder()
 _notice = msgspec.json.Decoder(_ReplayNotice)
 
 
-def replay_notice(entries: Iterable[JournalEntry], budget: int = TABLE_BUDGET) -> tuple[bytes, int]:
+def replay_notice(entries: Iterable[JournalEntry], after: int = 0, budget: int = TABLE_BUDGET) -> tuple[bytes, int]:
     """The `keel/replay` message for a lane's entries (any order), and how many entries it holds (0: none
-    worth sending). Only a leading run 1, 2, ... of done entries without an error is in it."""
+    worth sending). Only a leading run after+1, after+2, ... of done entries without an error is in it:
+    `after` is where the agent's requests start (a resuming agent's saved state's entry; else 0)."""
     by_seq = {e.seq: e for e in entries}
     table: list[tuple[int, str, msgspec.Raw]] = []
     used = 0
-    while (entry := by_seq.get(len(table) + 1)) is not None and entry.phase == "done" and not entry.error:
+    while (entry := by_seq.get(after + len(table) + 1)) is not None and entry.phase == "done" and not entry.error:
         answer = _encoder.encode(entry.result)
         used += len(answer) + len(entry.fingerprint) + 32
         if used > budget:
@@ -116,7 +117,7 @@ class WorkerReplay:
         with self._lock:
             if self._active and isinstance(message, rpc.Request) and self.answered < len(self._table):
                 seq, fp, result = self._table[self.answered]
-                row = _Row(fp) if seq == self.answered + 1 else None
+                row = _Row(fp) if seq == self._table[0][0] + self.answered else None
                 if by_position(row, request_fingerprint(message.method, message.params)) is Act.ANSWER:
                     self.answered += 1
                     return _encoder.encode(_Answer(id=message.id, result=result))

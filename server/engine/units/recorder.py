@@ -46,6 +46,7 @@ class Recorder:
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
         self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
         self.executed = 0
+        self.saved_at = -1  # the lane's newest done `state/save` entry, once `open` found it (0: none)
         self.tree = Snapshotter()  # the sandbox's snapshots, kept with the entries that changed its files
         self._files = Snapshotter()  # an appending agent's sandbox, for its effects' file digests
         self._paging = asyncio.Lock()
@@ -63,17 +64,34 @@ class Recorder:
         self.note_quiet()
 
     async def open(self) -> JournalEntry | None:
-        """Read the lane's first page and its length; the newest `state/save` entry, for `unit/run`."""
-        mission_id, unit_lane = self.host.mission_id, self.lane
+        """Read the lane's length and its newest done `state/save` entry (for `unit/run`); no other entry is
+        read until the run says where its requests start (`start_at`, `load_all`). Where that save is comes
+        from the lane's lease (`Placement.saved_at`), so a long lane is not read backwards to find it; a
+        lease that does not know (an older keel wrote it, a new lane) has the lane read once, and the run's
+        first entry writes what was found."""
+        mission_id, unit_id, unit_lane = self.host.mission_id, self.unit_id, self.lane
 
-        def opening(t: Txn) -> tuple[int, dict[int, JournalEntry], JournalEntry | None]:
+        def opening(t: Txn) -> tuple[int, JournalEntry | None]:
             top = t.last_seq(DB.JOURNAL, unit_prefix(mission_id, unit_lane))
-            saved = m.journal_last_done(t, mission_id, unit_lane, "state/save")
-            return top, {e.seq: e for e in m.journal_entries(t, mission_id, unit_lane, upto=PAGE)}, saved
+            held = leases.get(t, mission_id, unit_id)
+            if held is not None and held.lane == unit_lane and 0 <= held.place.saved_at <= top:
+                at = held.place.saved_at
+                saved = m.journal_get(t, mission_id, unit_lane, at) if at else None
+                if at == 0 or (saved is not None and saved.kind == "state/save" and saved.phase == "done"):
+                    return top, saved
+            return top, m.journal_last_done(t, mission_id, unit_lane, "state/save")
 
-        self.top, self.entries, saved = await asyncio.to_thread(self.host.store.read, opening)
-        self.loaded = min(self.top, PAGE)
+        self.top, saved = await asyncio.to_thread(self.host.store.read, opening)
+        self.saved_at = saved.seq if saved is not None else 0
+        self.entries, self.loaded = {}, 0
         return saved
+
+    async def start_at(self, after: int) -> None:
+        """A numbering agent's requests are numbered from `after` + 1 (0: the start of the lane; a resuming
+        agent's: its saved state's entry): hold the lane's page from there."""
+        self.entries, self.loaded = {}, after
+        if after < self.top:
+            await self.page_in(after + 1)
 
     async def load_all(self) -> None:
         """An appending agent looks back over its whole history: the rest of the lane is read."""
@@ -117,10 +135,10 @@ class Recorder:
         else:
             self.entries.pop(entry.seq, None)
 
-    def forget_upto(self, count: int) -> None:
-        """Entries 1..count were answered next to the agent (by its worker): never looked up here."""
-        for seq in range(1, count + 1):
-            self.entries.pop(seq, None)
+    def forget_upto(self, seq: int) -> None:
+        """Entries up to `seq` were answered next to the agent (by its worker): never looked up here."""
+        for held in [s for s in self.entries if s <= seq]:
+            del self.entries[held]
 
     # -- recording ------------------------------------------------------------------------------------
     async def files_now(self) -> str:
@@ -155,6 +173,8 @@ class Recorder:
         hwm = self.top if self.appending else step.seq
         changes: dict[str, Any] = {"last_checkpoint": hwm}
         done = result.phase == "done"
+        saved = step.seq if done and step.method == "state/save" else self.saved_at
+        changes["saved_at"] = max(saved, self.saved_at)
         scan: Scan | None = None
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
@@ -168,6 +188,8 @@ class Recorder:
         self.keep(entry)
         if settles is not None:
             self.keep(settles)
+        if done and step.method == "state/save" and step.seq > self.saved_at:
+            self.saved_at = step.seq
         if done:
             self.executed += 1
             host.stats["executed"] += 1
@@ -187,8 +209,9 @@ class Recorder:
         def write(txn: Txn) -> None:
             if scan is not None:
                 changes["tree"] = tree.store_txn(txn, sandbox, scan)
-            mark, tree_now = changes["last_checkpoint"], changes.get("tree")
-            leases.recorded(txn, mission_id, unit_id, epoch, mark=mark, tree=tree_now)  # the fence: stale stops here
+            mark, tree_now, saved_at = changes["last_checkpoint"], changes.get("tree"), changes["saved_at"]
+            # the fence: a stale epoch stops here
+            leases.recorded(txn, mission_id, unit_id, epoch, mark=mark, tree=tree_now, saved_at=saved_at)
             if entry.phase != "done":  # an effect's intent: the lease it starts under is renewed with it
                 host.renew(txn)
             m.journal_put(txn, mission_id, unit_lane, entry)

@@ -112,6 +112,7 @@ class Registry:
                 tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
             mark = was.last_checkpoint if same else 0
             place = Placement(where.sandbox, where.branch, where.base, tree, base_tree, mark, copied=where.copied)
+            place = msgspec.structs.replace(place, saved_at=was.saved_at)  # the lane's, whatever its sandbox
             return leases.grant(
                 txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id, ttl_s=self.ttl, place=place
             )

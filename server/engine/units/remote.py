@@ -195,13 +195,15 @@ class RemoteUnit:
         def write(txn: Txn) -> UnitLease | None:
             if held is not None and leases.get(txn, host.mission_id, uid) != held:
                 return None
+            saved_at = -1
             if scan is not None:
                 tree = base_tree = self._files.store_txn(txn, host.sandbox, scan)
                 mark = 0
             else:
                 assert held is not None
                 tree, base_tree, mark = held.place.tree, held.place.base_tree, held.place.last_checkpoint
-            place = Placement(copied=True, tree=tree, base_tree=base_tree, last_checkpoint=mark)
+                saved_at = held.place.saved_at
+            place = Placement(copied=True, tree=tree, base_tree=base_tree, last_checkpoint=mark, saved_at=saved_at)
             return leases.offer(
                 txn,
                 host.mission_id,

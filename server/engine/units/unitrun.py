@@ -86,7 +86,8 @@ class UnitSession:
         self.journal = Recorder(host, unit.id, self.lane)
         self.worker = WorkerProcess(host, unit, self.lane)
         self.tools = ToolCalls(self)
-        self.seq = 0  # the agent's requests numbered so far in this start of its worker
+        self.seq = 0  # the number of the agent's last request in this start of its worker
+        self.resumed_at = 0  # a resuming agent's first request in this start is number resumed_at + 1
         self.agent_run = 0  # how many times this session has started the unit's worker and agent
         self.replayed = 0
         self.inflight = 0
@@ -186,22 +187,28 @@ class UnitSession:
     async def _run_once(self, start: int) -> Outcome:
         journal, worker = self.journal, self.worker
         saved = await journal.open()
-        self.seq = 0
+        self.seq = self.resumed_at = 0
         self.agent_run += 1
         hide = self.models.hidden_env
         proc = await worker.start(journal.epoch, self.sandbox, self.registry.ttl, self.handle, self._notice, hide)
         if self.stopping:
             return Outcome(K.STOPPED)
-        journal.appending = (await worker.initialize(proc, self.sandbox)).journal == "append"
+        hello = await worker.initialize(proc, self.sandbox)
+        journal.appending = hello.journal == "append"
+        # a resuming agent carries on from its saved state: what it did before that save is not replayed
+        self.resumed_at = saved.seq if saved is not None and hello.resumes and not journal.appending else 0
         if journal.appending:  # it looks back over its whole history, and carries on after its last entry
             await journal.load_all()
             self.seq = journal.top
             self.asked = {}
-        elif journal.entries:  # the worker answers what it can of the replay (replay.py)
-            await worker.hand_replay(proc, list(journal.entries.values()), lambda: self.seq)
+        else:
+            self.seq = self.resumed_at
+            await journal.start_at(self.resumed_at)
+            if journal.entries:  # the worker answers what it can of the replay (replay.py)
+                await worker.hand_replay(proc, list(journal.entries.values()), self.resumed_at, self._numbered)
         history = list(journal.entries.values()) if journal.appending else []
         try:
-            result = await worker.run_unit(proc, start, saved_state(saved), journal.top, history)
+            result = await worker.run_unit(proc, start, saved_state(saved), journal.top, history, self.resumed_at)
         except TimeoutError:
             limit = self.unit.timeout_s
             self.fatal = TimeoutError(f"unit {self.unit.id} took longer than its timeout_s of {limit} s")
@@ -383,20 +390,24 @@ class UnitSession:
         if method == REPLAYED:
             self.replayed_by_worker(replayed_count(params))
 
+    def _numbered(self) -> int:
+        """How many of the agent's requests this start has numbered here."""
+        return self.seq - self.resumed_at
+
     def replayed_by_worker(self, count: int) -> None:
-        """The worker answered the agent's first `count` requests from the entries it was handed; the next
-        request is number count + 1. A report that cannot be true fails the unit."""
+        """The worker answered the agent's first `count` requests (of this start) from the entries it was
+        handed; the next request is number resumed_at + count + 1. A report that cannot be true fails the unit."""
         handed, self.worker.handed = self.worker.handed, 0
-        if self.seq != 0 or not 0 < count <= handed:
+        if self._numbered() != 0 or not 0 < count <= handed:
             error = AgentError(
                 f"unit {self.unit.id}'s worker reported {count} replayed requests, but it was handed "
-                f"{handed} entries and the host had numbered {self.seq} requests"
+                f"{handed} entries and the host had numbered {self._numbered()} requests"
             )
             self.fatal = error
             self.worker.fail(error)
             return
-        self.seq = count
-        self.journal.forget_upto(count)  # answered next to the agent: never looked up here
+        self.seq = self.resumed_at + count
+        self.journal.forget_upto(self.seq)  # answered next to the agent: never looked up here
         self.count_replayed(count)
 
     # -- the port the handlers and tool calls use (handlers.UnitPort, interface.UnitSteps) --------------

@@ -84,19 +84,28 @@ class WorkerProcess:
         hello = await asyncio.wait_for(proc.request("initialize", init), timeout=INIT_TIMEOUT_S)
         return msgspec.convert(hello, ap.InitializeResult)
 
-    async def hand_replay(self, proc: AgentProcess, entries: list[JournalEntry], numbered: Callable[[], int]) -> None:
-        """Send the worker the table of answers it may give the agent itself (replay.py), unless the agent's
-        requests are already being numbered here (`numbered()` > 0); the table's bytes are not held past
-        the send."""
-        notice, handed = await asyncio.to_thread(replay_notice, entries)
+    async def hand_replay(
+        self, proc: AgentProcess, entries: list[JournalEntry], after: int, numbered: Callable[[], int]
+    ) -> None:
+        """Send the worker the table of answers it may give the agent itself (replay.py): entries after+1
+        on, `after` being where the agent's requests start; unless they are already being numbered here
+        (`numbered()` > 0). The table's bytes are not held past the send."""
+        notice, handed = await asyncio.to_thread(replay_notice, entries, after)
         if notice and numbered() == 0:
             self.handed = handed
             proc.send_body(notice)
 
     async def run_unit(
-        self, proc: AgentProcess, attempt: int, state: Any, top: int, history: Iterable[JournalEntry]
+        self,
+        proc: AgentProcess,
+        attempt: int,
+        state: Any,
+        top: int,
+        history: Iterable[JournalEntry],
+        resumed_at: int = 0,
     ) -> Any:
-        """Send `unit/run` and wait for its answer, within the unit's timeout_s (TimeoutError past it)."""
+        """Send `unit/run` and wait for its answer, within the unit's timeout_s (TimeoutError past it);
+        `resumed_at`: the entry a resuming agent's `state` was saved at."""
         host = self.host
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
@@ -104,7 +113,8 @@ class WorkerProcess:
             unit=self.unit,
             attempt=attempt,
             state=state,
-            replaying=top > 0,
+            replaying=top > resumed_at,
+            resumed_at=resumed_at,
             home=str(home),
             history=tuple(history_line(e) for e in sorted(history, key=lambda e: e.seq)),
             tools=tuple(host.spec.permissions.tools),
