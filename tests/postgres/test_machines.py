@@ -94,13 +94,19 @@ def _reference(folder: Path, server: PgServer) -> dict[str, Any]:
     return {"side": sorted(markers(side)), "files": files(Path(record(store, mid).sandbox))}
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, pg_server: PgServer) -> dict[str, Any]:
+    """The mission run undisturbed on one machine: its effects and files, which every strike must end with."""
+    return _reference(tmp_path_factory.mktemp("reference"), pg_server)
+
+
 class TwoMachines:
     """Machine A with the mission's workspace, machine B with a clone of it, one store; `observer` is the
     same store read by this process over 127.0.0.1."""
 
-    def __init__(self, tmp_path: Path, server: PgServer) -> None:
+    def __init__(self, tmp_path: Path, server: PgServer, reference: dict[str, Any]) -> None:
         self.root = tmp_path
-        self.reference = _reference(tmp_path / "reference", server)
+        self.reference = reference
         schema = server.new_schema()
         self.a, self.b = Machine("machine-a", server.port), Machine("machine-b", server.port)
         self.side = tmp_path / "side.log"
@@ -240,9 +246,9 @@ def _until_text(path: Path, timeout: float = 60) -> str:
 @pytest.mark.timeout(700)
 @pytest.mark.parametrize("strike", ["kill", "cut", "kill-mover", "cut-at-intent"])
 def test_mission_moves_to_another_machine_when_its_machine_is_lost(
-    tmp_path: Path, pg_server: PgServer, strike: str
+    tmp_path: Path, pg_server: PgServer, reference: dict[str, Any], strike: str
 ) -> None:
-    machines = TwoMachines(tmp_path, pg_server)
+    machines = TwoMachines(tmp_path, pg_server, reference)
     if strike == "kill-mover":
         machines.strike_mover()
     try:
@@ -259,9 +265,11 @@ def test_mission_moves_to_another_machine_when_its_machine_is_lost(
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-async def test_keel_serve_that_takes_over_moves_a_lost_machines_mission(tmp_path: Path, pg_server: PgServer) -> None:
+async def test_keel_serve_that_takes_over_moves_a_lost_machines_mission(
+    tmp_path: Path, pg_server: PgServer, reference: dict[str, Any]
+) -> None:
     """The same with `keel serve` on machine B, started with `initializationOptions.takeOver`."""
-    machines = TwoMachines(tmp_path, pg_server)
+    machines = TwoMachines(tmp_path, pg_server, reference)
     client = make_test_lsp_client()
     serve = machines.b.command(sys.executable, "-m", "keel.server.cli", "serve", "--store", str(machines.store_b))
     await client.start_io(*serve, env={**os.environ, **machines.env})
@@ -282,9 +290,11 @@ async def test_keel_serve_that_takes_over_moves_a_lost_machines_mission(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_keel_worker_that_takes_over_moves_a_lost_machines_mission(tmp_path: Path, pg_server: PgServer) -> None:
+def test_keel_worker_that_takes_over_moves_a_lost_machines_mission(
+    tmp_path: Path, pg_server: PgServer, reference: dict[str, Any]
+) -> None:
     """The same with `keel worker --take-over` on machine B instead of `keel supervise`."""
-    machines = TwoMachines(tmp_path, pg_server)
+    machines = TwoMachines(tmp_path, pg_server, reference)
     try:
         worker = ("worker", "--store", str(machines.store_b), "--take-over")
         proc = machines.b.keel(*worker, env=machines.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

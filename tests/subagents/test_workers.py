@@ -78,6 +78,20 @@ def _reference(folder: Path, *, ask: bool = False) -> dict[str, Any]:
     return {"side": sorted(side.read_text().split()), "files": files(Path(record(store, mid).sandbox))}
 
 
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, Any]]:
+    """`_reference`, run once per module and kind (on LMDB, whatever the test's backend: the product is the
+    same) instead of once per test."""
+    made: dict[bool, dict[str, Any]] = {}
+
+    def reference(*, ask: bool = False) -> dict[str, Any]:
+        if ask not in made:
+            made[ask] = _reference(tmp_path_factory.mktemp("reference") / "run", ask=ask)
+        return made[ask]
+
+    return reference
+
+
 def _host(folder: Path, side: Path, store: Path, linger: float = 0) -> subprocess.Popen[str]:
     mission = write_mission(folder, _units(side, linger=linger), max_parallel=2, workers=True)
     return start_keel("run", str(mission), store=store, env=ENV)
@@ -173,8 +187,10 @@ def _host_steps(host_out: str) -> int:
     return sum(int(e["executed"]) for e in exits)
 
 
-def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path) -> None:
-    reference = _reference(tmp_path / "reference")
+def test_workers_run_every_unit_and_the_product_equals_a_host_run(
+    references: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    reference = references()
     side, store = tmp_path / "side.log", tmp_path / "store"
     host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
@@ -199,14 +215,16 @@ def test_workers_run_every_unit_and_the_product_equals_a_host_run(tmp_path: Path
 
 
 @pytest.mark.parametrize("strike", ["effect-recorded", "effect-in-doubt"])
-def test_a_killed_worker_is_replaced_and_nothing_runs_twice(tmp_path: Path, strike: str) -> None:
+def test_a_killed_worker_is_replaced_and_nothing_runs_twice(
+    references: Callable[..., dict[str, Any]], tmp_path: Path, strike: str
+) -> None:
     """The strike: unit a's first effect ran on the first worker, which still holds its lease; the worker,
     its worker process and its agent are SIGKILLed, either once the effect's result is journaled or while
     its command still runs (the effect made, its outcome not recorded). A second worker takes the unit when
     the lease lapses and carries it on from its journal in a sandbox made from the store; an effect in doubt
     goes back to the host as a question, answered from the side log as a person would. Nothing runs twice."""
     linger = 30.0 if strike == "effect-in-doubt" else 0
-    reference = _reference(tmp_path / "reference")
+    reference = references()
     side, store = tmp_path / "side.log", tmp_path / "store"
     host = _host(tmp_path, side, store, linger)
     mid = mission_id_of(host)
@@ -260,6 +278,7 @@ def _freeze(store: Path, pids: list[int]) -> None:
 
 
 def test_a_worker_frozen_between_an_effects_intent_and_the_effect_never_makes_it_once_its_unit_moved_on(
+    references: Callable[..., dict[str, Any]],
     tmp_path: Path,
 ) -> None:
     """The strike: the first worker stops right after the intent of a unit's first command is durable (a fault
@@ -269,7 +288,7 @@ def test_a_worker_frozen_between_an_effects_intent_and_the_effect_never_makes_it
     worker wakes, still holding what it was about to do: it must not make the effect, because its lease is
     another's now (the renewal an effect starts under is refused). Checked on the product: every effect
     once, files equal the host's own run."""
-    reference = _reference(tmp_path / "reference")
+    reference = references()
     side, store, hold = tmp_path / "side.log", tmp_path / "store", tmp_path / "hold"
     host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
@@ -319,10 +338,12 @@ def test_a_worker_frozen_between_an_effects_intent_and_the_effect_never_makes_it
     _check(store, mid, side, reference)
 
 
-def test_a_unit_that_asks_a_person_goes_back_to_its_host(tmp_path: Path) -> None:
+def test_a_unit_that_asks_a_person_goes_back_to_its_host(
+    references: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
     """Unit b asks a question after its first effect: its worker hands it back, the host asks; the answer
     resumes the mission, the unit is offered again and finishes on a worker from its journal."""
-    reference = _reference(tmp_path / "reference", ask=True)
+    reference = references(ask=True)
     side, store = tmp_path / "side.log", tmp_path / "store"
     mission = write_mission(tmp_path, _units(side, ask=True), max_parallel=2, workers=True)
     host = start_keel("run", str(mission), store=store, env=ENV)
@@ -344,8 +365,10 @@ def test_a_unit_that_asks_a_person_goes_back_to_its_host(tmp_path: Path) -> None
     _check(store, mid, side, reference)
 
 
-def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path) -> None:
-    reference = _reference(tmp_path / "reference")
+def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(
+    references: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    reference = references()
     side, store = tmp_path / "side.log", tmp_path / "store"
     host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
@@ -369,10 +392,12 @@ def test_a_pause_stops_a_workers_unit_and_the_resume_finishes_it(tmp_path: Path)
     _check(store, mid, side, reference)
 
 
-def test_a_host_killed_while_workers_run_its_units_is_resumed_without_redoing_them(tmp_path: Path) -> None:
+def test_a_host_killed_while_workers_run_its_units_is_resumed_without_redoing_them(
+    references: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
     """The strike: the host is SIGKILLed while a worker runs unit a (its first effect made). The workers
     carry on; the next host takes over what they finished (merging it from the store) and follows the rest."""
-    reference = _reference(tmp_path / "reference")
+    reference = references()
     side, store = tmp_path / "side.log", tmp_path / "store"
     host = _host(tmp_path, side, store)
     mid = mission_id_of(host)
@@ -407,7 +432,7 @@ CHAOS_ITERATIONS = int(os.environ.get("KEEL_WORKER_CHAOS_ITERATIONS", "6"))
 
 @pytest.mark.timeout(600)
 def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(
-    tmp_path: Path, store_backend: str, store_folder: Callable[[Path], Path]
+    references: Callable[..., dict[str, Any]], tmp_path: Path, store_backend: str, store_folder: Callable[[Path], Path]
 ) -> None:
     """Chaos over a mission run by two workers. Each iteration strikes when a unit held by a worker has
     journaled a chosen number of entries (its effect made or not, in doubt or recorded), killing a random
@@ -415,7 +440,7 @@ def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(
     again, an effect in doubt is answered from the side log, until the mission completes. Checked each
     time: the strike hit a live mission at its condition; every effect exactly once, the files equal the
     host's own run, every unit succeeded once, the store verifies."""
-    reference = _reference(tmp_path / "reference")
+    reference = references()
     rng = random.Random(int(os.environ.get("KEEL_CHAOS_SEED", "7")))
     kills: collections.Counter[str] = collections.Counter()
     answered = 0
@@ -461,12 +486,14 @@ def test_kills_of_hosts_and_workers_on_conditions_never_lose_or_repeat_work(
 
 
 @pytest.mark.parametrize("run_by", ["workers", "host"])
-def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(tmp_path: Path, run_by: str) -> None:
+def test_a_restore_to_the_point_of_a_pause_inside_a_unit_carries_on_from_it(
+    references: Callable[..., dict[str, Any]], tmp_path: Path, run_by: str
+) -> None:
     """A point taken while unit a runs (its first effect made and journaled) carries the unit's journal, on a
     worker as on the host; restored to that point (the newest: nothing of the unit happened after it) and
     resumed, unit a carries on in its own sandbox from its journal: its first effect is not made again and
     the file it wrote before the point is still there."""
-    reference = _reference(tmp_path / "reference")
+    reference = references()
     side, store, gate = tmp_path / "side.log", tmp_path / "store", tmp_path / "gate"
     mission = write_mission(tmp_path, _units(side, gate=gate), max_parallel=2, workers=run_by == "workers")
     host = start_keel("run", str(mission), store=store, env=ENV)

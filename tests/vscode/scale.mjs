@@ -7,6 +7,7 @@
 // back after a window reload.
 //
 //   node scale.mjs '{"scene": "scale", "url": …, "shots": dir, "missions": {…}, …}'
+import { writeFileSync } from "node:fs";
 import {
   config, page, seen, sleep, squash, waitUntil, shot, palette, runPalette, pick, clickRow, openKeel, theme, runDriver,
   pane,
@@ -109,6 +110,7 @@ async function big() {
   await inPage(() => scrollTo(0, 0));
   await shot("vscode-page-1000-units");
   await closeEditors();
+  writeFileSync(config.bigWatchedFile, "watched\n"); // the test pauses the big mission: its work is done
 }
 
 /** In the page's frame: its own measures, or (a page that takes none) each message's handling measured
