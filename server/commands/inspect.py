@@ -12,8 +12,8 @@ from keel.protocol.states import LeaseState
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.commands.missions import ago, run_missions
-from keel.server.engine.control import unit_states
 from keel.server.engine.files import places
+from keel.server.engine.unitview import unit_states
 from keel.server.exits import Exit
 from keel.storage import leases
 from keel.storage import missions as m

@@ -279,25 +279,3 @@ def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bo
 def _resume_detached(store_path: Path, mission_id: str) -> None:
     if not HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere():
         spawn_host(store_path, mission_id)
-
-
-def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:
-    """Each unit's state for a view (CLI status, the editor): the HEAD checkpoint's marks, with units a
-    live host has started since then shown as running (from the mission's event log)."""
-    record = m.get_mission(txn, mission_id)
-    manifest = m.head_checkpoint(txn, mission_id)
-    states = {uid: mark.state.value for uid, mark in (manifest.units.items() if manifest else ())}
-    for unit in record.spec.units:
-        states.setdefault(unit.id, "pending")
-    if record.state not in (MissionState.RUNNING, MissionState.PAUSING) or not host_alive(record):
-        return states
-    since = manifest.created_at if manifest else 0.0
-    for _, event in m.events_after(txn, mission_id):
-        if (
-            event.kind == "unit"
-            and event.at >= since
-            and event.state == "running"
-            and states.get(event.unit) not in (None, "succeeded", "failed")
-        ):
-            states[event.unit] = "running"
-    return states

@@ -17,8 +17,8 @@ import msgspec
 from keel.protocol.records import CheckpointManifest, JournalEntry, MissionRecord, UnitMark
 from keel.protocol.spec import UnitSpec
 from keel.protocol.states import UnitState
-from keel.server.engine.control import unit_states
 from keel.server.engine.hostlock import host_alive
+from keel.server.engine.unitview import unit_states
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.keys import mission_prefix

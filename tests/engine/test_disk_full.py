@@ -16,7 +16,7 @@ import pytest
 from engine_helpers import files, keel, read, record, sandbox_of, start_keel, wait_for, write_mission
 
 from keel.protocol.states import MissionState, PauseReason
-from keel.server.engine import control
+from keel.server.engine import unitview
 from keel.storage import missions as m
 from tests import tmpfs
 
@@ -334,7 +334,7 @@ def test_a_unit_sandbox_that_cannot_be_checked_out_for_want_of_space_is_a_pause(
     mid, filler = _run_until_full(mission, store, side, gate, mnt, leave=400 * 1024)
     _assert_paused_for_disk_full(store, mid, mnt)
     assert f"sandboxes/{mid}-units/c: " in record(store, mid).error  # the strike landed on c's checkout
-    states = read(store, lambda t: control.unit_states(t, mid))
+    states = read(store, lambda t: unitview.unit_states(t, mid))
     assert states["c"] != "failed", states
     filler.unlink()
     keel("resume", mid, store=store, timeout=180, check_rc=0)
