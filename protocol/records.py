@@ -284,6 +284,7 @@ class CheckpointManifest(msgspec.Struct, frozen=True, omit_defaults=True):
     sandbox_tree: str = ""
     context: str = ""
     evidence_hwm: int = 0
+    events_hwm: int = 0  # the mission's last event when it was written: a view reads only the events after it
     state: MissionState = MissionState.RUNNING
     files_restored: bool = False  # the sandbox was rewritten to sandbox_tree here (restore --files, fork)
 

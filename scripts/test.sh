@@ -18,4 +18,6 @@ wait "$agents" || { echo "test: installing the ACP agents failed" >&2; exit 1; }
 # two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
 # processes it starts, so one worker per core leaves the cores half idle; tests that share something beyond
 # their own store, port and tmp folder run on one worker (their xdist_group, tests/conftest.py)
-echo "== pytest (from $(date +%T))"; python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup --durations=25 "$@"
+# the CPU the run took beside its wall time: whether two workers per core still leave cores idle
+TIMEFORMAT="== pytest took %R s wall, %U s user and %S s system CPU"
+echo "== pytest (from $(date +%T))"; time python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup --durations=25 "$@"

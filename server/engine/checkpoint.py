@@ -65,6 +65,7 @@ def commit(
         parent=parent,
         sandbox_tree=sandbox_tree,
         evidence_hwm=txn.last_seq(DB.EVIDENCE, mission_prefix(mission_id)),
+        events_hwm=txn.last_seq(DB.EVENTS, mission_prefix(mission_id)),
         state=state,
         files_restored=files_restored,
     )

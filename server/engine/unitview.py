@@ -21,8 +21,8 @@ def unit_states(txn: Txn, mission_id: str) -> dict[str, str]:
         states.setdefault(unit.id, "pending")
     if record.state not in (MissionState.RUNNING, MissionState.PAUSING) or not host_alive(record):
         return states
-    since = manifest.created_at if manifest else 0.0
-    for _, event in m.events_after(txn, mission_id):
+    since, after = (manifest.created_at, manifest.events_hwm) if manifest else (0.0, 0)
+    for _, event in m.events_after(txn, mission_id, after):  # the events since HEAD, not the whole history
         if (
             event.kind == "unit"
             and event.at >= since

@@ -22,7 +22,7 @@ from tests.rewind.kit import mission_toml, points
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
 
-def _units(side: Path) -> list[dict[str, object]]:
+def _units(side: Path, gate: Path) -> list[dict[str, object]]:
     return [
         {
             "id": "u1",
@@ -30,7 +30,7 @@ def _units(side: Path) -> list[dict[str, object]]:
                 "steps": [
                     {"tool": "write_file", "args": {"path": "a.txt", "content": "made before the point\n"}},
                     {"tool": "run", "args": {"cmd": f"echo u1-1 >> {side} && echo shell > s.txt"}},
-                    {"sleep": 6},  # the pause comes here
+                    {"wait_file": str(gate)},  # the pause comes here; later runs find the gate open
                     {"tool": "write_file", "args": {"path": "b.txt", "content": "made after the point\n"}},
                     {"tool": "run", "args": {"cmd": f"echo u1-2 >> {side}"}},
                 ]
@@ -56,7 +56,8 @@ def _mission_paused_mid_unit(tmp: Path) -> tuple[Path, str, str, Path]:
     to the end."""
     ws, side, store = tmp / "ws", tmp / "side.log", tmp / "store"
     git_workspace(ws)
-    (tmp / "mission.toml").write_text(mission_toml(_units(side)))
+    gate = tmp / "gate"
+    (tmp / "mission.toml").write_text(mission_toml(_units(side, gate)))
     host = subprocess.Popen(
         [sys.executable, "-m", "keel.server.cli", "run", str(tmp / "mission.toml"), "--plain", "--store", str(store)],
         stdout=subprocess.PIPE,
@@ -77,6 +78,7 @@ def _mission_paused_mid_unit(tmp: Path) -> tuple[Path, str, str, Path]:
     finally:
         host.kill()
     assert record(store, mid).state.value == "paused", out
+    gate.write_text("open\n")
     point = points(store, mid)[-1]
     manifest = read(store, lambda t: m.get_checkpoint(t, m.get_point(t, mid, point["id"]).checkpoint))
     mark = manifest.units["u1"]

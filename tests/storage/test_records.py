@@ -166,6 +166,7 @@ SAMPLES: dict[type[Any], Any] = {
         sandbox_tree="tree",
         context="d" * 64,
         evidence_hwm=11,
+        events_hwm=13,
         state=MissionState.PAUSED,
         files_restored=True,
     ),

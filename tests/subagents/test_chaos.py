@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -339,19 +341,33 @@ def _reference(folder: Path, kind: str, store_folder: Callable[[Path], Path]) ->
     return run.outcome()
 
 
-_REFERENCES: dict[str, dict[str, dict[str, Any]]] = {}  # per backend: undisturbed runs, made once per process
+_REFERENCES: dict[str, dict[str, Any]] = {}  # the undisturbed runs, made once per test run
 
 
 @pytest.fixture
-def references(tmp_path_factory: pytest.TempPathFactory, store_folder: Callable[[Path], Path], backend: str) -> Any:
-    """The undisturbed runs (a git and a plain workspace) every condition's iterations are checked against."""
-    if backend not in _REFERENCES:
-        root = tmp_path_factory.mktemp(f"chaos-references-{backend}")
-        made = {kind: _reference(root / kind, kind, store_folder) for kind in ("git", "plain")}
+def references(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The undisturbed runs (a git and a plain workspace) every condition's iterations are checked against:
+    made once, on LMDB (the product does not depend on the store), and shared by the run's xdist workers
+    through a file named by the run's id."""
+    if _REFERENCES:
+        return _REFERENCES
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    shared = tmp_path_factory.getbasetemp().parent / f"chaos-references-{run_id}.pickle" if run_id else None
+    with contextlib.ExitStack() as held:
+        if shared is not None:
+            lock = held.enter_context(shared.with_suffix(".lock").open("w"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker makes them; the others wait and read them
+            if shared.exists():
+                _REFERENCES.update(pickle.loads(shared.read_bytes()))
+                return _REFERENCES
+        root = tmp_path_factory.mktemp("chaos-references")
+        made = {kind: _reference(root / kind, kind, lambda folder: folder) for kind in ("git", "plain")}
         for reference in made.values():
             assert sorted(reference["side"]) == sorted(f"{u}-{k}" for u in UNITS for k in (1, 2))
-        _REFERENCES[backend] = made
-    return _REFERENCES[backend]
+        if shared is not None:
+            shared.write_bytes(pickle.dumps(made))
+        _REFERENCES.update(made)
+    return _REFERENCES
 
 
 @pytest.mark.slow

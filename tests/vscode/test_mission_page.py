@@ -86,7 +86,11 @@ def test_mission_page_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) 
     asking = seen["asking"]
     assert QUESTION in " ".join(asking["question"]) and "waiting for input" in " ".join(asking["nodes"])
     assert QUESTION in seen["answerPrompt"] and not seen["quickInput"]
-    assert "completed" in seen["answered"]["title"]
+    answered = seen["answered"]
+    assert "completed" in answered["title"]
+    # 4: the unit that carried on after the answer is not a host loss: nothing on that lane, no resume counted
+    assert not any("mark-host" in c for c in answered["marks"]), answered["marks"]
+    assert "no resume yet" in " ".join(answered["totals"]), answered["totals"]
     assert (ws / ".keel").exists()
     # failover: one switch mark on the timeline (not an error), served model and cost with its currency
     failover = seen["failover"]
