@@ -40,6 +40,7 @@ from keel.server.activity.starts import Why, why_started
 from keel.storage import DB, Store, Txn
 from keel.storage import missions as m
 from keel.storage.keys import SEQ_BYTES, mission_prefix, unit_prefix
+from keel.storage.txn import decode_value
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 200
@@ -299,11 +300,34 @@ def _events(txn: Txn, record: MissionRecord, events: list[tuple[int, Event]]) ->
         yield event.at, 1_000_001, "e", seq, item
 
 
+ANSWER_SKEW_S = 300.0  # evidence is logged in time order up to clocks this far apart (machines sharing a store)
+
+
 def _why_started(txn: Txn, mid: str, seq: int, unit: str) -> Why:
-    """Why the unit starts at event `seq` (see starts.why_started)."""
-    before = [e for n, e in m.events_after(txn, mid, 0) if n < seq]
-    answers = (e.at for _, e in m.evidence_after(txn, mid) if e.kind == "answer" and e.unit == unit)
-    return why_started(before, unit, answers)
+    """Why the unit starts at event `seq` (see starts.why_started). Reads back from this start to the unit's
+    previous one only, and the answers logged since then: what it shows, not the mission's history."""
+    prefix = mission_prefix(mid)
+    since: list[Event] = []
+    for key, raw in txn.scan_raw(DB.EVENTS, prefix, reverse=True):
+        if len(key) - len(prefix) != SEQ_BYTES or int.from_bytes(key[-SEQ_BYTES:], "big") >= seq:
+            continue
+        event = decode_value(DB.EVENTS.value, key, raw, Event)
+        since.append(event)
+        if event.kind == "unit" and event.unit == unit and event.state == "running":
+            break  # the unit's previous start: nothing before it changes the answer
+    since.reverse()
+    answers: list[float] = []
+    previous = since[0].at if since and since[0].kind == "unit" and since[0].unit == unit else None
+    if previous is not None:
+        for key, raw in txn.scan_raw(DB.EVIDENCE, prefix, reverse=True):
+            if len(key) - len(prefix) != SEQ_BYTES:
+                continue
+            item = decode_value(DB.EVIDENCE.value, key, raw, Evidence)
+            if item.at < previous - ANSWER_SKEW_S:
+                break
+            if item.kind == "answer" and item.unit == unit:
+                answers.append(item.at)
+    return why_started(since, unit, answers)
 
 
 def _last_wait(txn: Txn, mid: str) -> int:
