@@ -96,7 +96,7 @@ class Coder:
         self.step: int = saved.get("step", 0) if saved else 0
         self.changed: list[str] = saved.get("changed", []) if saved else []
         self.verifications: list[dict[str, Any]] = saved.get("verifications", []) if saved else []
-        self.finished: str | None = saved.get("model") if saved and saved.get("done") else None
+        self.finished: str | None = str(saved.get("model", "")) if saved and saved.get("done") else None
 
     async def run(self) -> dict[str, Any]:
         if self.finished is not None:  # saved as done: what is left is to say so

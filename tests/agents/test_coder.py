@@ -93,6 +93,9 @@ UNIT = {
 }
 
 
+FINISHED = [*(["model/complete", "tool/run", "state/save"] * 4), "evidence/add"]  # an undisturbed run's requests
+
+
 async def test_coder_reads_fixes_verifies_and_finishes(sandbox: Path) -> None:
     model = ScriptedModel(fixing_script())
     host = MiniHost(CODER, sandbox, goal="Make add() correct", model=model)
@@ -101,21 +104,7 @@ async def test_coder_reads_fixes_verifies_and_finishes(sandbox: Path) -> None:
     result = outcome["result"]
     assert result["answer"].startswith("Fixed add()") and result["steps"] == 4 and result["changed"] == ["calc.py"]
     assert [v["ok"] for v in result["verifications"]] == [True, True]  # the model's run and the unit's own check
-    assert [m for m, _ in host.executed] == [
-        "model/complete",
-        "tool/run",
-        "state/save",
-        "model/complete",
-        "tool/run",
-        "state/save",
-        "model/complete",
-        "tool/run",
-        "state/save",
-        "model/complete",
-        "tool/run",
-        "state/save",
-        "evidence/add",
-    ]
+    assert [m for m, _ in host.executed] == FINISHED
     state = host.saved_state()
     assert state["done"] and state["step"] == 4 and len(state["messages"]) == 2 + 4 + 3  # system, user, 4 + 3 tools
     assert host.evidence[0]["data"] == {"steps": 4, "model": "scripted-model", "changed": ["calc.py"]}
@@ -129,7 +118,22 @@ async def test_coder_resumes_after_a_crash_without_spending_the_model_again(sand
     assert (sandbox / "calc.py").read_text().endswith("a + b\n") and len(model.requests) == 2
     outcome = await host.run_unit(UNIT)
     assert outcome["result"]["steps"] == 4 and len(model.requests) == 4  # two replayed, two new
-    assert host.replayed == 5 and host.starts == 2
+    # it carried on from its saved conversation (entry 3): only the model call and the diff after it replayed
+    assert host.resumed_at == 3 and host.replayed == 2 and host.starts == 2
+
+
+async def test_coder_saved_as_done_gives_its_answer_on_restart_without_the_model(sandbox: Path) -> None:
+    """Killed between the save of its final conversation and its last requests: the restarted coder carries
+    on from that save and only reports its answer; no model request is made again."""
+    model = ScriptedModel(fixing_script())
+    host = MiniHost(CODER, sandbox, goal="Make add() correct", model=model)
+    with pytest.raises(AgentCrashed):  # every request of an undisturbed run but its last, the evidence
+        await host.run_unit(UNIT, crash_after=len(FINISHED) - 1)
+    assert [method for method, _ in host.executed] == FINISHED[:-1] and len(model.requests) == 4
+    outcome = await host.run_unit(UNIT)
+    assert outcome["result"]["answer"].startswith("Fixed add()") and outcome["result"]["steps"] == 4
+    assert len(model.requests) == 4 and host.resumed_at == len(FINISHED) - 1 and host.replayed == 0
+    assert [method for method, _ in host.executed] == FINISHED
 
 
 async def test_coder_reports_bad_calls_to_the_model_and_retries_failed_verification(sandbox: Path) -> None:

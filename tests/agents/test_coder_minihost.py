@@ -52,6 +52,7 @@ class MiniHost:
         self.replayed = 0
         self.evidence: list[dict[str, Any]] = []
         self.starts = 0
+        self.resumed_at = 0  # where the last start's requests were numbered from (a resuming agent's last save)
         self.tool_ctx = ToolContext(
             sandbox=sandbox, timeout_s=30, env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
         )
@@ -59,6 +60,10 @@ class MiniHost:
     def saved_state(self) -> Any:
         saved = [result["state"] for method, _, result in self.journal if method == "state/save"]
         return saved[-1] if saved else None
+
+    def last_save(self) -> int:
+        """The number of the newest `state/save` entry (0: none): where a resuming agent carries on."""
+        return max((n for n, (method, _, _) in enumerate(self.journal, 1) if method == "state/save"), default=0)
 
     async def run_unit(self, unit: dict[str, Any], *, crash_after: int | None = None, within: float = 30) -> Any:
         """Run one unit in a fresh agent process; with crash_after, SIGKILL the agent once that many
@@ -90,7 +95,6 @@ class MiniHost:
             protocol_version=ap.PROTOCOL_VERSION, mission_id="m-test", goal=self.goal, sandbox=str(self.sandbox)
         )
         send(rpc.Request(method="initialize", id=1, params=msgspec.to_builtins(init)))
-        run = {"unit": unit, "attempt": self.starts, "state": self.saved_state(), "replaying": bool(self.journal)}
         seq, real = 0, 0
         while True:
             body = await read_frame_async(stdout)
@@ -98,7 +102,17 @@ class MiniHost:
                 raise AgentCrashed(f"agent exited with {await proc.wait()} before finishing the unit")
             message = rpc.decode(body)
             match message:
-                case rpc.Response(id=1):
+                case rpc.Response(id=1, result=hello):
+                    # a resuming agent carries on from its last save: its requests are numbered after it
+                    seq = self.last_save() if isinstance(hello, dict) and hello.get("resumes") is True else 0
+                    self.resumed_at = seq
+                    run = {
+                        "unit": unit,
+                        "attempt": self.starts,
+                        "state": self.saved_state(),
+                        "replaying": len(self.journal) > seq,
+                        "resumed_at": seq,
+                    }
                     send(rpc.Request(method="unit/run", id=2, params=run))
                 case rpc.Response(id=2, result=result):
                     send(rpc.Notification(method="shutdown"))
