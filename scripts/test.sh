@@ -15,9 +15,10 @@ echo "== ruff"; ruff check . && ruff format --check .
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
 wait "$tools" || { echo "test: installing the Debian packages or the editor tools failed" >&2; exit 1; }
 wait "$agents" || { echo "test: installing the ACP agents failed" >&2; exit 1; }
-# three workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
-# processes it starts (a run with two per core used 1.2 of 2 cores); tests that share something beyond
-# their own store, port and tmp folder run on one worker (their xdist_group, tests/conftest.py)
-# the CPU the run took beside its wall time: whether two workers per core still leave cores idle
+# two workers per core (KEEL_TEST_WORKERS overrides): most of a test's time is spent waiting for the
+# processes it starts, so one worker per core leaves the cores half idle; three per core was slower. Tests
+# that share something beyond their own store, port and tmp folder run on one worker (their xdist_group,
+# tests/conftest.py). The CPU line counts the processes pytest waited for, not the detached hosts and the
+# editors the tests start.
 TIMEFORMAT="== pytest took %R s wall, %U s user and %S s system CPU"
-echo "== pytest (from $(date +%T))"; time python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 3 ))}" --dist loadgroup --durations=25 "$@"
+echo "== pytest (from $(date +%T))"; time python -m pytest -q -p no:cacheprovider -n "${KEEL_TEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist loadgroup --durations=25 "$@"

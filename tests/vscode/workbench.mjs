@@ -48,13 +48,24 @@ export async function theme(kind) {
 }
 
 export async function runPalette(text, rowText) {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input").first();
-  await input.waitFor({ state: "visible", timeout: 60_000 });
-  await input.fill(text);
-  await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 60_000 });
-  await sleep(150);
-  await input.press("Enter");
+  // on a loaded machine an editor or a notification landing late can close the palette under the driver:
+  // then it is opened again (a palette still open that never lists the command is a failure)
+  for (let attempt = 1; ; attempt++) {
+    await page.keyboard.press("F1");
+    const input = page.locator(".quick-input-widget input").first();
+    try {
+      await input.waitFor({ state: "visible", timeout: 60_000 });
+      await input.fill(text, { timeout: 10_000 });
+      await page.locator(".quick-input-list .monaco-list-row", { hasText: rowText }).first().waitFor({ timeout: 60_000 });
+      await sleep(150);
+      await input.press("Enter", { timeout: 10_000 });
+      return;
+    } catch (error) {
+      if (attempt >= 3 || (await input.isVisible())) {
+        throw error;
+      }
+    }
+  }
 }
 
 /** A screenshot in both themes (`visual`) or the current one, named after the item. */
