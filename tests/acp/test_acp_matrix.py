@@ -9,8 +9,9 @@ as the truth is ("skip" when it happened, "rerun" when not). Each case checks th
 side effect happened exactly once, the files equal an undisturbed run's, and no model request was paid
 twice (request bodies compared with ids, uuids and timestamps masked: protocol.modelwire.normalise).
 
-The default run covers every agent by target for the command strike and each other strike once per agent;
-the rest of the 27 cases are marked slow. `KEEL_ACP_CHAOS_ITERATIONS=N` runs N random strikes and prints
+The default run covers every agent by target for the command and model strikes (the model strike is also
+the SIGKILL of the agent, the host or both mid-prompt) and the edit strike once per agent; the other six edit
+cases run with `KEEL_ACP_MATRIX=all`. `KEEL_ACP_CHAOS_ITERATIONS=N` runs N random strikes and prints
 a summary line: strikes by kind, effects checked, duplicates (must be 0), model requests sent again, and
 seconds of agent work redone.
 """
@@ -163,12 +164,18 @@ def _redone(model: ScriptedModel, struck_at: float) -> tuple[int, float]:
     return again, seconds
 
 
-CASES = [
-    pytest.param(a, k, t, marks=() if k == "command" or (a, k, t) in DEFAULT else pytest.mark.slow)
-    for a in AGENTS
-    for k in KINDS
-    for t in TARGETS
-]
+ALL = os.environ.get("KEEL_ACP_MATRIX") == "all"
+EVERY_TARGET = ("command", "model")  # an edit is struck once per agent unless the whole matrix is asked for
+
+
+def _marks(agent: str, kind: str, target: str) -> tuple[pytest.MarkDecorator, ...]:
+    if kind in EVERY_TARGET or (agent, kind, target) in DEFAULT:
+        return ()
+    why = "an edit strike on one target per agent runs by default; KEEL_ACP_MATRIX=all runs every target"
+    return (pytest.mark.slow, pytest.mark.skipif(not ALL, reason=why))
+
+
+CASES = [pytest.param(a, k, t, marks=_marks(a, k, t)) for a in AGENTS for k in KINDS for t in TARGETS]
 
 
 @pytest.mark.timeout(400)
