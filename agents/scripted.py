@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 from keel.agents.sdk import Agent, Context
 
+SAVED_AT = "scripted_at"  # the key of a save's place in the steps
+
 
 class _Run:
     """Where the agent is in its steps: (step, repetition, inner step). A `save_state` step saves that place
@@ -61,9 +63,6 @@ class _Run:
 
     async def save(self, value: Any, after: tuple[int, int, int], outputs: list[Any]) -> None:
         await self.ctx.save_state({SAVED_AT: list(after), "outputs": outputs, "value": value})
-
-
-SAVED_AT = "scripted_at"
 
 
 async def run_steps(ctx: Context) -> dict[str, Any]:

@@ -306,28 +306,32 @@ ANSWER_SKEW_S = 300.0  # evidence is logged in time order up to clocks this far 
 def _why_started(txn: Txn, mid: str, seq: int, unit: str) -> Why:
     """Why the unit starts at event `seq` (see starts.why_started). Reads back from this start to the unit's
     previous one only, and the answers logged since then: what it shows, not the mission's history."""
-    prefix = mission_prefix(mid)
     since: list[Event] = []
-    for key, raw in txn.scan_raw(DB.EVENTS, prefix, reverse=True):
-        if len(key) - len(prefix) != SEQ_BYTES or int.from_bytes(key[-SEQ_BYTES:], "big") >= seq:
-            continue
-        event = decode_value(DB.EVENTS.value, key, raw, Event)
+    for event in _newest_first(txn, DB.EVENTS, mid, Event, before=seq):
         since.append(event)
         if event.kind == "unit" and event.unit == unit and event.state == "running":
             break  # the unit's previous start: nothing before it changes the answer
     since.reverse()
     answers: list[float] = []
-    previous = since[0].at if since and since[0].kind == "unit" and since[0].unit == unit else None
-    if previous is not None:
-        for key, raw in txn.scan_raw(DB.EVIDENCE, prefix, reverse=True):
-            if len(key) - len(prefix) != SEQ_BYTES:
-                continue
-            item = decode_value(DB.EVIDENCE.value, key, raw, Evidence)
-            if item.at < previous - ANSWER_SKEW_S:
+    if since and since[0].kind == "unit" and since[0].unit == unit:
+        for item in _newest_first(txn, DB.EVIDENCE, mid, Evidence):
+            if item.at < since[0].at - ANSWER_SKEW_S:
                 break
             if item.kind == "answer" and item.unit == unit:
                 answers.append(item.at)
     return why_started(since, unit, answers)
+
+
+def _newest_first(txn: Txn, db: DB, mid: str, type_: type[T], before: int | None = None) -> Iterator[T]:
+    """A mission log's records from its newest back (those numbered below `before`, when given), each decoded
+    only when reached."""
+    prefix = mission_prefix(mid)
+    for key, raw in txn.scan_raw(db, prefix, reverse=True):
+        if len(key) - len(prefix) != SEQ_BYTES:
+            continue
+        if before is not None and int.from_bytes(key[-SEQ_BYTES:], "big") >= before:
+            continue
+        yield decode_value(db.value, key, raw, type_)
 
 
 def _last_wait(txn: Txn, mid: str) -> int:

@@ -173,8 +173,8 @@ class Recorder:
         hwm = self.top if self.appending else step.seq
         changes: dict[str, Any] = {"last_checkpoint": hwm}
         done = result.phase == "done"
-        saved = step.seq if done and step.method == "state/save" else self.saved_at
-        changes["saved_at"] = max(saved, self.saved_at)
+        saved_at = max(step.seq, self.saved_at) if done and step.method == "state/save" else self.saved_at
+        changes["saved_at"] = saved_at
         scan: Scan | None = None
         if self.appending:  # an outside agent changes its sandbox between entries: no tree to hold it to
             changes["tree"] = ""
@@ -188,8 +188,7 @@ class Recorder:
         self.keep(entry)
         if settles is not None:
             self.keep(settles)
-        if done and step.method == "state/save" and step.seq > self.saved_at:
-            self.saved_at = step.seq
+        self.saved_at = saved_at
         if done:
             self.executed += 1
             host.stats["executed"] += 1

@@ -111,8 +111,16 @@ class Registry:
             if where.scan is not None:
                 tree = base_tree = (where.files or self._files).store_txn(txn, Path(where.sandbox), where.scan)
             mark = was.last_checkpoint if same else 0
-            place = Placement(where.sandbox, where.branch, where.base, tree, base_tree, mark, copied=where.copied)
-            place = msgspec.structs.replace(place, saved_at=was.saved_at)  # the lane's, whatever its sandbox
+            place = Placement(  # the lane's newest save is the lane's, whatever its sandbox
+                where.sandbox,
+                where.branch,
+                where.base,
+                tree,
+                base_tree,
+                mark,
+                saved_at=was.saved_at,
+                copied=where.copied,
+            )
             return leases.grant(
                 txn, self.mission_id, uid, lane=unit_lane, host_id=self.host.host_id, ttl_s=self.ttl, place=place
             )
