@@ -197,10 +197,20 @@ async function asking() {
 
 async function twins() {
   for (const index of [0, 1]) {
-    await palette("Open Mission");
-    const rows = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: M.twin });
-    await rows.nth(index).waitFor({ timeout: 60_000 });
-    await rows.nth(index).click();
+    // the quick pick can be closed under the driver on a loaded machine (as the palette can): ask again
+    for (let attempt = 1; ; attempt++) {
+      await palette("Open Mission");
+      const rows = page.locator(".quick-input-widget .quick-input-list .monaco-list-row", { hasText: M.twin });
+      try {
+        await rows.nth(index).waitFor({ timeout: 60_000 });
+        await rows.nth(index).click({ timeout: 10_000 });
+        break;
+      } catch (error) {
+        if (attempt >= 3 || (await page.locator(".quick-input-widget").isVisible())) {
+          throw error;
+        }
+      }
+    }
     await waitUntil(`twin page ${index + 1}`, async () => (await tabs()).filter((t) => t.includes(M.twin)).length === index + 1);
   }
   await waitForPage(M.twin, ["completed"]);
