@@ -117,9 +117,17 @@ def read_url(folder: Path) -> str:
     return url
 
 
+def held() -> bool:
+    """A PgStore of this process is not closed yet (`base.held_in_process`)."""
+    with PgStore.counting:
+        return PgStore.unclosed > 0
+
+
 class PgStore(Store):
     backend = "postgresql"
     shared = True
+    counting = threading.Lock()
+    unclosed = 0  # this process's stores not closed yet
 
     def __init__(self, path: Path, url: str, readonly: bool, write_timeout: float | None) -> None:
         self.path = path
@@ -140,6 +148,8 @@ class PgStore(Store):
         self._channel = "keel_changes"
         self._listeners: list[_Listener] = []
         self.application = f"keel pid {os.getpid()} on {socket.gethostname()}"
+        with PgStore.counting:
+            PgStore.unclosed += 1
 
     @classmethod
     def open_folder(
@@ -168,8 +178,11 @@ class PgStore(Store):
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
+            was_open, self._closed = not self._closed, True
             idle, self._idle = self._idle, []
+        if was_open:
+            with PgStore.counting:
+                PgStore.unclosed -= 1
         for conn, _ in idle:
             conn.close()
 

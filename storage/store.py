@@ -73,6 +73,12 @@ class _Shared:
     writers: dict[Path, WriterLock] = {}  # closed with the environment's last user
 
 
+def held() -> bool:
+    """An LMDB environment or writer lock of this process is open (`base.held_in_process`)."""
+    with _Shared.lock:
+        return bool(_Shared.envs or _Shared.writers)
+
+
 def _writer_lock(path: Path) -> WriterLock:
     key = path.resolve()
     with _Shared.lock:

@@ -9,6 +9,7 @@ from typing import Any
 from keel.protocol.states import can
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
+from keel.server.commands.detach import start_host
 from keel.server.engine import control
 from keel.server.exits import Exit
 from keel.storage import missions as m
@@ -46,7 +47,7 @@ def run_pause(args: argparse.Namespace) -> int:
 def run_answer(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-    control.answer(store_path(args), mission_id, args.text, source="cli", resume=not args.no_resume)
+    control.answer(store_path(args), mission_id, args.text, source="cli", resume=not args.no_resume, start=start_host)
     then = "recorded" if args.no_resume else "recorded; the mission resumes"
     if args.json:
         print_json({"mission": mission_id, "answer": args.text, "resumed": not args.no_resume})

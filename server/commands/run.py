@@ -14,8 +14,8 @@ from typing import Any
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
+from keel.server.commands.detach import start_host
 from keel.server.engine import control
-from keel.server.engine.host import run_host_blocking
 from keel.server.engine.step.progress import Progress
 from keel.server.exits import Exit
 from keel.storage import Store
@@ -66,28 +66,33 @@ def run_mission(args: argparse.Namespace) -> int:
             print(control.queue_mission(store, Path(args.file)).id)
             return Exit.OK
         record = control.create_mission(store, Path(args.file))
-        if args.detach:
-            control.spawn_host(path, record.id)
-            print(record.id)
-            return Exit.OK
-        progress = Progress.for_terminal(args.json, args.plain)
-        progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
-        return _foreground(path, record.id, progress, store, args.wait_online)
+        if not args.detach:
+            progress = Progress.for_terminal(args.json, args.plain)
+            progress.event("mission", mission=record.id, name=record.spec.name, units=len(record.spec.units))
+            return _foreground(path, record.id, progress, store, args.wait_online)
+    start_host(path, record.id)  # with the store closed: the host may be a fork of this process
+    print(record.id)
+    return Exit.OK
 
 
 def resume_mission(args: argparse.Namespace) -> int:
     path = store_path(args)
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-        if args.detach:
-            control.resume(path, mission_id, detach=True)
-            print(mission_id)
-            return Exit.OK
-        control.wait_for_stopping_host(store, path, mission_id)
-        return _foreground(path, mission_id, Progress.for_terminal(args.json, args.plain), store, args.wait_online)
+        if not args.detach:
+            control.wait_for_stopping_host(store, path, mission_id)
+            progress = Progress.for_terminal(args.json, args.plain)
+            return _foreground(path, mission_id, progress, store, args.wait_online)
+    control.resume(path, mission_id, detach=True, start=start_host)  # with the store closed, as above
+    print(mission_id)
+    return Exit.OK
 
 
 def _foreground(path: Path, mission_id: str, progress: Progress, store: Store, wait_online: bool) -> int:
+    # The host's code (about 150 ms of imports) is loaded only by the process that hosts: `--detach` starts
+    # the host at once, and recovery by hand is the time until that process runs.
+    from keel.server.engine.host import run_host_blocking
+
     state = run_host_blocking(path, mission_id, progress, store, wait_online)
     record = store.read(lambda t: m.get_mission(t, mission_id))
     if record.question is not None and state == MissionState.WAITING_INPUT:

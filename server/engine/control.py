@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, NotFoundError
@@ -76,6 +77,9 @@ def queue_mission(store: Store, mission_file: Path) -> MissionRecord:
     record = create_mission(store, mission_file)
     queued: MissionRecord = store.write(lambda t: m.set_mission_state(t, record.id, MissionState.RUNNING))
     return queued
+
+
+Starter = Callable[[Path, str], int]  # starts a mission's host detached: (store, mission id) -> its pid
 
 
 def spawn_host(store_path: Path, mission_id: str) -> int:
@@ -211,9 +215,9 @@ def wait_for_stopping_host(store: Store, store_path: Path, mission_id: str, time
         time.sleep(0.05)
 
 
-def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
-    """Continue a paused, failed or crashed mission in a detached host; returns its pid. A host still
-    stopping (paused a moment ago) is waited out first."""
+def resume(store_path: Path, mission_id: str, *, detach: bool = True, start: Starter = spawn_host) -> int:
+    """Continue a paused, failed or crashed mission in a detached host (started by `start`); returns its pid.
+    A host still stopping (paused a moment ago) is waited out first."""
     _detached_only(detach)
     with Store.open(store_path, create=False) as store:
         record = store.read(lambda t: m.get_mission(t, m.resolve_mission_id(t, mission_id)))
@@ -226,7 +230,7 @@ def resume(store_path: Path, mission_id: str, *, detach: bool = True) -> int:
         raise HostBusyError(f"mission {record.id} is already running; pause it with `keel pause {record.id}`")
     if not can(record.state).host:
         raise InvalidTransitionError(f"mission {record.id} was cancelled; it cannot be resumed")
-    return spawn_host(store_path, record.id)
+    return start(store_path, record.id)
 
 
 SUPERVISED = frozenset({MissionState.RUNNING, MissionState.PAUSING})
@@ -253,7 +257,9 @@ def needs_host(txn: Txn, record: MissionRecord, since: float = 0.0) -> str:
     return f"its {who} is gone" if lease_holder_dead(lease) else ""
 
 
-def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bool = True) -> MissionRecord:
+def answer(
+    store_path: Path, mission_id: str, text: str, source: str, resume: bool = True, start: Starter = spawn_host
+) -> MissionRecord:
     """Record the person's answer to the mission's question durably, then resume it (detached)."""
     with Store.open(store_path, create=False) as store:
 
@@ -271,11 +277,6 @@ def answer(store_path: Path, mission_id: str, text: str, source: str, resume: bo
             return record
 
         record = store.write(txn_fn)
-    if resume:
-        _resume_detached(store_path, record.id)
+    if resume and not HostLock(places.lock_path(store_path, record.id), record.id).held_elsewhere():
+        start(store_path, record.id)
     return record
-
-
-def _resume_detached(store_path: Path, mission_id: str) -> None:
-    if not HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere():
-        spawn_host(store_path, mission_id)

@@ -1,0 +1,73 @@
+"""A detached mission host started by a command line process (`keel run --detach`, `keel resume`, `keel
+answer`): a fork of that process, which has the command line's code loaded already.
+
+A new interpreter (`control.spawn_host`) spends about 90 ms starting and importing what this process has
+imported by now, and recovery by hand is the time until the host runs. The fork is the same host: its child
+leaves the session, takes /dev/null and the mission's log as its standard streams, closes every other
+descriptor it inherited, and runs `keel resume ID --plain --wait-online` through the command line's own
+`main`, as the new interpreter would. It never returns into the command that forked it.
+
+A process with more than one thread (a thread holding a lock in the parent would hold it forever in the
+child) or with a store open (its environment, locks and connections are the parent's), or without fork,
+starts the host as a new interpreter instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from pathlib import Path
+
+from keel.server.engine import control
+from keel.server.engine.files import places
+from keel.storage.base import held_in_process
+
+
+def start_host(store_path: Path, mission_id: str) -> int:
+    """The detached host's pid."""
+    if not hasattr(os, "fork") or threading.active_count() != 1 or held_in_process():
+        return control.spawn_host(store_path, mission_id)
+    log = places.log_path(store_path, mission_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    _host(store_path, mission_id, log)
+    raise AssertionError("unreachable")  # pragma: no cover - _host exits the process
+
+
+def _host(store_path: Path, mission_id: str, log: Path) -> None:
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, _fd_limit())
+        from keel.server.cli import main  # the command line imports this module: a cycle at the top
+
+        code = main(["resume", mission_id, "--store", str(store_path), "--plain", "--wait-online"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # the host's own errors are handled in main; this is the fork's set-up failing
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+def _fd_limit() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 65536

@@ -1,0 +1,113 @@
+"""A detached host started by the command line is a fork of it (server/commands/detach.py): it leaves the
+command's session and standard streams, keeps none of its other descriptors, writes to the mission's log,
+and runs the mission to the end. A process holding a store open never forks one."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from engine_helpers import files, keel, record, wait_for, write_mission
+
+from keel.protocol.states import MissionState
+from keel.server.engine.files import places
+from keel.storage import Store
+from keel.storage.base import held_in_process
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
+
+def _descriptors(pid: int) -> dict[int, str]:
+    found = {}
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found[int(fd.name)] = os.readlink(fd)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_detached_host_leaves_the_command_and_runs_the_mission(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    steps = [
+        {"tool": "write_file", "args": {"path": "a.txt", "content": "a\n"}},
+        {"wait_file": str(gate)},
+        {"tool": "write_file", "args": {"path": "b.txt", "content": "b\n"}},
+    ]
+    store = tmp_path / "store"
+    # The command's output is a pipe read to its end: had the host kept it, this would wait for the host.
+    ran = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": steps}}])), "--detach", store=store)
+    assert ran.returncode == 0, ran.stderr
+    mid = ran.stdout.split()[-1]
+    wait_for(lambda: (r := record(store, mid)).host is not None and r.host.pid > 0, timeout=60)
+    host = record(store, mid).host
+    assert host is not None
+    pid = host.pid
+    assert os.getsid(pid) == pid, "the host leads a session of its own"
+    fds = _descriptors(pid)
+    log = places.log_path(store, mid).resolve()
+    assert fds[0] == os.devnull and fds[1] == str(log) and fds[2] == str(log), fds
+    assert not [t for fd, t in fds.items() if t.startswith("pipe:") and fd > 2 and fd not in _own_pipes(pid)], fds
+    gate.write_text("go\n")
+    wait_for(lambda: record(store, mid).state == MissionState.COMPLETED, timeout=120)
+    sandbox = Path(record(store, mid).sandbox)
+    assert files(sandbox).get("a.txt") == b"a\n" and files(sandbox).get("b.txt") == b"b\n"
+    assert log.read_text(), "the host wrote nothing to the mission's log"
+
+
+def _own_pipes(pid: int) -> set[int]:
+    """The host's pipes to its unit's worker: each is also open in a child of the host."""
+    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(int(p.name)) == pid]
+    theirs = {t for child in children for t in _descriptors(child).values()}
+    return {fd for fd, t in _descriptors(pid).items() if t in theirs}
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(tmp_path: Path) -> None:
+    gate, side = tmp_path / "gate", tmp_path / "side.log"
+    steps = [
+        {"tool": "run", "args": {"cmd": f"echo one >> {side}"}},
+        {"wait_file": str(gate)},
+        {"tool": "run", "args": {"cmd": f"echo two >> {side}"}},
+    ]
+    store = tmp_path / "store"
+    ran = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": steps}}])), "--detach", store=store)
+    mid = ran.stdout.split()[-1]
+    wait_for(lambda: side.exists() and (r := record(store, mid)).host is not None and r.host.pid > 0, timeout=60)
+    host = record(store, mid).host
+    assert host is not None
+    os.killpg(host.pid, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{host.pid}").exists() or _state(host.pid) == "Z", timeout=30)
+    resumed = keel("resume", mid, "--detach", store=store)
+    assert resumed.returncode == 0 and resumed.stdout.split()[-1] == mid, resumed.stderr
+    gate.write_text("go\n")
+    wait_for(lambda: record(store, mid).state == MissionState.COMPLETED, timeout=120)
+    assert side.read_text().split() == ["one", "two"]
+    again = record(store, mid).host
+    assert again is None or again.pid != host.pid
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def test_a_store_open_in_this_process_is_seen_and_its_close_too(tmp_path: Path) -> None:
+    assert not held_in_process()
+    with Store.open(tmp_path / "store") as store:
+        assert held_in_process()
+        with Store.open(tmp_path / "store") as again:
+            again.close()
+            assert held_in_process(), "the first store is still open"
+        assert store.read(lambda t: True)
+    assert not held_in_process()
