@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,15 @@ from keel.protocol.states import MissionState
 from keel.server.engine.files import places
 from keel.storage import Store
 from keel.storage.base import held_in_process
+from tests.hosts import kill_hosts
 
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
+
+@pytest.fixture(autouse=True)
+def _no_host_left(tmp_path: Path) -> Iterator[None]:
+    yield
+    kill_hosts(tmp_path / "store")  # a failed test's host still waits at its gate
 
 
 def _descriptors(pid: int) -> dict[int, str]:
