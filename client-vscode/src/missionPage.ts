@@ -23,7 +23,9 @@ import {
 const VIEW_TYPE = "keel.mission";
 const PAGE_LIMIT = 2000;
 const MAX_ITEMS = 20_000;
-const DETAIL_GAP_MS = 250;
+/** A page reads its mission again at most once per this long, or per twice its last read's time if that is
+ * longer: a read of a 1,000-unit mission is ~200 KB, and a loaded machine must not spend itself on them. */
+const DETAIL_GAP_MS = 100;
 
 class MissionPage implements vscode.Disposable {
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -31,9 +33,12 @@ class MissionPage implements vscode.Disposable {
   private points: RestorePoint[] = [];
   private ready = false;
   private refreshing: Promise<void> | undefined;
-  private readonly throttle = new Throttle(() => DETAIL_GAP_MS, () => {
+  private loadMs = 0;
+  private readonly throttle = new Throttle(() => Math.max(DETAIL_GAP_MS, 2 * this.loadMs), () => {
+    const began = Date.now();
     this.refreshing = this.load().catch((err) => this.log.error(`mission page ${this.id}: ${String(err)}`))
       .finally(() => {
+        this.loadMs = Date.now() - began;
         this.refreshing = undefined;
       });
   }, () => this.refreshing !== undefined);
@@ -60,8 +65,8 @@ class MissionPage implements vscode.Disposable {
     );
   }
 
-  /** Fetch the detail (and the restore points when their count moved) and post them: at most once per
-   * DETAIL_GAP_MS and one at a time; changes that come meanwhile are folded into one more, of the newest. */
+  /** Fetch the detail (and the restore points when their count moved) and post them: at most once per gap
+   * (DETAIL_GAP_MS) and one at a time; changes that come meanwhile are folded into one more, of the newest. */
   refresh(): void {
     this.throttle.request();
   }

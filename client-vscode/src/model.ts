@@ -7,7 +7,8 @@ import * as vscode from "vscode";
 import { ConnectionState, type KeelConnection } from "./connection";
 import { Requests, type MissionDetail, type MissionSummary, type RestorePoint } from "./protocol";
 
-/** How long changes are gathered before the views hear of them (at most one update per mission). */
+/** The views hear of changes at most once per this long (at most one update per mission each time): at once
+ * when the last time is that long ago, else when it is. */
 const COALESCE_MS = 100;
 
 export class MissionModel implements vscode.Disposable {
@@ -20,6 +21,7 @@ export class MissionModel implements vscode.Disposable {
   private readonly applied = new vscode.EventEmitter<MissionSummary>();
   private readonly pending = new Set<string>();
   private flushTimer: ReturnType<typeof setTimeout> | undefined;
+  private lastFlush = 0;
   /** One mission changed (its newest summary), or everything (undefined) after a (re)load. Changes that
    * come close together are told once, with the newest state: a view never replays the states between. */
   readonly onDidChange = this.changed.event;
@@ -89,12 +91,14 @@ export class MissionModel implements vscode.Disposable {
     this.log.debug(`mission ${summary.id} is ${summary.state}`);
     this.applied.fire(summary);
     this.pending.add(summary.id);
-    this.flushTimer ??= setTimeout(() => this.flush(), COALESCE_MS);
+    // a timer even when no wait is due: the notifications of one read of the server come in one turn
+    this.flushTimer ??= setTimeout(() => this.flush(), Math.max(0, this.lastFlush + COALESCE_MS - Date.now()));
   }
 
   /** Tell the views the newest state of every mission that changed since the last time. */
   private flush(): void {
     this.flushTimer = undefined;
+    this.lastFlush = Date.now();
     const ids = [...this.pending];
     this.pending.clear();
     for (const id of ids) {

@@ -255,8 +255,12 @@ async function failure() {
   await waitForPage(M.deps, ["failed"]);
   const card = view().locator(".card.look-failed").first();
   await card.waitFor({ timeout: 30_000 });
+  // the card comes with the unit's state; its cause, from the failed step's output, with the activity read after
+  seen.failureCause = await waitUntil("the failure's cause on its card", async () => {
+    const cause = squash(await card.locator(".card-cause").innerText({ timeout: 1000 }).catch(() => ""));
+    return cause || undefined;
+  }, 30_000);
   seen.failureCard = squash(await card.innerText());
-  seen.failureCause = squash(await card.locator(".card-cause").innerText());
   seen.failureButtons = (await card.locator("button").allInnerTexts()).map(squash);
   await shot("vscode-page-failure-cause");
   await card.locator("button", { hasText: "Show Output" }).click();

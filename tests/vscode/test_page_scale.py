@@ -165,6 +165,7 @@ def test_mission_page_at_scale(code_server, drive, vsix: Path, tmp_path: Path) -
         "lagS": lag,
     }
     (ARTIFACTS / "page-scale-timings.json").write_text(json.dumps(report, indent=2))
+    (ARTIFACTS / "page-scale-updates.json").write_text(json.dumps(updates))  # beside page-scale-store.json
     # 1: measured in the page; never an older state drawn after a newer one. The targets (a paint within 1 s,
     # updates of 50 ms, at most 1 s behind the store) are what page-scale-timings.json is read against; the
     # bounds asserted here leave room for a CI machine running four workers on two cores, and still fail a
