@@ -382,16 +382,24 @@ export function progressText(m: MissionSummary): string {
 }
 
 /** A mission page's tab: its name, and when another mission has the same name, when it started
- * ("build · started 14:02:11", or "build · started Dec 5, 14:02" on another day), so tabs differ. */
+ * ("build · started 14:02:11", or "build · started Dec 5, 14:02" on another day), so tabs differ; missions of
+ * one name started within one of those times are numbered in the order they started ("… 14:02:11 (2)"). */
 export function tabTitle(m: MissionSummary, all: readonly MissionSummary[]): string {
   const label = missionLabel(m);
-  if (!all.some((o) => o.id !== m.id && missionLabel(o) === label)) {
+  const namesakes = [m, ...all.filter((o) => o.id !== m.id && missionLabel(o) === label)];
+  if (namesakes.length === 1) {
     return label;
   }
-  const started = new Date(m.createdAt * 1000);
-  const today = started.toDateString() === new Date().toDateString();
-  const when = today
+  const when = startedText(m.createdAt);
+  const twins = namesakes.filter((o) => startedText(o.createdAt) === when)
+    .sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const nth = twins.length > 1 ? ` (${twins.findIndex((o) => o.id === m.id) + 1})` : "";
+  return `${label} · started ${when}${nth}`;
+}
+
+function startedText(createdAt: number): string {
+  const started = new Date(createdAt * 1000);
+  return started.toDateString() === new Date().toDateString()
     ? started.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false })
     : started.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", hour12: false });
-  return `${label} · started ${when}`;
 }

@@ -193,3 +193,7 @@ def test_tab_titles_tell_missions_of_one_name_apart(tools: dict[str, str]) -> No
     )
     assert one.startswith("build · started ") and two.startswith("build · started ") and one != two
     assert alone == "docs" and "m1" not in one
+    # two started within one second (a mission that ends at once, started again): numbered as they started
+    d, e = summary("m5", "twin", 1_700_000_000.9), summary("m4", "twin", 1_700_000_000.2)
+    first, second = run(tools, [{"fn": "tabTitle", "args": [e, [d, e]]}, {"fn": "tabTitle", "args": [d, [e, d]]}])
+    assert first.endswith(" (1)") and second.endswith(" (2)") and first[:-4] == second[:-4], (first, second)

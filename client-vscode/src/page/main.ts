@@ -29,7 +29,8 @@ export type FromPage =
  * page) and every update after it (its script and layout, in ms), with the state it drew. */
 export interface PageTimings {
   paintMs: number | undefined;
-  updates: { at: number; ms: number; done: number; total: number; updatedAt: number }[];
+  // parts: ms since the update began when the header, the cards, the graph, the timeline and the activity were done
+  updates: { at: number; ms: number; done: number; total: number; updatedAt: number; parts: number[] }[];
 }
 
 declare function acquireVsCodeApi(): {
@@ -141,12 +142,19 @@ function draw(): void {
     root.replaceChildren(header.section, main, side);
   }
   const m = d.mission;
+  const parts: number[] = [];
+  const mark = (): void => void parts.push(Math.round((performance.now() - started) * 10) / 10);
   header.update(d, list, now, origin);
+  mark();
   attention.update({ mission: m, units: d.units, steps, failures });
+  mark();
   graph.update({ units: d.units, asking: m.state === "waiting_input" ? m.question?.unit : undefined, steps,
     chosen: unitFilter });
+  mark();
   timeline.update(d, list, points, now, width, version);
+  mark();
   activity.update(list, unitFilter);
+  mark();
   document.body.dataset.state = m.state;
   // the layout this frame needs anyway, done here so that the update's cost includes it
   void document.body.offsetHeight;
@@ -154,7 +162,7 @@ function draw(): void {
   if (timings.paintMs === undefined) {
     timings.paintMs = performance.now() - (firstMessageAt ?? started);
   }
-  timings.updates.push({ at: Date.now(), ms, done: m.units.done, total: m.units.total, updatedAt: m.updatedAt });
+  timings.updates.push({ at: Date.now(), ms, done: m.units.done, total: m.units.total, updatedAt: m.updatedAt, parts });
   if (timings.updates.length > 5000) {
     timings.updates.splice(0, 1000);
   }
