@@ -37,7 +37,7 @@ SCHEMA_KEY = b"schema"
 def held_in_process() -> bool:
     """Whether this process holds a store open, of either backend: an LMDB environment and its locks, or a
     database's connections, belong to the process that opened them, and a fork of this process must not
-    inherit one (a detached host forked by the command line: server/commands/detach.py). A backend whose
+    inherit one (a detached host forked by the command line: server/hoststart.py). A backend whose
     module was never imported holds nothing."""
     lmdb_side, pg_side = sys.modules.get("keel.storage.store"), sys.modules.get("keel.storage.pg")
     return bool(lmdb_side is not None and lmdb_side.held()) or bool(pg_side is not None and pg_side.held())

@@ -9,9 +9,9 @@ from typing import Any
 from keel.protocol.states import can
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
-from keel.server.commands.detach import start_host
 from keel.server.engine import control
 from keel.server.exits import Exit
+from keel.server.hoststart import start_host
 from keel.storage import missions as m
 
 

@@ -14,10 +14,10 @@ from typing import Any
 from keel.protocol.states import MissionState, PauseReason
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
-from keel.server.commands.detach import start_host
 from keel.server.engine import control
 from keel.server.engine.step.progress import Progress
 from keel.server.exits import Exit
+from keel.server.hoststart import start_host
 from keel.storage import Store
 from keel.storage import missions as m
 from keel.storage.location import prepare_keel_dir

@@ -61,13 +61,14 @@ def _detached_only(detach: bool) -> None:
         raise ValueError("control starts mission hosts detached; run one here with host.run_host_blocking")
 
 
-def start_mission(store_path: Path, mission_file: Path, *, detach: bool) -> str:
-    """Create a mission and run it in a detached host (returns at once; `detach` must be True)."""
+def start_mission(store_path: Path, mission_file: Path, *, detach: bool, start: Starter | None = None) -> str:
+    """Create a mission and run it in a detached host, started by `start` (default `spawn_host`); returns at
+    once (`detach` must be True)."""
     _detached_only(detach)
     prepare_keel_dir(store_path)
     with Store.open(store_path) as store:
         record = create_mission(store, mission_file)
-    spawn_host(store_path, record.id)
+    (start or spawn_host)(store_path, record.id)
     return record.id
 
 

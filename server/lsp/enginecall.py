@@ -102,14 +102,15 @@ def _tail(text: str) -> str:
 # -- the child side ------------------------------------------------------------------------------------
 def _dispatch(op: str, store_path: Path, args: list[Any]) -> Any:
     from keel.server.engine import control
+    from keel.server.hoststart import start_host  # this child has one thread and no store open: it forks hosts
 
     match op:
         case "start":
-            return control.start_mission(store_path, Path(args[0]), detach=True)
+            return control.start_mission(store_path, Path(args[0]), detach=True, start=start_host)
         case "resume":
-            return control.resume(store_path, args[0], detach=True)
+            return control.resume(store_path, args[0], detach=True, start=start_host)
         case "answer":
-            return control.answer(store_path, args[0], args[1], source="lsp", resume=True).id
+            return control.answer(store_path, args[0], args[1], source="lsp", resume=True, start=start_host).id
         case _:
             raise EngineCallError(f"unknown engine operation {op!r}", ErrorCode.USAGE)
 

@@ -1,11 +1,12 @@
-"""A detached mission host started by a command line process (`keel run --detach`, `keel resume`, `keel
-answer`): a fork of that process, which has the command line's code loaded already.
+"""A detached mission host started by a single-threaded keel process (`keel run --detach`, `keel resume`,
+`keel answer`, and the language server's engine calls, server/lsp/enginecall.py): a fork of that process,
+which has keel's code loaded already.
 
 A new interpreter (`control.spawn_host`) spends about 90 ms starting and importing what this process has
 imported by now, and recovery by hand is the time until the host runs. The fork is the same host: its child
 leaves the session, takes /dev/null and the mission's log as its standard streams, closes every other
 descriptor it inherited, and runs `keel resume ID --plain --wait-online` through the command line's own
-`main`, as the new interpreter would. It never returns into the command that forked it.
+`main`, as the new interpreter would. It never returns into the code that forked it.
 
 A process with more than one thread (a thread holding a lock in the parent would hold it forever in the
 child) or with a store open (its environment, locks and connections are the parent's), or without fork,
@@ -50,7 +51,7 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.closerange(3, _fd_limit())
-        from keel.server.cli import main  # the command line imports this module: a cycle at the top
+        from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
         code = main(["resume", mission_id, "--store", str(store_path), "--plain", "--wait-online"])
     except SystemExit as exc:
