@@ -57,3 +57,13 @@ def _block() -> tuple[int, int]:
     with open("/proc/self/stat", "rb") as f:
         fields = f.read().rpartition(b")")[2].split()
     return int(fields[47]), int(fields[48])  # env_start and env_end: fields 50 and 51 of proc(5)
+
+
+STORE_ENV_VAR = "KEEL_STORE_ENV"  # in a subagent's environment: the names it got for the store only
+
+
+def without_store_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """The environment a subagent hands its agent: its own without what it was given for the store
+    (storage/location.py's `with_store_env` names those in STORE_ENV_VAR)."""
+    names = set(environ.get(STORE_ENV_VAR, "").split(",")) | {STORE_ENV_VAR}
+    return {k: v for k, v in environ.items() if k not in names}

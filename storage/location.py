@@ -16,10 +16,10 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from keel.protocol.environblock import STORE_ENV_VAR
 from keel.storage.errors import StoreError
 
 STORE_ENV_PREFIX = "PG"  # libpq's settings: PGPASSWORD, PGPASSFILE, PGSERVICE, PGSSLMODE, PGHOST, …
-STORE_ENV_VAR = "KEEL_STORE_ENV"  # in a subagent's environment: the names it got for the store only
 URL_FILE = "store.url"  # a folder holding this names a PostgreSQL store
 DATA_FILE = "data.mdb"  # a folder holding this is an LMDB store
 _SCHEMES = ("postgresql://", "postgres://")
@@ -89,12 +89,6 @@ def with_store_env(env: dict[str, str]) -> dict[str, str]:
     the store and starts that agent: STORE_ENV_VAR names what `without_store_env` takes away again."""
     own = store_env()
     return {**env, **own, STORE_ENV_VAR: ",".join(sorted(own))}
-
-
-def without_store_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
-    """The environment a subagent hands its agent: its own without what it was given for the store."""
-    names = set(environ.get(STORE_ENV_VAR, "").split(",")) | {STORE_ENV_VAR}
-    return {k: v for k, v in environ.items() if k not in names}
 
 
 def prepare_keel_dir(store_path: Path) -> None:

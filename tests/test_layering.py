@@ -158,9 +158,20 @@ def test_engine_imports_form_no_circle() -> None:
     )
 
 
+# The one function-local engine import, and why: a process entry point that starts a process before it loads
+# what it needs only later (the unit's worker starts its agent, then loads its loops while the agent starts).
+LATE_LOADS = {"units/subagent.py": "keel.server.engine.units.workerloop"}
+
+
 def test_engine_has_no_function_local_engine_import() -> None:
     _, local = _engine_graph(ROOT / "server" / "engine")
+    local = [line for line in local if _late_load(line) not in LATE_LOADS.items()]
     assert not local, "engine modules imported inside functions (import them at the top):\n" + "\n".join(local)
+
+
+def _late_load(line: str) -> tuple[str, str]:
+    """(path, module) of a line `_engine_graph` reports: "units/subagent.py:12 imports M inside a function"."""
+    return line.split(":")[0], line.split(" imports ")[1].removesuffix(" inside a function")
 
 
 def test_circle_checker_catches_a_circle_and_a_local_import(tmp_path: Path) -> None:

@@ -25,10 +25,10 @@ import msgspec
 
 from keel.protocol import rpc
 from keel.protocol.agent import AGENT_ERROR
-from keel.protocol.environblock import SECRET_NAME, is_secret
+from keel.protocol.environblock import SECRET_NAME, STORE_ENV_VAR, is_secret
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
 from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
-from keel.storage.location import STORE_ENV_VAR, store_env, with_store_env
+from keel.storage.location import store_env, with_store_env
 
 Handler = Callable[[str, Any], Awaitable[Any]]
 

@@ -39,7 +39,7 @@ class Ended:
     raised: Raised
     message: str  # the error's own words
     died: bool = False  # AgentError: the process ended (rather than misbehaved)
-    no_store: bool = False  # the worker exited saying it could not open the store (subagent.EXIT_NO_STORE)
+    no_store: bool = False  # the worker exited saying it could not open the store (workerloop.EXIT_NO_STORE)
     last_words: str = ""  # the worker's last line on stderr
     rpc_code: int = 0  # RemoteError's JSON-RPC code
     expired: bool = False  # the unit's lease was taken over

@@ -26,14 +26,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import hashlib
 import os
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from keel.server.processes import kill_descendants, kill_tagged, zombie_children
+
+try:  # hashlib's own BLAKE2b, without hashlib's loading of OpenSSL (a worker's start waits for this module)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without CPython's _blake2 module
+    from hashlib import blake2b
 
 TAG_VAR = "KEEL_UNIT_RUN"
 ROOT_VAR = "KEEL_CGROUP_ROOT"  # a folder of a cgroup2 hierarchy for keel's runs; empty: no cgroups
@@ -76,12 +80,11 @@ def _usable(root: Path) -> bool:
 def unit_key(store_path: Path, mission_id: str, unit_id: str) -> str:
     """`<mission>-<digest of the store's folder and the unit>`: one name per unit of a store, safe as a
     folder name and in an environment variable."""
-    h = hashlib.blake2b(f"{Path(store_path).resolve()}\0{unit_id}".encode(), digest_size=8, person=b"keel-run")
+    h = blake2b(f"{Path(store_path).resolve()}\0{unit_id}".encode(), digest_size=8, person=b"keel-run")
     return f"{mission_id}-{h.hexdigest()}"
 
 
-@dataclass(frozen=True, slots=True)
-class RunTree:
+class RunTree(NamedTuple):  # not a dataclass: a worker imports this module before it starts its agent
     """One run of a unit here: its tag, and its cgroup where this machine lets keel make one."""
 
     key: str

@@ -48,7 +48,7 @@ from keel.server.engine.units.ending import Ended, Raised, Then, Verdict, ending
 from keel.server.engine.units.handlers import HANDLERS, WAITS_FOR_A_PERSON, Handler, answer_again
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.recorder import PAGE, Recorder
-from keel.server.engine.units.subagent import EXIT_NO_STORE
+from keel.server.engine.units.workerloop import EXIT_NO_STORE
 from keel.server.engine.units.workerproc import WorkerProcess, saved_state
 from keel.server.tools import TOOLS
 

@@ -157,7 +157,7 @@ class UnitHost:
             self.returned = f"it failed on worker {self.host_id}: {outcome.error}"
         if self.returned and outcome.kind != K.EXPIRED:
             await self._hand_back()
-        for proc in self._fenced:  # it exits by itself once it sees its lease taken (subagent.GRACE_S after)
+        for proc in self._fenced:  # it exits by itself once it sees its lease taken (workerloop.GRACE_S after)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.proc.wait(), timeout=FENCED_EXIT_S)
             await proc.close(grace=0.5)
