@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_helpers import files, keel, record, wait_for, write_mission
+from engine_helpers import files, keel, read, record, wait_for, write_mission
 
 from keel.protocol.states import MissionState
 from keel.server.engine.files import places
 from keel.storage import Store
+from keel.storage import missions as m
 from keel.storage.base import held_in_process
 from tests.hosts import kill_hosts
 
@@ -75,9 +76,11 @@ def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(t
     store = tmp_path / "store"
     ran = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": steps}}])), "--detach", store=store)
     mid = ran.stdout.split()[-1]
-    wait_for(lambda: side.exists() and (r := record(store, mid)).host is not None and r.host.pid > 0, timeout=60)
+    # struck while the agent waits at the gate: the first command's outcome is in the journal (struck between
+    # the command and its record, keel would rightly ask whether it ran instead of running it again)
+    wait_for(lambda: _recorded_runs(store, mid) == 1 and record(store, mid).host is not None, timeout=60)
     host = record(store, mid).host
-    assert host is not None
+    assert host is not None and side.read_text().split() == ["one"]
     os.killpg(host.pid, signal.SIGKILL)
     wait_for(lambda: not Path(f"/proc/{host.pid}").exists() or _state(host.pid) == "Z", timeout=30)
     resumed = keel("resume", mid, "--detach", store=store)
@@ -87,6 +90,11 @@ def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(t
     assert side.read_text().split() == ["one", "two"]
     again = record(store, mid).host
     assert again is None or again.pid != host.pid
+
+
+def _recorded_runs(store: Path, mission_id: str) -> int:
+    entries = read(store, lambda t: m.journal_entries(t, mission_id, "u"))
+    return sum(1 for e in entries if e.kind == "tool/run" and e.phase != "intent")
 
 
 def _state(pid: int) -> str:
