@@ -53,7 +53,7 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         os.closerange(3, _fd_limit())
         from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
-        code = main(["resume", mission_id, "--store", str(store_path), "--plain", "--wait-online"])
+        code = main(control.host_argv(store_path, mission_id))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # the host's own errors are handled in main; this is the fork's set-up failing

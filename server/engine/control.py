@@ -61,14 +61,39 @@ def _detached_only(detach: bool) -> None:
         raise ValueError("control starts mission hosts detached; run one here with host.run_host_blocking")
 
 
-def start_mission(store_path: Path, mission_file: Path, *, detach: bool, start: Starter | None = None) -> str:
-    """Create a mission and run it in a detached host, started by `start` (default `spawn_host`); returns at
-    once (`detach` must be True)."""
+Starter = Callable[[Path, str], int]  # starts a mission's host detached: (store, mission id) -> its pid
+
+
+def host_argv(store_path: Path, mission_id: str) -> list[str]:
+    """The command line of a detached host (after `keel`): it waits out a network loss by itself
+    (`--wait-online`, docs/providers.md)."""
+    return ["resume", mission_id, "--store", str(store_path), "--plain", "--wait-online"]
+
+
+def spawn_host(store_path: Path, mission_id: str) -> int:
+    """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log)."""
+    log = places.log_path(store_path, mission_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keel.server.cli", *host_argv(store_path, mission_id)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc.pid
+
+
+def start_mission(store_path: Path, mission_file: Path, *, detach: bool, start: Starter = spawn_host) -> str:
+    """Create a mission and run it in a detached host, started by `start`; returns at once (`detach` must be
+    True)."""
     _detached_only(detach)
     prepare_keel_dir(store_path)
     with Store.open(store_path) as store:
         record = create_mission(store, mission_file)
-    (start or spawn_host)(store_path, record.id)
+    start(store_path, record.id)
     return record.id
 
 
@@ -78,36 +103,6 @@ def queue_mission(store: Store, mission_file: Path) -> MissionRecord:
     record = create_mission(store, mission_file)
     queued: MissionRecord = store.write(lambda t: m.set_mission_state(t, record.id, MissionState.RUNNING))
     return queued
-
-
-Starter = Callable[[Path, str], int]  # starts a mission's host detached: (store, mission id) -> its pid
-
-
-def spawn_host(store_path: Path, mission_id: str) -> int:
-    """Start `keel resume ID` as a detached process (own session, output to .keel/logs/<id>.log); it
-    waits out a network loss by itself (`--wait-online`, docs/providers.md)."""
-    log = places.log_path(store_path, mission_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "keel.server.cli",
-                "resume",
-                mission_id,
-                "--store",
-                str(store_path),
-                "--plain",
-                "--wait-online",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-            close_fds=True,
-        )
-    return proc.pid
 
 
 def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:

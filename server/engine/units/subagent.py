@@ -25,7 +25,7 @@ of its own next to the agent:
   host's); a completion that cannot be committed on the branch or recorded answers `unit/run` with
   ERR_DISK_FULL, so that the host pauses (disk_full) and the unit completes when the mission resumes.
 This module starts the agent with little loaded; the loops are units/workerloop.py, loaded while the agent
-starts. Depends on protocol, storage and the engine's units/runtree and units/workerloop; never on the host.
+starts. Depends on protocol and the engine's units/runtree and units/workerloop; never on the host.
 """
 
 from __future__ import annotations
