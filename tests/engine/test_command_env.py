@@ -107,7 +107,9 @@ def test_no_keel_process_lets_a_command_read_its_secrets_from_proc(tmp_path: Pat
     host's and the unit worker's show the secrets' names, never their values."""
     write_config(tmp_path / "ws", [provider("local", "http://127.0.0.1:9", api_key_env="LLM_PASS")])
     secrets = {
-        "LLM_PASS": KEY,  # a provider's api_key_env: a name no filter would take for a secret's
+        # a provider's api_key_env: a name no filter would take for a secret's. Every value is this test's own:
+        # the scan sees other tests' keel processes too, one of them perhaps still starting (not yet blanked)
+        "LLM_PASS": "sk-llm-pass-" + uuid.uuid4().hex,
         "PGPASSWORD": "pg-" + uuid.uuid4().hex,
         "OPENAI_API_KEY": "sk-" + uuid.uuid4().hex,
         "DATABASE_URL": f"postgresql://u:{uuid.uuid4().hex}@db.invalid/x",
