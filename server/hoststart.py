@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -45,12 +46,13 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
     code = 1
     try:
         os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a host starter ignores it (hoststarter.py); a host waits
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        os.closerange(3, _fd_limit())
+        os.closerange(3, fd_limit())
         from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
         code = main(control.host_argv(store_path, mission_id))
@@ -67,7 +69,7 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         os._exit(code)
 
 
-def _fd_limit() -> int:
+def fd_limit() -> int:
     try:
         return int(os.sysconf("SC_OPEN_MAX"))
     except (ValueError, OSError):

@@ -3,9 +3,10 @@
 For a machine that shares a PostgreSQL store with others (docs/postgres.md). Every `--interval` it reads the
 missions and their host leases (`control.needs_host`); a running mission whose host went silent past its lease's ttl
 while this process could reach the store (its machine died, froze or lost the network; a store outage silences every
-host and is no evidence: storage/reach.py), or stopped without finishing it, gets a host on this machine (`keel
-resume` detached, or with `--in-process` a task of this very process: hosting.py, which takes the lease over and
-makes the mission's sandboxes here from the store: server/engine/units/moving.py). When several supervisors see the
+host and is no evidence: storage/reach.py), or stopped without finishing it, gets a host on this machine: `keel
+resume` detached, forked by this process's host starter (server/hoststarter.py), or with `--in-process` a task of
+this very process (hosting.py), which takes the lease over and makes the mission's sandboxes here from the store
+(server/engine/units/moving.py). When several supervisors see the
 same silent lease, the store lets one new host claim it; the others' hosts stop at once ("already running"). Starts
 for one mission are 10 s apart at least; a mission that three hosts started here in a row did not take over (each
 one crashed, say) is reported and left alone until it is seen with a live host again."""
@@ -27,6 +28,7 @@ from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.server.engine.hostlock import host_ttl
+from keel.server.hoststarter import HostStarter
 from keel.storage import Store, Txn
 from keel.storage import missions as m
 from keel.storage.reach import Reach, gap_for
@@ -70,8 +72,10 @@ class Supervisor:
         interval: float = 0.5,
         host: Callable[[str], object] | None = None,
         hosted: Callable[[], Collection[str]] = frozenset,
+        start: control.Starter = control.spawn_host,
     ) -> None:
         self.path = path
+        self.start = start  # how a host process is started: a fork of this process's host starter, or a new one
         self.say = say
         self.host = host  # None: a host process is started for each mission
         self.hosted = hosted  # the missions this process hosts itself (their leases name this very process)
@@ -100,15 +104,18 @@ class Supervisor:
                 self.host(mission_id)
                 self.say(f"mission {mission_id}: {why}; hosted in this process")
                 continue
-            pid = control.spawn_host(self.path, mission_id)
+            pid = self.start(self.path, mission_id)
             self.say(f"mission {mission_id}: {why}; host started here (pid {pid})")
 
 
 def run(args: argparse.Namespace) -> int:
+    starter = None if args.in_process else HostStarter.launch()  # before the store opens: hosts are its forks
     with open_store(args, wait=_say) as store:  # a database away is a pause, never a failure
         if args.in_process:
             return asyncio.run(_host_here(store, store_path(args), args.interval))
-        supervisor = Supervisor(store_path(args), _say, args.interval)
+        supervisor = Supervisor(
+            store_path(args), _say, args.interval, start=starter.start if starter else control.spawn_host
+        )
         _say(f"watching {store.describe()}")
         while True:
             supervisor.look(store)

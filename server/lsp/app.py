@@ -1,7 +1,8 @@
 """Assembling and running the server: lifecycle handlers, the feature modules, stdio.
 
 `build()` is the one place features are attached (their list is features/__init__.py); `serve()` runs the
-server on stdin/stdout and logs to stderr or a file — never to stdout, which is the JSON-RPC pipe.
+server on stdin/stdout and logs to stderr or a file — never to stdout, which is the JSON-RPC pipe. Before anything
+else it forks its host starter (hoststarter.py), which restarts hosts as forks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from keel.server.hoststarter import HostStarter
 from keel.server.lsp.features import FEATURES
 from keel.server.lsp.server import KeelServer
 
@@ -42,6 +44,7 @@ def build(store: str | None = None) -> KeelServer:
 
 
 def serve(store: str | None = None, log_file: str | None = None, verbose: bool = False) -> int:
+    starter = HostStarter.launch()  # first: while this process has one thread and no store open
     handler: logging.Handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -49,8 +52,12 @@ def serve(store: str | None = None, log_file: str | None = None, verbose: bool =
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     logging.getLogger("pygls").setLevel(logging.DEBUG if verbose else logging.WARNING)
     server = build(store)
+    if starter is not None:
+        server.start_host = starter.start
     try:
         server.start_io(sys.stdin.buffer, sys.stdout.buffer)
     finally:
         server.close()
+        if starter is not None:
+            starter.close()
     return 0

@@ -27,6 +27,7 @@ from pygls.uris import to_fs_path
 
 from keel.protocol import __version__
 from keel.protocol.errors import KeelError
+from keel.server.engine import control
 from keel.server.lsp import errors, wire
 from keel.server.lsp.rpc import KeelProtocol
 from keel.server.lsp.watch import MissionHub, StoreWatcher
@@ -51,6 +52,7 @@ class KeelServer(LanguageServer):
         self._store_lock = threading.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.on_ready: list[Callable[[], Coroutine[Any, Any, Any]]] = []  # started after `initialized`
+        self.start_host: control.Starter = control.spawn_host  # `serve` sets its host starter's (hoststarter.py)
 
     def _start_io_async(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
         """pygls' stdio server with keel's reading loop (wire.py): bad input never crashes or stalls it."""

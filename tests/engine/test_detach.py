@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +115,80 @@ def test_a_store_open_in_this_process_is_seen_and_its_close_too(tmp_path: Path) 
             assert held_in_process(), "the first store is still open"
         assert store.read(lambda t: True)
     assert not held_in_process()
+
+
+STARTER = """
+import os, signal, sys, threading
+from pathlib import Path
+from keel.server.hoststarter import HostStarter
+starter = HostStarter.launch()
+assert starter is not None
+threading.Thread(target=lambda: None).start()  # the caller has threads by the time it starts hosts
+print(starter.pid, flush=True)
+for line in sys.stdin:
+    if line.strip() == "kill":
+        os.kill(starter.pid, signal.SIGKILL)
+        os.waitpid(starter.pid, 0)
+        print("killed", flush=True)
+    else:
+        print(starter.start(Path(sys.argv[1]), line.strip()), flush=True)
+"""
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(tmp_path: Path) -> None:
+    """A struck mission's host restarted through the starter (as `keel serve` restarts one) is the starter's
+    fork, makes each effect once, and the starter leaves with its parent. A starter that is gone is replaced
+    by a new interpreter."""
+    gate, side = tmp_path / "gate", tmp_path / "side.log"
+    steps = [
+        {"tool": "run", "args": {"cmd": f"echo one >> {side}"}},
+        {"wait_file": str(gate)},
+        {"tool": "run", "args": {"cmd": f"echo two >> {side}"}},
+    ]
+    store = tmp_path / "store"
+    ran = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": steps}}])), "--detach", store=store)
+    mid = ran.stdout.split()[-1]
+    wait_for(lambda: _recorded_runs(store, mid) == 1 and record(store, mid).host is not None, timeout=60)
+    struck = record(store, mid).host
+    assert struck is not None
+    os.killpg(struck.pid, signal.SIGKILL)
+    wait_for(lambda: _state(struck.pid) in ("Z", "X"), timeout=30)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert caller.stdin is not None and caller.stdout is not None
+    try:
+        starter = int(caller.stdout.readline())
+        held = _descriptors(starter)  # none of its parent's pipes (here its stdin and stdout), one socket: its own
+        assert held[0] == held[1] == os.devnull, held
+        assert not [f for f in held.values() if f.startswith("pipe:")], held
+        assert len([f for f in held.values() if f.startswith("socket:")]) == 1, held
+        caller.stdin.write(mid + "\n")
+        caller.stdin.flush()
+        host = int(caller.stdout.readline())
+        assert _parent(host) == starter
+        wait_for(lambda: os.getsid(host) == host, timeout=10)  # it leaves the caller's session first thing
+        wait_for(lambda: (r := record(store, mid).host) is not None and r.pid == host, timeout=60)
+        gate.write_text("go\n")
+        wait_for(lambda: record(store, mid).state == MissionState.COMPLETED, timeout=120)
+        assert side.read_text().split() == ["one", "two"]
+        wait_for(lambda: _state(host) == "X", timeout=30)  # reaped at once: never a zombie a supervisor takes as alive
+        caller.stdin.write("kill\n")
+        caller.stdin.flush()
+        assert caller.stdout.readline().strip() == "killed"
+        caller.stdin.write("not-a-mission\n")  # no starter: a new interpreter, which finds no such mission
+        caller.stdin.flush()
+        assert _parent(int(caller.stdout.readline())) == caller.pid
+    finally:
+        caller.stdin.close()
+        caller.wait(timeout=30)
+    again = subprocess.Popen([sys.executable, "-c", STARTER, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert again.stdout is not None
+    starter = int(again.stdout.readline())
+    again.kill()  # its parent dies without a word: the starter ends too
+    again.communicate(timeout=30)
+    wait_for(lambda: _state(starter) in ("Z", "X"), timeout=30)

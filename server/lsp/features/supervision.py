@@ -25,8 +25,8 @@ one (the watcher reads one at once): a host that completed the mission, or pause
 exited, and the picture from before would have it suspected again and again. Before a restart the mission
 is read again from the store: a host that stopped on its own (a
 pause, a question) has already recorded that, and the restart is dropped, so a person's pause is never
-undone by a stale picture. The restart spawns the host itself (`control.spawn_host`): no child process in
-between.
+undone by a stale picture. The restart starts the host itself: a fork of the server's host starter
+(hoststarter.py), or a new interpreter (`control.spawn_host`) where the server has none; no command in between.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class HostWatch:
             types.MessageType.Info,
         )
         try:
-            await self.server.blocking(control.spawn_host, self.server.store_path, self.mission_id)
+            await self.server.blocking(self.server.start_host, self.server.store_path, self.mission_id)
         except (KeelError, OSError) as exc:
             self.last_error = exc.message if isinstance(exc, KeelError) else str(exc)
             self.server.log_line(f"[{self.mission_id}] restart failed: {self.last_error}", types.MessageType.Warning)
