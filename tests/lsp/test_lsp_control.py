@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import pytest_lsp
 from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
 
-from tests.lsp.conftest import OPTIONS, Env, edit_elsewhere
+from tests.lsp.conftest import OPTIONS, SERVER, Env, capabilities, edit_elsewhere, watch
 from tests.lsp.conftest import until as _until
 
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
@@ -148,6 +151,59 @@ async def test_dead_host_is_restarted(env: Env) -> None:
     await env.wait_for(lambda c: c["id"] == mid and c["state"] == "completed")
     logs = [m.message for m in env.client.log_messages]
     assert any("host is gone while running; restarting it (attempt 1 of 3)" in line for line in logs), logs
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER))
+async def patient(lsp_client: LanguageClient, tmp_path: Path):
+    """A server whose grace period for a host found gone is ten minutes."""
+    watch(lsp_client, tmp_path)
+    options = {**OPTIONS, "graceMs": 600_000}
+    params = types.InitializeParams(
+        capabilities=capabilities(), root_uri=tmp_path.as_uri(), initialization_options=options
+    )
+    await lsp_client.initialize_session(params)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_host_whose_exit_was_seen_is_restarted_without_a_grace_period(
+    patient: LanguageClient, tmp_path: Path
+) -> None:
+    """Its pidfd tells of the exit: the host is gone for good, and only a fresh picture of the mission is awaited;
+    the restart is the host starter's fork (server/hoststarter.py), not a new interpreter of the server's."""
+    env = watch(patient, tmp_path)
+    try:
+        mid = (await env.command("keel.startMission", env.write_mission("crash", [{"id": "a", "steps": SLOW}])))["id"]
+        running = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running" and c.get("host"))
+        pid = running["host"]["pid"]
+        server = patient._server.pid  # type: ignore[union-attr]
+        await _until(lambda: pid in _pidfds(server), within=30)  # struck once the server watches its exit
+        os.killpg(pid, signal.SIGKILL)
+        restarted = await env.wait_for(
+            lambda c: c["id"] == mid and c.get("host", {}).get("pid") not in (None, pid) and c["host"]["alive"],
+            within=60,
+        )
+        new = restarted["host"]["pid"]
+        parent = _parent_of(new)
+        assert parent != server and _parent_of(parent) == server, (server, parent)
+    finally:
+        env.kill_hosts()
+
+
+def _pidfds(pid: int) -> set[int]:
+    """The processes `pid` holds a pidfd of (/proc/PID/fdinfo shows a pidfd's process as `Pid:`)."""
+    found = set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            lines = info.read_text().splitlines()
+        except OSError:
+            continue
+        found |= {int(line.split()[1]) for line in lines if line.startswith("Pid:")}
+    return found
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 async def test_a_stopped_host_is_slow_not_dead_and_is_never_replaced(env: Env) -> None:

@@ -26,6 +26,7 @@ class HostExits:
     def __init__(self) -> None:
         self._fds: dict[HostInfo, int] = {}  # a watched host -> its pidfd
         self._gone: set[HostInfo] = set()  # hosts seen dead (or not watchable): not opened again
+        self._ended: set[HostInfo] = set()  # hosts whose pidfd told of their exit (a subset of _gone)
         self._woken = asyncio.Event()
         self._usable = hasattr(os, "pidfd_open")
 
@@ -41,9 +42,14 @@ class HostExits:
         for host in [h for h in self._fds if h not in wanted]:
             self._forget(host)
         self._gone &= wanted
+        self._ended &= wanted
         if self._usable:
             for host in wanted - self._fds.keys() - self._gone:
                 self._open(host)
+
+    def exited(self, host: HostInfo | None) -> bool:
+        """Whether this host's own exit was seen (not merely a pid found missing): it will not come back."""
+        return host in self._ended
 
     def close(self) -> None:
         for host in list(self._fds):
@@ -68,6 +74,7 @@ class HostExits:
     def _exited(self, host: HostInfo) -> None:
         self._forget(host)
         self._gone.add(host)
+        self._ended.add(host)
         self._woken.set()
 
     def _forget(self, host: HostInfo) -> None:

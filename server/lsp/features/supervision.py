@@ -11,8 +11,10 @@ Each mission has a small state machine, driven by a tick every 0.1 s over the hu
 without writing to the store, so changes alone would not notice it). Each tick checks the host of a mission
 that needs one directly (its pid, and whether anyone holds its host lock: two cheap system calls), not the
 watcher's last picture. A live host on this machine is also watched through a pidfd (`hostexits.py`): its exit
-wakes the loop at once, and a tick falls due exactly when a grace period or a backoff ends, so a SIGKILLed
-host is replaced a grace period (0.1 s) after it died. Only an exit wakes the loop; a slow host never does:
+wakes the loop at once, and a host whose exit its pidfd told is replaced without a grace period, as soon as a
+picture read after the exit still says its mission needs one. A host found gone otherwise (no pidfd, a pid found
+missing) is replaced a grace period (0.1 s) after that; a tick falls due exactly when a grace period or a backoff
+ends. Only an exit wakes the loop; a slow host never does:
 
     WATCHING → SUSPECT (running, no live host) → RESTARTING → BACKOFF → (host alive) WATCHING
                                                               BACKOFF → (attempts spent) STRANDED
@@ -103,9 +105,10 @@ class HostWatch:
             self.gone_at = None
         self.server.hub.set_stranded(self.mission_id, new is P.STRANDED)
 
-    def step(self, view: MissionView, now: float, silent: bool = False) -> None:
+    def step(self, view: MissionView, now: float, silent: bool = False, exited: bool = False) -> None:
         """`silent`: the mission's host is on another machine and its host lease went silent (only when
-        this server takes missions over, `takeOver`)."""
+        this server takes missions over, `takeOver`). `exited`: its pidfd told of the recorded host's exit,
+        so no grace period is waited out (the restart still reads the mission again first)."""
         dead = _needs_host(view) and (silent or (not hostlock.host_alive(view.record) and not self._locked()))
         if dead and self.phase is P.WATCHING and not self._seen_since_gone(now):
             return
@@ -120,8 +123,10 @@ class HostWatch:
         waited = now - self.since
         if self.phase is P.WATCHING:
             self._set_state(P.SUSPECT)
-        elif self.phase is P.SUSPECT and waited >= self.grace_s:
-            self._restart(view)
+            waited = 0.0
+        if self.phase is P.SUSPECT:
+            if exited or waited >= self.grace_s:
+                self._restart(view)
         elif self.phase is P.BACKOFF and waited >= self.grace_s + self.backoff_s * 2 ** (self.attempts - 1):
             if self.attempts >= MAX_RESTARTS:
                 self._set_state(P.STRANDED)
@@ -284,7 +289,7 @@ def register(server: KeelServer) -> None:
                 for mid, view in views:
                     watch = watches.get(mid) or watches.setdefault(mid, HostWatch(server, mid, grace_s, backoff_s))
                     if watch.phase is not P.RESTARTING:
-                        watch.step(view, now, silent=mid in silent)
+                        watch.step(view, now, silent=mid in silent, exited=exits.exited(view.record.host))
                 exits.watch(v for _, v in views if _needs_host(v))
         finally:
             exits.close()
