@@ -4,7 +4,8 @@ The wheel is built from a copy of the sources (so the worktree gets no build/ or
 into a fresh venv made without --system-site-packages: the project's .venv holds keel as an editable
 install, which would hide a broken wheel. keel's third-party dependencies are reused from the project's
 environment through a path entry in a .pth file; that adds the folder to sys.path but does not run the
-.pth hooks inside it, so the editable keel finder stays out (the test checks where keel.* resolves).
+.pth files inside it, so the project's own keel (.venv/keel-src/keel, scripts/setup.sh) stays out (the test checks
+where keel.* resolves).
 No network is used.
 """
 
@@ -95,5 +96,5 @@ def test_editable_install_resolves_to_the_repository_folders(tmp_path: Path) -> 
         "import keel.protocol, keel.storage, keel.server, keel.agents as a; "
         "print('\\n'.join(m.__file__ for m in (keel.protocol, keel.storage, keel.server, a)))"
     )
-    files = _run(sys.executable, "-c", code, cwd=tmp_path).stdout.split()
-    assert [Path(f) for f in files] == [ROOT / name / "__init__.py" for name in PACKAGES]
+    files = _run(sys.executable, "-c", code, cwd=tmp_path).stdout.split()  # through .venv/keel-src/keel's links
+    assert [Path(f).resolve() for f in files] == [ROOT / name / "__init__.py" for name in PACKAGES]

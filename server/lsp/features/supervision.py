@@ -153,7 +153,10 @@ class HostWatch:
         return False
 
     def due(self, now: float) -> float | None:
-        """Seconds until this watch acts next by itself (its grace period or backoff ends), if it waits."""
+        """Seconds until this watch acts next by itself (its grace period or backoff ends, or the picture it
+        waits for after its host was found gone may have come), if it waits."""
+        if self.phase is P.WATCHING and self.gone_at is not None and now - self.gone_at < TICK_S * 10:
+            return 0.0  # the watcher reads the store again at once (`_seen_since_gone`): look again shortly
         if self.phase is P.SUSPECT:
             return self.since + self.grace_s - now
         if self.phase is P.BACKOFF:
