@@ -67,3 +67,20 @@ def without_store_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, s
     (storage/location.py's `with_store_env` names those in STORE_ENV_VAR)."""
     names = set(environ.get(STORE_ENV_VAR, "").split(",")) | {STORE_ENV_VAR}
     return {k: v for k, v in environ.items() if k not in names}
+
+
+def retitle(argv: list[str]) -> bool:
+    """Show `argv` as this process's command line (`/proc/<pid>/cmdline`, ps): a forked process otherwise shows
+    the one it was forked from. Written over the exec-time argument block, so it is cut to that block's length;
+    False where /proc offers no way."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of proc(5)
+        title = "\0".join(argv).encode()[: end - start - 1]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(title + b"\0" * (end - start - len(title)))
+        return True
+    except (OSError, ValueError, IndexError):
+        return False

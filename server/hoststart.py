@@ -22,6 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
+from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.engine.files import places
 from keel.storage.base import held_in_process
@@ -55,7 +56,11 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         os.closerange(3, fd_limit())
         from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
-        code = main(control.host_argv(store_path, mission_id))
+        argv = control.host_argv(store_path, mission_id)
+        # ps shows the host as a new interpreter's would be (as far as the forked process's own fits), not the
+        # command or server it was forked from: a `pkill -f "keel serve"` must not reach the hosts
+        retitle([sys.executable, "-m", "keel.server.cli", *argv])
+        code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # the host's own errors are handled in main; this is the fork's set-up failing

@@ -171,6 +171,8 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
         caller.stdin.flush()
         host = int(caller.stdout.readline())
         assert _parent(host) == starter
+        wanted = [b"keel.server.cli", b"resume", mid.encode()]  # ps shows a host, not the process it was forked from
+        wait_for(lambda: Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[2:5] == wanted, timeout=10)
         wait_for(lambda: os.getsid(host) == host, timeout=10)  # it leaves the caller's session first thing
         wait_for(lambda: (r := record(store, mid).host) is not None and r.pid == host, timeout=60)
         gate.write_text("go\n")
