@@ -57,9 +57,9 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
         argv = control.host_argv(store_path, mission_id)
-        # ps shows the host as a new interpreter's would be (as far as the forked process's own fits), not the
-        # command or server it was forked from: a `pkill -f "keel serve"` must not reach the hosts
-        retitle([sys.executable, "-m", "keel.server.cli", *argv])
+        # ps shows the host as `keel resume ID ...` (as far as the command line it was forked with is long), not
+        # the command or server it was forked from: a `pkill -f "keel serve"` must not reach the hosts
+        retitle(["keel", *argv])
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -5,7 +5,8 @@ both.
 Restarting a host that died is on the critical path of recovery, and a new interpreter spends about 90 ms
 starting and importing the host before it does anything. The starter imports the host's code once, in its own
 time, then forks one host per request. A request is one line on a socket pair, `[store, mission id]` in JSON;
-the answer is one line, `{"pid": N}` or `{"error": "..."}`.
+the answer is one line, `{"pid": N}` or `{"error": "..."}`. Until it has said `ready` (its imports done), a start
+does not wait for it: the host is a new interpreter.
 
 It keeps nothing of its parent's: /dev/null as stdin and stdout (the parent's stdout may be the LSP pipe), its
 end of the socket, and stderr. The kernel reaps the hosts it forks (it ignores SIGCHLD; a host sets SIGCHLD back
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -24,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.hoststart import fd_limit, start_host
 from keel.storage.base import held_in_process
@@ -39,6 +42,7 @@ class HostStarter:
         self._sock: socket.socket | None = sock
         self._replies = sock.makefile("rb")
         self._lock = threading.Lock()
+        self._ready = False  # it said it has loaded the host; before that, hosts are new interpreters
 
     @classmethod
     def launch(cls) -> HostStarter | None:
@@ -66,7 +70,7 @@ class HostStarter:
         return int(reply["pid"])
 
     def _ask(self, store_path: Path, mission_id: str) -> dict[str, Any] | None:
-        if self._sock is None:
+        if self._sock is None or not (self._ready or self._readied()):
             return None
         try:
             self._sock.settimeout(TIMEOUT_S)
@@ -78,6 +82,20 @@ class HostStarter:
         if not isinstance(reply, dict):
             self._close()
         return reply if isinstance(reply, dict) else None
+
+    def _readied(self) -> bool:
+        """Whether its `ready` line has come, without waiting for it: a start never waits for its imports."""
+        assert self._sock is not None
+        try:
+            if not select.select([self._sock], [], [], 0)[0]:
+                return False  # nothing yet
+            self._sock.settimeout(TIMEOUT_S)
+            self._ready = self._replies.readline() == b"ready\n"
+        except (OSError, ValueError):
+            self._ready = False
+        if not self._ready:
+            self._close()  # it ended, or said something else: it is not asked again
+        return self._ready
 
     def close(self) -> None:
         with self._lock:
@@ -104,6 +122,8 @@ def _serve(sock: socket.socket) -> None:
         from keel.server import cli  # noqa: F401 - what a host runs, loaded once here
         from keel.server.engine import host  # noqa: F401
 
+        sock.sendall(b"ready\n")
+        retitle(["keel", "host-starter"])  # ps tells it from the server it was forked from
         requests = sock.makefile("rb")
         for line in requests:
             try:

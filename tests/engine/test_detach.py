@@ -135,6 +135,9 @@ for line in sys.stdin:
 """
 
 
+STARTER_TITLE = [b"keel", b"host-starter"]
+
+
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -163,6 +166,8 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
     assert caller.stdin is not None and caller.stdout is not None
     try:
         starter = int(caller.stdout.readline())
+        # it has loaded the host and said so: it is asked from now on (before, a start would not wait for it)
+        wait_for(lambda: Path(f"/proc/{starter}/cmdline").read_bytes().split(b"\0")[:2] == STARTER_TITLE, timeout=30)
         held = _descriptors(starter)  # none of its parent's pipes (here its stdin and stdout), one socket: its own
         assert held[0] == held[1] == os.devnull, held
         assert not [f for f in held.values() if f.startswith("pipe:")], held
@@ -171,8 +176,8 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
         caller.stdin.flush()
         host = int(caller.stdout.readline())
         assert _parent(host) == starter
-        wanted = [b"keel.server.cli", b"resume", mid.encode()]  # ps shows a host, not the process it was forked from
-        wait_for(lambda: Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[2:5] == wanted, timeout=10)
+        wanted = [b"keel", b"resume", mid.encode()]  # ps shows a host, not the process it was forked from
+        wait_for(lambda: Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[:3] == wanted, timeout=10)
         wait_for(lambda: os.getsid(host) == host, timeout=10)  # it leaves the caller's session first thing
         wait_for(lambda: (r := record(store, mid).host) is not None and r.pid == host, timeout=60)
         gate.write_text("go\n")

@@ -178,6 +178,7 @@ async def test_a_host_whose_exit_was_seen_is_restarted_without_a_grace_period(
         pid = running["host"]["pid"]
         server = patient._server.pid  # type: ignore[union-attr]
         await _until(lambda: pid in _pidfds(server), within=30)  # struck once the server watches its exit
+        await _until(lambda: _ready_starter(server), within=30)  # and its host starter has loaded the host
         os.killpg(pid, signal.SIGKILL)
         restarted = await env.wait_for(
             lambda c: c["id"] == mid and c.get("host", {}).get("pid") not in (None, pid) and c["host"]["alive"],
@@ -200,6 +201,18 @@ def _pidfds(pid: int) -> set[int]:
             continue
         found |= {int(line.split()[1]) for line in lines if line.startswith("Pid:")}
     return found
+
+
+def _ready_starter(server: int) -> bool:
+    """Whether the server's host starter has loaded the host (it then shows its own command line)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            title = (entry / "cmdline").read_bytes().split(b"\0")[:2] if entry.name.isdigit() else []
+            if title == [b"keel", b"host-starter"] and _parent_of(int(entry.name)) == server:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _parent_of(pid: int) -> int:
