@@ -42,7 +42,8 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp || constraints.txt -nt $stamp ]];
 fi
 # keel's folders on the import path as an installed package's are: a folder `keel` of links to them, named by a
 # plain path line in a .pth file. The editable install's own hook (a finder that its .pth imports, and pathlib, re,
-# fnmatch and importlib.util with it) cost every keel process 10-15 ms at start: a host's workers and agents too.
+# fnmatch and importlib.util with it) cost every Python start in the venv about 10 ms; a keel process, which imports
+# much of that anyway, a few ms (benchmarks/startup.py).
 site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
 mkdir -p .venv/keel-src/keel
 for p in protocol storage server agents; do ln -sfn "$ROOT/$p" ".venv/keel-src/keel/$p"; done
