@@ -1,28 +1,36 @@
 """A host starter: a process that a long-lived keel process (`keel serve`, `keel supervise`) forks while it still
-has one thread and no store open, so that it can start mission hosts as forks (hoststart.py) later, when it has
-both.
+has one thread and no store open, so that it can start keel processes as forks later, when it has both.
 
-Restarting a host that died is on the critical path of recovery, and a new interpreter spends about 90 ms
-starting and importing the host before it does anything. The starter imports the host's code once, in its own
-time, then forks one host per request. A request is one line on a socket pair, `[store, mission id]` in JSON;
-the answer is one line, `{"pid": N}` or `{"error": "..."}`. Until it has said `ready` (its imports done), a start
-does not wait for it: the host is a new interpreter.
+A new interpreter spends about 90 ms starting and importing keel before it does anything: on the critical path of
+recovery when a host that died is restarted, and of every editor action that runs in a child of the language
+server (lsp/enginecall.py: start, resume, answer, restore, fork). The starter imports the host's code once, in its
+own time, then forks per request:
+- `{"host": [store, mission id]}`: a mission's detached host (hoststart.py);
+- `{"run": ["-m", module, args...]}` with three descriptors (stdout, stderr, and one for the exit code): `keel`'s
+  command line (`keel.server.cli`) or an engine call (`keel.server.lsp.enginecall`), run as that module's `main`.
+A request and its answer (`{"pid": N}` or `{"error": "..."}`) are one message each on a SOCK_SEQPACKET socket pair.
+Until it has said `ready` (its imports done), nothing waits for it: the caller starts a new interpreter.
 
 It keeps nothing of its parent's: /dev/null as stdin and stdout (the parent's stdout may be the LSP pipe), its
-end of the socket, and stderr. The kernel reaps the hosts it forks (it ignores SIGCHLD; a host sets SIGCHLD back
-first thing, hoststart.py). It exits when its parent does: the socket ends. When it is gone, or does not answer
-within TIMEOUT_S, `start` starts a new interpreter instead (`control.spawn_host`), and stops asking it.
+end of the socket, and stderr. The kernel reaps what it forks (it ignores SIGCHLD; each fork sets SIGCHLD back
+first thing). It exits when its parent does: the socket ends. When it is gone, or does not answer within
+TIMEOUT_S, the caller starts a new interpreter instead, and it is not asked again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import selectors
 import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +40,25 @@ from keel.server.hoststart import fd_limit, start_host
 from keel.storage.base import held_in_process
 
 TIMEOUT_S = 2.0
+READY = b"ready"
+MAINS = ("keel.server.cli", "keel.server.lsp.enginecall")  # the modules a `run` request may name
 
 
 class HostStarter:
-    """The parent's side: `start` is a `control.Starter`, safe to call from any thread."""
+    """The parent's side: `start` is a `control.Starter`; `start` and `run` are safe to call from any thread."""
 
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.pid = pid
         self._sock: socket.socket | None = sock
-        self._replies = sock.makefile("rb")
         self._lock = threading.Lock()
-        self._ready = False  # it said it has loaded the host; before that, hosts are new interpreters
+        self._ready = False  # it said it has loaded keel; before that, nothing waits for it
 
     @classmethod
     def launch(cls) -> HostStarter | None:
         """Fork the starter; None where it cannot be forked safely (no fork, another thread, a store open)."""
         if not hasattr(os, "fork") or threading.active_count() != 1 or held_in_process():
             return None
-        ours, theirs = socket.socketpair()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -61,37 +70,59 @@ class HostStarter:
 
     def start(self, store_path: Path, mission_id: str) -> int:
         """The pid of the mission's new detached host."""
-        with self._lock:
-            reply = self._ask(store_path, mission_id)
+        reply = self._ask({"host": [str(store_path), mission_id]})
         if reply is None:
             return control.spawn_host(store_path, mission_id)
         if "error" in reply:
             raise OSError(f"starting the host of mission {mission_id}: {reply['error']}")
         return int(reply["pid"])
 
-    def _ask(self, store_path: Path, mission_id: str) -> dict[str, Any] | None:
-        if self._sock is None or not (self._ready or self._readied()):
-            return None
+    def run(self, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+        """`python ARGV` (`-m` and one of MAINS, then its arguments) as a fork of the starter: its exit code and
+        output as `subprocess.run` gives them. None when the starter cannot (the caller runs a new interpreter).
+        Raises subprocess.TimeoutExpired (the fork killed) after `timeout` seconds."""
+        pipes = [os.pipe() for _ in range(3)]
         try:
-            self._sock.settimeout(TIMEOUT_S)
-            self._sock.sendall(json.dumps([str(store_path), mission_id]).encode() + b"\n")
-            line = self._replies.readline()
-            reply = json.loads(line) if line else None
-        except (OSError, ValueError):
-            reply = None
-        if not isinstance(reply, dict):
-            self._close()
-        return reply if isinstance(reply, dict) else None
+            reply = self._ask({"run": list(argv)}, [w for _, w in pipes])
+        finally:
+            for _, w in pipes:
+                os.close(w)
+        if reply is None or "pid" not in reply:
+            for r, _ in pipes:
+                os.close(r)
+            return None
+        pid = int(reply["pid"])
+        out, err, status = _read_all([r for r, _ in pipes], time.monotonic() + timeout)
+        if status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            raise subprocess.TimeoutExpired(list(argv), timeout)
+        code = int(status) if status.strip() else -signal.SIGKILL  # no code written: it was killed
+        return subprocess.CompletedProcess(list(argv), code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def _ask(self, request: dict[str, Any], fds: Sequence[int] = ()) -> dict[str, Any] | None:
+        with self._lock:
+            if self._sock is None or not (self._ready or self._readied()):
+                return None
+            try:
+                self._sock.settimeout(TIMEOUT_S)
+                socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+                reply = json.loads(self._sock.recv(1 << 16) or b"null")
+            except (OSError, ValueError):
+                reply = None
+            if not isinstance(reply, dict):
+                self._close()
+                return None
+            return reply
 
     def _readied(self) -> bool:
-        """Whether its `ready` line has come, without waiting for it: a start never waits for its imports."""
+        """Whether its `ready` has come, without waiting for it: nothing waits for its imports."""
         assert self._sock is not None
         try:
             if not select.select([self._sock], [], [], 0)[0]:
                 return False  # nothing yet
-            self._sock.settimeout(TIMEOUT_S)
-            self._ready = self._replies.readline() == b"ready\n"
-        except (OSError, ValueError):
+            self._ready = self._sock.recv(64) == READY
+        except OSError:
             self._ready = False
         if not self._ready:
             self._close()  # it ended, or said something else: it is not asked again
@@ -103,16 +134,40 @@ class HostStarter:
 
     def _close(self) -> None:
         if self._sock is not None:
-            self._replies.close()
             self._sock.close()
             self._sock = None
+
+
+def _read_all(fds: list[int], deadline: float) -> tuple[bytes, bytes, bytes | None]:
+    """Everything written to these pipes until each is closed; None as the last one's data after the deadline."""
+    got: dict[int, list[bytes]] = {fd: [] for fd in fds}
+    with selectors.DefaultSelector() as sel:
+        for fd in fds:
+            sel.register(fd, selectors.EVENT_READ)
+        try:
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                ready = sel.select(left) if left > 0 else []
+                if not ready:
+                    return b"", b"", None
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        got[key.fd].append(chunk)
+                    else:
+                        sel.unregister(key.fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+    out, err, status = (b"".join(got[fd]) for fd in fds)
+    return out, err, status
 
 
 def _serve(sock: socket.socket) -> None:
     """The starter's whole life; it never returns into the code that forked it."""
     code = 0
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its hosts are reaped by the kernel
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # what it forks is reaped by the kernel
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -121,18 +176,66 @@ def _serve(sock: socket.socket) -> None:
         os.closerange(keep + 1, fd_limit())
         from keel.server import cli  # noqa: F401 - what a host runs, loaded once here
         from keel.server.engine import host  # noqa: F401
+        from keel.server.lsp import enginecall  # noqa: F401
 
-        sock.sendall(b"ready\n")
+        sock.send(READY)
         retitle(["keel", "host-starter"])  # ps tells it from the server it was forked from
-        requests = sock.makefile("rb")
-        for line in requests:
+        while True:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+            if not data:
+                break
             try:
-                store, mission_id = json.loads(line)
-                reply: dict[str, Any] = {"pid": start_host(Path(store), str(mission_id))}
-            except Exception as exc:  # told to the parent, which reports it as a failed start
+                reply: dict[str, Any] = {"pid": _fork_for(json.loads(data), fds)}
+            except Exception as exc:  # told to the parent, which reports it or starts a new interpreter
                 reply = {"error": str(exc) or type(exc).__name__}
-            sock.sendall(json.dumps(reply).encode() + b"\n")
-    except BaseException:  # the parent is gone mid-answer, or the set-up failed: the parent starts hosts itself
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            sock.send(json.dumps(reply).encode())
+    except BaseException:  # the parent is gone mid-answer, or the set-up failed: the parent starts processes itself
         code = 1
     finally:
+        os._exit(code)
+
+
+def _fork_for(request: dict[str, Any], fds: list[int]) -> int:
+    if "host" in request:
+        store, mission_id = request["host"]
+        return start_host(Path(store), str(mission_id))
+    argv = request["run"]
+    if len(fds) != 3 or argv[:1] != ["-m"] or argv[1:2] == [] or argv[1] not in MAINS:
+        raise ValueError(f"not a run this starter does: {argv[:2]} with {len(fds)} descriptors")
+    pid = os.fork()
+    if pid == 0:
+        _run(argv[1], argv[2:], fds)
+    return pid
+
+
+def _run(module: str, args: list[str], fds: list[int]) -> None:
+    """The forked run: the module's `main(args)` with the given stdout and stderr; its exit code written last."""
+    out, err, status = fds
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for what it starts (git, a host's fork)
+        retitle(["keel", *args] if module == "keel.server.cli" else ["keel", "engine-call", *args])
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.closerange(3, status)
+        os.closerange(status + 1, fd_limit())
+        from keel.server import cli
+        from keel.server.lsp import enginecall
+
+        code = cli.main(args) if module == "keel.server.cli" else enginecall.main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        with contextlib.suppress(OSError):
+            os.write(status, str(code).encode())
         os._exit(code)

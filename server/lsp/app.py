@@ -14,6 +14,7 @@ from typing import Any
 from lsprotocol import types
 
 from keel.server.hoststarter import HostStarter
+from keel.server.lsp import enginecall
 from keel.server.lsp.features import FEATURES
 from keel.server.lsp.server import KeelServer
 
@@ -54,6 +55,7 @@ def serve(store: str | None = None, log_file: str | None = None, verbose: bool =
     server = build(store)
     if starter is not None:
         server.start_host = starter.start
+        enginecall.forker = starter.run
     try:
         server.start_io(sys.stdin.buffer, sys.stdout.buffer)
     finally:

@@ -4,6 +4,7 @@ and runs the mission to the end. A process holding a store open never forks one.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -199,3 +200,52 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
     again.kill()  # its parent dies without a word: the starter ends too
     again.communicate(timeout=30)
     wait_for(lambda: _state(starter) in ("Z", "X"), timeout=30)
+
+
+RUNS = """
+import json, subprocess, sys, threading, time
+from keel.server.hoststarter import HostStarter
+starter = HostStarter.launch()
+assert starter is not None
+threading.Thread(target=lambda: None).start()
+store = sys.argv[1]
+while (done := starter.run(["-m", "keel.server.cli", "missions", "--json", "--store", store], 30)) is None:
+    time.sleep(0.05)  # not ready yet: a caller would have run a new interpreter
+report = {"missions": [done.returncode, json.loads(done.stdout)]}
+missing = starter.run(["-m", "keel.server.cli", "status", "nope", "--store", store], 30)
+report["missing"] = [missing.returncode, missing.stderr]
+call = starter.run(["-m", "keel.server.lsp.enginecall", "resume", json.dumps([store, "nope"])], 30)
+report["call"] = [call.returncode, json.loads(call.stdout)]
+report["other"] = starter.run(["-c", "print(1)"], 30) is None
+try:
+    starter.run(["-m", "keel.server.cli", "supervise", "--store", store, "--interval", "60"], 1)  # never ends
+    report["timeout"] = False
+except subprocess.TimeoutExpired:
+    report["timeout"] = True
+print(json.dumps(report))
+"""
+
+
+def test_a_host_starter_runs_keel_commands_as_forks_with_their_output_and_exit_code(tmp_path: Path) -> None:
+    """What the language server's engine calls go through (lsp/enginecall.py): output, errors and exit codes as
+    a new interpreter's; only keel's own entry points; a run past its time is stopped."""
+    store = tmp_path / "store"
+    mid = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": []}}])), store=store).stdout
+    ran = subprocess.run([sys.executable, "-c", RUNS, str(store)], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    code, missions = report["missions"]
+    assert code == 0 and [m["state"] for m in missions] == ["completed"], (report, mid)
+    code, stderr = report["missing"]
+    assert code == 6 and "nope" in stderr, report  # not found: the command line's own exit code and message
+    code, answer = report["call"]
+    assert code == 1 and "nope" in answer["error"]["message"], report
+    assert report["other"] is True and report["timeout"] is True, report
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _serves(p, store)], "the timed-out run"
+
+
+def _serves(proc: Path, store: Path) -> bool:
+    try:
+        return f"supervise\0--store\0{store}".encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
