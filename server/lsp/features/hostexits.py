@@ -32,8 +32,12 @@ class HostExits:
 
     async def wait(self, seconds: float) -> None:
         """Until `seconds` have passed or a watched host has exited since the last wait."""
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as its time runs
+        # out, and supervision's loop, which waits here many times a second while a host is found gone, would
+        # then never stop: the server would not exit after its client went away
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._woken.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._woken.wait()
         self._woken.clear()
 
     def watch(self, views: Iterable[MissionView]) -> None:
