@@ -6,8 +6,9 @@ The kernel shows a process's environment as it was at exec: the block of `NAME=v
 so `blank_secrets` overwrites the values of secret names in it with NUL bytes (through `/proc/self/mem`),
 after pointing the C library's `environ` at fresh copies (`os.putenv`): keel itself, and a library that
 calls getenv (libpq reads PGPASSWORD), still see every value; `/proc/<pid>/environ` shows the name only.
-Unlike prctl(PR_SET_DUMPABLE, 0) this holds for a reader running as root too. Linux only; elsewhere it
-does nothing. Depends on the standard library only.
+Unlike prctl(PR_SET_DUMPABLE, 0) this holds for a reader running as root too. `retitle` writes the argument
+block, just before it, the same way: what `/proc/<pid>/cmdline` and ps show of a forked process. Linux only;
+elsewhere both do nothing. Depends on the standard library only.
 """
 
 from __future__ import annotations
