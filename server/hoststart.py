@@ -28,9 +28,15 @@ from keel.server.engine.files import places
 from keel.storage.base import held_in_process
 
 
+def can_fork() -> bool:
+    """Whether a fork of this process may run keel: fork exists, no other thread (its locks would stay held in
+    the child) and no store open (its environment, locks and connections are this process's)."""
+    return hasattr(os, "fork") and threading.active_count() == 1 and not held_in_process()
+
+
 def start_host(store_path: Path, mission_id: str) -> int:
     """The detached host's pid."""
-    if not hasattr(os, "fork") or threading.active_count() != 1 or held_in_process():
+    if not can_fork():
         return control.spawn_host(store_path, mission_id)
     log = places.log_path(store_path, mission_id)
     log.parent.mkdir(parents=True, exist_ok=True)

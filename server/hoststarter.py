@@ -36,8 +36,7 @@ from typing import Any
 
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
-from keel.server.hoststart import fd_limit, start_host
-from keel.storage.base import held_in_process
+from keel.server.hoststart import can_fork, fd_limit, start_host
 
 TIMEOUT_S = 2.0
 READY = b"ready"
@@ -56,7 +55,7 @@ class HostStarter:
     @classmethod
     def launch(cls) -> HostStarter | None:
         """Fork the starter; None where it cannot be forked safely (no fork, another thread, a store open)."""
-        if not hasattr(os, "fork") or threading.active_count() != 1 or held_in_process():
+        if not can_fork():
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sys.stdout.flush()

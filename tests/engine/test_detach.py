@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import files, keel, read, record, wait_for, write_mission
 
+from keel.protocol.records import HostInfo
 from keel.protocol.states import MissionState
 from keel.server.engine.files import places
 from keel.storage import Store
@@ -69,7 +70,9 @@ def test_a_detached_host_leaves_the_command_and_runs_the_mission(tmp_path: Path)
     assert log.read_text(), "the host wrote nothing to the mission's log"
 
 
-def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(tmp_path: Path) -> None:
+def _struck(tmp_path: Path) -> tuple[Path, str, Path, Path, HostInfo]:
+    """A detached mission of two commands with a gate between them, its host SIGKILLed while the agent waits at
+    the gate: the store, the mission, the gate, the commands' side file, the struck host."""
     gate, side = tmp_path / "gate", tmp_path / "side.log"
     steps = [
         {"tool": "run", "args": {"cmd": f"echo one >> {side}"}},
@@ -83,9 +86,15 @@ def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(t
     # the command and its record, keel would rightly ask whether it ran instead of running it again)
     wait_for(lambda: _recorded_runs(store, mid) == 1 and record(store, mid).host is not None, timeout=60)
     host = record(store, mid).host
-    assert host is not None and side.read_text().split() == ["one"]
+    assert host is not None
     os.killpg(host.pid, signal.SIGKILL)
-    wait_for(lambda: not Path(f"/proc/{host.pid}").exists() or _state(host.pid) == "Z", timeout=30)
+    wait_for(lambda: _state(host.pid) in ("Z", "X"), timeout=30)
+    return store, mid, gate, side, host
+
+
+def test_a_resume_by_hand_after_a_kill_forks_a_host_that_does_each_effect_once(tmp_path: Path) -> None:
+    store, mid, gate, side, host = _struck(tmp_path)
+    assert side.read_text().split() == ["one"]
     resumed = keel("resume", mid, "--detach", store=store)
     assert resumed.returncode == 0 and resumed.stdout.split()[-1] == mid, resumed.stderr
     gate.write_text("go\n")
@@ -147,20 +156,7 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
     """A struck mission's host restarted through the starter (as `keel serve` restarts one) is the starter's
     fork, makes each effect once, and the starter leaves with its parent. A starter that is gone is replaced
     by a new interpreter."""
-    gate, side = tmp_path / "gate", tmp_path / "side.log"
-    steps = [
-        {"tool": "run", "args": {"cmd": f"echo one >> {side}"}},
-        {"wait_file": str(gate)},
-        {"tool": "run", "args": {"cmd": f"echo two >> {side}"}},
-    ]
-    store = tmp_path / "store"
-    ran = keel("run", str(write_mission(tmp_path, [{"id": "u", "params": {"steps": steps}}])), "--detach", store=store)
-    mid = ran.stdout.split()[-1]
-    wait_for(lambda: _recorded_runs(store, mid) == 1 and record(store, mid).host is not None, timeout=60)
-    struck = record(store, mid).host
-    assert struck is not None
-    os.killpg(struck.pid, signal.SIGKILL)
-    wait_for(lambda: _state(struck.pid) in ("Z", "X"), timeout=30)
+    store, mid, gate, side, _ = _struck(tmp_path)
     caller = subprocess.Popen(
         [sys.executable, "-c", STARTER, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
