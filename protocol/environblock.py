@@ -7,7 +7,8 @@ so `blank_secrets` overwrites the values of secret names in it with NUL bytes (t
 after pointing the C library's `environ` at fresh copies (`os.putenv`): keel itself, and a library that
 calls getenv (libpq reads PGPASSWORD), still see every value; `/proc/<pid>/environ` shows the name only.
 Unlike prctl(PR_SET_DUMPABLE, 0) this holds for a reader running as root too. `retitle` writes the argument
-block, just before it, the same way: what `/proc/<pid>/cmdline` and ps show of a forked process. Linux only;
+block, just before it, the same way: what `/proc/<pid>/cmdline` and ps show of a forked process; and
+`show_in_block` one variable's value (a forked unit worker's tag). Linux only;
 elsewhere both do nothing. Depends on the standard library only.
 """
 
@@ -52,6 +53,30 @@ def blank_secrets(also: Collection[str] = ()) -> int:
             return blanked
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def show_in_block(name: str, value: str) -> bool:
+    """Write `value` over the value of `name` in this process's exec-time block (a forked process shows what it
+    is, as a process started with it would: a unit's tag). The value it had keeps the room: False when `value`
+    does not fit, or `name` is not there."""
+    try:
+        start, end = _block()
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            block = mem.read(end - start)
+            prefix, offset = f"{name}=".encode(), 0
+            for entry in block.split(b"\0"):
+                if entry.startswith(prefix):
+                    room, text = len(entry) - len(prefix), value.encode()
+                    if len(text) > room:
+                        return False
+                    mem.seek(start + offset + len(prefix))
+                    mem.write(text + b"\0" * (room - len(text)))
+                    return True
+                offset += len(entry) + 1
+            return False
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _block() -> tuple[int, int]:

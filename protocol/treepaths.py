@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from pathlib import Path
 
 KEEL_DIR = ".keel"
@@ -39,6 +38,8 @@ def is_temp(name: str) -> bool:
 
 def temp_name(path: Path) -> Path:
     """A fresh temporary name next to `path` (not created)."""
+    import secrets  # here: importing it (hmac, OpenSSL) would cost every process that loads this module
+
     token = "".join(secrets.choice(_TEMP_CHARS) for _ in range(8))
     return path.with_name(f".{path.name}.{token}{TEMP_SUFFIX}")
 

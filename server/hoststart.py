@@ -25,6 +25,7 @@ from pathlib import Path
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.engine.files import places
+from keel.server.starterlink import fd_limit
 from keel.storage.base import held_in_process
 
 
@@ -78,10 +79,3 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(code)
-
-
-def fd_limit() -> int:
-    try:
-        return int(os.sysconf("SC_OPEN_MAX"))
-    except (ValueError, OSError):
-        return 65536

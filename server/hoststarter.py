@@ -14,7 +14,7 @@ Until it has said `ready` (its imports done), nothing waits for it: the caller s
 It keeps nothing of its parent's: /dev/null as stdin and stdout (the parent's stdout may be the LSP pipe), its
 end of the socket, and stderr. The kernel reaps what it forks (it ignores SIGCHLD; each fork sets SIGCHLD back
 first thing). It exits when its parent does: the socket ends. When it is gone, or does not answer within
-TIMEOUT_S, the caller starts a new interpreter instead, and it is not asked again.
+starterlink.TIMEOUT_S, the caller starts a new interpreter instead, and it is not asked again.
 """
 
 from __future__ import annotations
@@ -22,13 +22,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import selectors
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,10 +34,9 @@ from typing import Any
 
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
-from keel.server.hoststart import can_fork, fd_limit, start_host
+from keel.server.hoststart import can_fork, start_host
+from keel.server.starterlink import READY, StarterLink, fd_limit
 
-TIMEOUT_S = 2.0
-READY = b"ready"
 MAINS = ("keel.server.cli", "keel.server.lsp.enginecall")  # the modules a `run` request may name
 
 
@@ -48,9 +45,7 @@ class HostStarter:
 
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.pid = pid
-        self._sock: socket.socket | None = sock
-        self._lock = threading.Lock()
-        self._ready = False  # it said it has loaded keel; before that, nothing waits for it
+        self._link = StarterLink(sock)
 
     @classmethod
     def launch(cls) -> HostStarter | None:
@@ -69,7 +64,7 @@ class HostStarter:
 
     def start(self, store_path: Path, mission_id: str) -> int:
         """The pid of the mission's new detached host."""
-        reply = self._ask({"host": [str(store_path), mission_id]})
+        reply = self._link.ask({"host": [str(store_path), mission_id]})
         if reply is None:
             return control.spawn_host(store_path, mission_id)
         if "error" in reply:
@@ -82,7 +77,7 @@ class HostStarter:
         Raises subprocess.TimeoutExpired (the fork killed) after `timeout` seconds."""
         pipes = [os.pipe() for _ in range(3)]
         try:
-            reply = self._ask({"run": list(argv)}, [w for _, w in pipes])
+            reply = self._link.ask({"run": list(argv)}, [w for _, w in pipes])
         finally:
             for _, w in pipes:
                 os.close(w)
@@ -99,42 +94,8 @@ class HostStarter:
         code = int(status) if status.strip() else -signal.SIGKILL  # no code written: it was killed
         return subprocess.CompletedProcess(list(argv), code, out.decode(errors="replace"), err.decode(errors="replace"))
 
-    def _ask(self, request: dict[str, Any], fds: Sequence[int] = ()) -> dict[str, Any] | None:
-        with self._lock:
-            if self._sock is None or not (self._ready or self._readied()):
-                return None
-            try:
-                self._sock.settimeout(TIMEOUT_S)
-                socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
-                reply = json.loads(self._sock.recv(1 << 16) or b"null")
-            except (OSError, ValueError):
-                reply = None
-            if not isinstance(reply, dict):
-                self._close()
-                return None
-            return reply
-
-    def _readied(self) -> bool:
-        """Whether its `ready` has come, without waiting for it: nothing waits for its imports."""
-        assert self._sock is not None
-        try:
-            if not select.select([self._sock], [], [], 0)[0]:
-                return False  # nothing yet
-            self._ready = self._sock.recv(64) == READY
-        except OSError:
-            self._ready = False
-        if not self._ready:
-            self._close()  # it ended, or said something else: it is not asked again
-        return self._ready
-
     def close(self) -> None:
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._link.close()
 
 
 def _read_all(fds: list[int], deadline: float) -> tuple[bytes, bytes, bytes | None]:

@@ -21,12 +21,8 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from keel.protocol.hashes import blake2b
 from keel.storage.errors import CorruptRecordError
-
-try:  # hashlib's own BLAKE2b, without hashlib's loading of OpenSSL: a few ms of every keel command's start
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without CPython's _blake2 module
-    from hashlib import blake2b
 
 T = TypeVar("T")
 

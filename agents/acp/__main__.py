@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
             missing = f"{preset.title} ({preset.binary}) is not installed"
             print(f"keel.agents.acp: {missing}; install it with: {preset.install}", file=sys.stderr)
             return 2
-        command = [found, *preset.args]
+        command = preset.command(found)
     else:
         print(f"usage: python -m keel.agents.acp {{{'|'.join(PRESETS)}}} | -- COMMAND...", file=sys.stderr)
         return 2

@@ -40,6 +40,17 @@ class Preset:
     # the agent's own effectful tools that keel's (write_file, apply_diff, run; agents/acp/mcp.py) replace
     keel_tools: tuple[str, ...] = ()
     env_vars: dict[str, str] = field(default_factory=dict)
+    # a Node agent that would start a second Node process of itself for a heap of half the machine's memory
+    # (Gemini CLI's launcher, which its env_vars turn off): keel starts it once, with that heap
+    sized_heap: bool = False
+
+    def command(self, executable: str) -> list[str]:
+        """How the bridge starts the agent installed at `executable`."""
+        if not self.sized_heap:
+            return [executable, *self.args]
+        node = shutil.which("node") or "node"
+        half_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**21
+        return [node, f"--max-old-space-size={half_mb}", executable, *self.args]
 
     @property
     def install(self) -> str:
@@ -133,6 +144,8 @@ PRESETS: dict[str, Preset] = {
         "gemini",
         fs_write=True,
         loads_sessions=False,
+        sized_heap=True,
+        env_vars={"GEMINI_CLI_NO_RELAUNCH": "true"},
     ),
     "codex": Preset("codex", "Codex", "@zed-industries/codex-acp@0.16.0", "codex-acp", (), "openai-responses"),
 }

@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -31,6 +31,24 @@ from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
 from keel.storage.location import store_env, with_store_env
 
 Handler = Callable[[str, Any], Awaitable[Any]]
+
+
+class Child(Protocol):
+    """What the connection uses of its process: asyncio's, or a worker forked by a starter (workerstarter.py)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+
+    async def wait(self) -> int: ...
 
 
 class AgentError(KeelError):
@@ -104,6 +122,12 @@ def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict
     return env
 
 
+def process_env(env: dict[str, str], hide_env: frozenset[str], opens_store: bool) -> dict[str, str]:
+    """The environment a process of `AgentProcess.start` gets (the store's settings for one that `opens_store`)."""
+    full_env = agent_env(env, hide_env)
+    return with_store_env(full_env) if opens_store else full_env
+
+
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session `sid` (its leader's pid): the leader's group, and the other
     groups in the session, such as a worker's agent group. Processes that left with setsid() are out of
@@ -135,7 +159,7 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def _open_log(log: Path) -> Any:
+def open_log(log: Path) -> Any:
     """The agent's stderr file, appended to (a quick local open, done before the agent starts)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     return open(log, "ab")
@@ -152,7 +176,7 @@ def resolve_command(command: tuple[str, ...]) -> list[str]:
 class AgentProcess:
     def __init__(
         self,
-        proc: asyncio.subprocess.Process,
+        proc: Child,
         handler: Handler,
         name: str,
         log: Path,
@@ -187,10 +211,8 @@ class AgentProcess:
         """Start the process; `handler` answers its requests, `on_notice` (if any) hears its notifications,
         each before any frame that came after it is read. A process of keel's that `opens_store` (a unit's
         subagent) also gets the store's settings, which it keeps from its own agent."""
-        full_env = agent_env(env, hide_env)
-        if opens_store:
-            full_env = with_store_env(full_env)
-        with _open_log(log) as err:
+        full_env = process_env(env, hide_env, opens_store)
+        with open_log(log) as err:
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *resolve_command(command),

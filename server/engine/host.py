@@ -45,7 +45,7 @@ from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.policy import Policy
 from keel.server.engine.step.progress import Progress
 from keel.server.engine.step.toolcalls import mission_tool_env
-from keel.server.engine.units import moving
+from keel.server.engine.units import moving, workerstarter
 from keel.server.engine.units.registry import Registry
 from keel.server.engine.units.remote import RemoteUnit
 from keel.server.engine.units.unitrun import Outcome, UnitSession
@@ -98,6 +98,7 @@ class MissionHost:
         self.models = ModelCalls(self)
         self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)  # commands': an allowlist
         blank_secrets(self.models.hidden_env)  # the providers' keys: not readable from this process's environ
+        workerstarter.warm()  # the units' workers are forks of it, once it has loaded their code
         self.disk_full = ""  # why the mission stops for a full disk (the message naming the filesystem)
         self.beats_itself = True  # False: a process hosting many missions renews their leases together (hosting.py)
         self.on_fenced: Callable[[], object] | None = None  # None: a fenced host ends its process

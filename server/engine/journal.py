@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import json
 import sys
 import threading
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from keel.protocol.errors import DiskFullError, ErrorCode, KeelError
+from keel.protocol.hashes import blake2b
 from keel.protocol.modelwire import normalise
 from keel.storage import DB, Store, Txn, leases
 from keel.storage.errors import StoreBusyError, StoreUnavailableError
@@ -46,7 +46,7 @@ class NondeterminismError(KeelError):
 def fingerprint(method: str, params: Any) -> str:
     """BLAKE2b of the method and the canonical JSON of its params (sorted keys, no spaces)."""
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    h = hashlib.blake2b(digest_size=16, person=b"keel-journal")
+    h = blake2b(digest_size=16, person=b"keel-journal")
     h.update(method.encode())
     h.update(b"\x00")
     h.update(canonical.encode())

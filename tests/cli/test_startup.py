@@ -74,7 +74,7 @@ def test_missions_loads_nothing_only_help_errors_or_debugging_need(tmp_path: Pat
 def test_a_verb_that_needs_typing_extensions_imports_it_after_msgspec(tmp_path: Path) -> None:
     """msgspec is imported without typing_extensions, never in its place: a library a verb loads later (pygls,
     for `keel serve`) imports it as usual."""
-    probe = "from keel.server.commands import import_msgspec; import_msgspec(); import typing_extensions, msgspec"
+    probe = "from keel.protocol.lean import import_msgspec; import_msgspec(); import typing_extensions, msgspec"
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 

@@ -7,9 +7,9 @@ files/trees.py only.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+from keel.protocol.hashes import blake2b
 from keel.server.engine.files.trees import Snapshotter
 
 # what a command leaves behind that is not what it does: build caches (docs/rewind.md)
@@ -26,7 +26,7 @@ def is_cache(path: str) -> bool:
 def files_digest(root: Path, seen: Snapshotter | None = None) -> str:
     """The digest of the sandbox's files (paths, modes and content digests), build caches left out. With
     `seen` (one per sandbox), a file whose size, times and inode did not change is not read again."""
-    h = hashlib.blake2b(digest_size=16, person=b"keel-files")
+    h = blake2b(digest_size=16, person=b"keel-files")
     for entry in (seen or Snapshotter()).scan(root, keep_bytes=False).entries:
         if not is_cache(entry.path):
             h.update(f"{entry.path}\0{entry.mode}\0{entry.blob}\n".encode("utf-8", "surrogateescape"))

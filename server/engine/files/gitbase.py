@@ -12,12 +12,12 @@ mission engine.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
+from keel.protocol.hashes import sha1
 from keel.protocol.records import TreeEntry
 from keel.protocol.treepaths import is_persons
 from keel.server import gitrun
@@ -43,23 +43,31 @@ def is_repo(path: Path) -> bool:
 
 def git_oid(data: bytes) -> str:
     """The object id git gives a blob of these bytes."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    return sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
 def fork_point(sandbox: Path) -> str:
     """The commit a git sandbox's snapshots are relative to: where its HEAD forked from the HEAD of the
     repository's main worktree (the person's checkout), else its own HEAD; "" without a commit."""
-    head = _git(sandbox, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-    if head.returncode != 0:
-        return ""
-    common = _git(sandbox, "rev-parse", "--path-format=absolute", "--git-common-dir")
-    if common.returncode == 0:
-        main = _git(sandbox, "--git-dir", common.stdout.decode().strip(), "rev-parse", "-q", "--verify", "HEAD")
-        if main.returncode == 0:
-            fork = _git(sandbox, "merge-base", "HEAD", main.stdout.decode().strip())
-            if fork.returncode == 0 and fork.stdout.strip():
-                return fork.stdout.decode().strip()
-    return head.stdout.decode().strip()
+    both = _git(sandbox, "rev-parse", "HEAD^{commit}", "main-worktree/HEAD^{commit}")
+    if both.returncode == 0:  # the common case, one command: both HEADs are commits
+        head, main = both.stdout.decode().split()
+        return head if head == main else _fork(sandbox, main) or head
+    alone = _git(sandbox, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    return alone.stdout.decode().strip() if alone.returncode == 0 else ""
+
+
+def base_of(sandbox: Path) -> str | None:
+    """`fork_point`, or None when the sandbox is not in a git repository."""
+    if shutil.which("git") is None or not sandbox.is_dir():
+        return None
+    base = fork_point(sandbox)
+    return base if base or is_repo(sandbox) else None
+
+
+def _fork(sandbox: Path, main: str) -> str:
+    fork = _git(sandbox, "merge-base", "HEAD", main)
+    return fork.stdout.decode().strip() if fork.returncode == 0 else ""
 
 
 def changed_since(sandbox: Path, commit: str, head: bool = False) -> set[str]:
@@ -109,12 +117,12 @@ class GitBase:
         found = self._listings.get(commit)
         if found is not None:
             return found
-        if not is_repo(self.repo):
-            raise self._missing(commit, "it is not a git repository")
-        if _git(self.repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
-            raise self._missing(commit, "no such commit")
-        proc = _git(self.repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+        proc = _git(self.repo, "ls-tree", "-r", "-z", "--full-tree", f"{commit}^{{commit}}")
         if proc.returncode != 0:
+            if not is_repo(self.repo):
+                raise self._missing(commit, "it is not a git repository")
+            if _git(self.repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+                raise self._missing(commit, "no such commit")
             raise self._missing(commit, _err(proc))
         out: dict[str, Listed] = {}
         for record in proc.stdout.split(b"\0"):

@@ -139,9 +139,11 @@ def remove_sandbox(target: Path, repo: Path | None = None, branch: str = "") -> 
     if not target.is_absolute():
         raise SandboxError(f"refusing to remove sandbox {str(target)!r}: not an absolute path")
     git_repo = repo if repo is not None and (repo / ".git").exists() else None
-    if git_repo is not None:
+    if git_repo is not None and target.exists():  # a folder that is gone: only its admin entry is left (below)
         clear_stale_locks(target)
-        git(git_repo, "worktree", "unlock", str(target), check=False)
+        admin = worktree_git_dir(target)
+        if admin is None or (admin / "locked").exists():
+            git(git_repo, "worktree", "unlock", str(target), check=False)
         git(git_repo, "worktree", "remove", "--force", "--force", str(target), check=False)
     if target.is_symlink() or target.is_file():
         target.unlink()
@@ -149,7 +151,7 @@ def remove_sandbox(target: Path, repo: Path | None = None, branch: str = "") -> 
         shutil.rmtree(target)
     if git_repo is not None:
         _forget_worktree(git_repo, target)
-        if branch:
+        if branch and _may_have_branch(git_repo, branch):
             _clear_ref_lock(git_repo, branch)
             git(git_repo, "branch", "-D", branch, check=False)
     base_file(target).unlink(missing_ok=True)
@@ -197,6 +199,27 @@ def _clear_ref_lock(mission_sandbox: Path, branch: str) -> None:
     if common is not None and branch.startswith("keel/"):
         for base in (common, common / "logs"):
             (base / "refs" / "heads" / f"{branch}.lock").unlink(missing_ok=True)
+
+
+def _may_have_branch(mission_sandbox: Path, branch: str) -> bool:
+    """False only when the repository surely has no such branch (no ref file, not in packed-refs, not a lock
+    a killed git left): a unit's first start has nothing of its own to delete."""
+    common = _common_dir(mission_sandbox)
+    if common is None or not (common / "refs").is_dir() or (common / "reftable").exists():
+        return True
+    if any(
+        (base / "refs" / "heads" / f"{branch}{tail}").exists()
+        for base in (common, common / "logs")
+        for tail in ("", ".lock")
+    ):
+        return True
+    try:
+        with open(common / "packed-refs", "rb") as packed:
+            return f" refs/heads/{branch}\n".encode() in packed.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def _forget_worktree(mission_sandbox: Path, target: Path) -> None:

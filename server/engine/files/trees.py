@@ -26,9 +26,7 @@ SandboxMismatchError naming what differs. Depends on storage, protocol and gitba
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
-import hashlib
 import os
 import shutil
 import stat
@@ -41,6 +39,7 @@ import msgspec
 
 from keel.protocol.diskspace import disk_full, says_no_space
 from keel.protocol.errors import ErrorCode, KeelError, NotFoundError
+from keel.protocol.hashes import blake2b
 from keel.protocol.records import CheckpointManifest, FolderEntry, SandboxBased, SandboxTree, TreeEntry, is_tree_ref
 from keel.protocol.treepaths import CONFIG, GIT_DIR, KEEL_DIR, create_temp, is_persons, is_temp, path_problem
 from keel.server.engine.files import gitbase
@@ -196,10 +195,11 @@ class Snapshotter:
         those (no walk: a fresh worktree is ready as soon as git made it); the first walk fills the stat
         cache the same way. `checked_out`: keel made this worktree from HEAD just now and nothing else has
         written in it: its files are HEAD's, and only the paths where HEAD differs from the base are read."""
-        if not self._seeded:
+        if self._base is None:  # the first scan: whether git knows the sandbox, and its base, in one go
+            base = gitbase.base_of(root) if (root / ".git").exists() else None
+            self._git, self._base = base is not None, base or ""
+        elif not self._seeded:
             self._git = (root / ".git").exists() and gitbase.is_repo(root)
-        if self._base is None:
-            self._base = gitbase.fork_point(root) if self._git else ""
         if self._base and not self._seeded:
             self._listing = gitbase.GitBase(self._repo or root).listing(self._base)
         fresh: dict[str, bytes] = {}
@@ -430,7 +430,7 @@ def _digest_before_folder_trees(root: Path) -> str:
         parts = rel.split("/")
         return [(1, part) for part in parts[:-1]] + [(0, parts[-1])]
 
-    total = hashlib.blake2b(digest_size=16, person=b"keel-tree")
+    total = blake2b(digest_size=16, person=b"keel-tree")
     for rel in sorted(listed, key=walk_order):
         data = read_content(*listed[rel])
         if data is not None:
@@ -440,7 +440,7 @@ def _digest_before_folder_trees(root: Path) -> str:
 
 def file_digest(data: bytes) -> str:
     """The short per-file digest of tree digests before folder trees and of copy sandboxes' base files."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return blake2b(data, digest_size=16).hexdigest()
 
 
 def current_files(root: Path) -> Files:
@@ -605,6 +605,8 @@ def unified_diff(
         except UnicodeDecodeError:
             chunks.append(header + f"Binary files {left} and {right} differ\n")
             continue
+        import difflib  # only for a diff shown to a person
+
         lines = difflib.unified_diff(
             text_a.splitlines(keepends=True), text_b.splitlines(keepends=True), fromfile=left, tofile=right
         )

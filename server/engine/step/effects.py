@@ -19,7 +19,6 @@ digest is `files/digest.py`'s. Nothing here reads the store, the disk or a clock
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from keel.protocol.hashes import blake2b
 from keel.protocol.records import EffectMark, JournalEntry
 
 # keys an agent mints per request: ids, turn numbers, times
@@ -46,7 +46,7 @@ class Effect:
 
     @property
     def key(self) -> str:
-        h = hashlib.blake2b(digest_size=16, person=b"keel-effect")
+        h = blake2b(digest_size=16, person=b"keel-effect")
         h.update(json.dumps([self.tool, self.action, self.folder], ensure_ascii=False).encode())
         return h.hexdigest()
 

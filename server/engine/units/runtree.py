@@ -32,12 +32,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from keel.protocol.hashes import blake2b
 from keel.server.processes import kill_descendants, kill_tagged, zombie_children
-
-try:  # hashlib's own BLAKE2b, without hashlib's loading of OpenSSL (a worker's start waits for this module)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - an interpreter without CPython's _blake2 module
-    from hashlib import blake2b
 
 TAG_VAR = "KEEL_UNIT_RUN"
 ROOT_VAR = "KEEL_CGROUP_ROOT"  # a folder of a cgroup2 hierarchy for keel's runs; empty: no cgroups

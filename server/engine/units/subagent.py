@@ -35,8 +35,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from keel.protocol.environblock import blank_secrets, without_store_env
+from keel.protocol.lean import import_msgspec
 from keel.server.engine.units import runtree
 
 
@@ -75,11 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     agent = start_agent(args.agent, Path(args.sandbox))
     # The rest of the worker (its loops, the store, git and snapshots: about 60 ms of imports) loads while the
     # agent starts: a unit's start, and recovery, wait for the slower of the two instead of both in turn.
-    from keel.server.engine.units import workerloop
-
-    code = workerloop.serve(args, agent)
+    code = load_loops().serve(args, agent)
     sys.stderr.flush()
     os._exit(code)
+
+
+def load_loops() -> ModuleType:
+    """The worker's loops (units/workerloop.py), with msgspec loaded at less cost (protocol/lean.py)."""
+    import_msgspec()
+    from keel.server.engine.units import workerloop
+
+    return workerloop
 
 
 if __name__ == "__main__":

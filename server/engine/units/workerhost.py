@@ -40,7 +40,7 @@ from keel.server.engine.step.models import ModelCalls
 from keel.server.engine.step.policy import Policy
 from keel.server.engine.step.progress import Progress
 from keel.server.engine.step.toolcalls import mission_tool_env
-from keel.server.engine.units import placement
+from keel.server.engine.units import placement, workerstarter
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.unitrun import Outcome, UnitSession
 from keel.storage import Store, Txn, leases
@@ -127,6 +127,7 @@ class UnitHost:
         self.models = ModelCalls(self)
         self.tool_env = mission_tool_env(self.spec, self.models.hidden_env)
         blank_secrets(self.models.hidden_env)  # the providers' keys: not readable from this process's environ
+        workerstarter.warm()  # the unit's worker is a fork of it, once it has loaded the worker's code
         self.places = WorkerPlaces(self, claimed, ttl)
         self.session = UnitSession(self, self.places, self.models, self.unit)
         self.sessions = {self.unit.id: self.session}

@@ -104,8 +104,9 @@ class Worker:
                     self.stopped_by_host = True  # the agent's exit that follows is this worker's stop
                 try:
                     self._to_agent(body)
-                except OSError as exc:  # the agent's end, not the host's: its exit is what is reported
-                    self._agent_stopped_reading(exc)
+                except (OSError, ValueError) as exc:  # the agent's end, not the host's: its exit is what is reported
+                    if not self.finished.is_set():  # else this worker is stopping and closed the agent's stdin
+                        self._agent_stopped_reading(exc)
                     return
         except (OSError, KeelError, ValueError) as exc:
             self._log(f"host connection ended: {exc}")
@@ -153,7 +154,7 @@ class Worker:
             return
         self._finish(self._agent_exit_code())
 
-    def _agent_stopped_reading(self, exc: OSError) -> None:
+    def _agent_stopped_reading(self, exc: OSError | ValueError) -> None:
         """The agent's input is closed (it exited, or closed its stdin): let it exit by itself for a moment,
         then stop it, so that `_from_agent` sees its output end and reports its own exit code."""
         self._log(f"the agent stopped reading its input: {exc}")
@@ -216,6 +217,9 @@ class Worker:
 
     def _orphaned(self, why: str) -> None:
         if self.finished.is_set():
+            return
+        if self.completed:  # the host closes the pipe once the completion is recorded: the worker's normal end
+            self._finish(0)
             return
         self._log(f"stopping: {why}")
 

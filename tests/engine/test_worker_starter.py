@@ -1,0 +1,162 @@
+"""Units' workers as forks of the host's worker starter (server/engine/units/workerstarter.py), through a real
+`keel run`: what a fork is (its parent, session, command line, environment, run tag), that a SIGKILLed fork is
+seen as killed and its unit run again without repeating its effect, that with the starter gone the workers are
+new interpreters, and that the starter ends with its host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from engine_helpers import kill, mission_id_of, read, start_keel, unit_events, wait_for, write_mission
+
+from keel.server.engine.units.runtree import TAG_VAR
+from keel.storage import missions as m
+
+pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
+
+SUBAGENT = b"keel.server.engine.units.subagent"
+
+
+def _proc(pid: int, name: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def _stat(pid: int) -> list[bytes]:
+    return _proc(pid, "stat").rpartition(b")")[2].split()  # state, ppid, pgrp, session, ...
+
+
+def workers_of(store: Path) -> dict[int, int]:
+    """The live unit workers of this store: pid -> parent pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmd = _proc(int(entry.name), "cmdline")
+            stat = _stat(int(entry.name))
+            if SUBAGENT in cmd and str(store).encode() in cmd and stat and stat[0] != b"Z":
+                found[int(entry.name)] = int(stat[1])
+    return found
+
+
+def unit_of(worker: int) -> str:
+    return _proc(worker, "cmdline").split(b"--unit\0")[-1].split(b"\0")[0].decode()
+
+
+def starters_of(host: int) -> list[int]:
+    return [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit()
+        and _proc(int(e.name), "cmdline").startswith(b"keel\0worker-starter")
+        and _stat(int(e.name))[1:2] == [str(host).encode()]
+    ]
+
+
+def _sleepy(tmp_path: Path, units: int, seconds: float, marks: Path) -> Path:
+    """Units that each append their id to `marks` (an effect, journaled), then sleep."""
+    return write_mission(
+        tmp_path,
+        [
+            {
+                "id": f"u{i}",
+                "title": f"unit {i}",
+                "params": {"steps": [{"tool": "run", "args": {"cmd": f"echo u{i} >> {marks}"}}, {"sleep": seconds}]},
+            }
+            for i in range(units)
+        ],
+        max_parallel=2,
+    )
+
+
+def test_workers_are_forks_of_the_hosts_starter_that_show_what_they_are(tmp_path: Path) -> None:
+    marks = tmp_path / "marks.txt"
+    store = tmp_path / "store"
+    proc = start_keel("run", str(_sleepy(tmp_path, 6, 0.6, marks)), store=store, env={"LLM_SECRET_KEY": "sk-xyz123"})
+    try:
+        mission_id_of(proc)
+        starter: list[int] = []
+        wait_for(lambda: bool(starter.extend(starters_of(proc.pid)) or starter), timeout=30)
+        forks: dict[int, bytes] = {}
+
+        def a_fork_seen() -> bool:
+            for pid, parent in workers_of(store).items():
+                if parent == starter[0]:
+                    forks[pid] = _proc(pid, "environ")
+            return bool(forks)
+
+        wait_for(a_fork_seen, timeout=60)
+        pid, environ = next(iter(forks.items()))
+        stat = _stat(pid)
+        assert int(stat[3]) == pid, "a fork leads its own session (the host kills it with its session)"
+        cmd = _proc(pid, "cmdline").split(b"\0")
+        assert cmd[1:3] == [b"-m", SUBAGENT] and b"--store" in cmd and str(store).encode() in cmd, cmd
+        tag = [e for e in environ.split(b"\0") if e.startswith(f"{TAG_VAR}=".encode())]
+        assert tag and tag[0].endswith(b"/"), environ  # its run's tag, as runtree finds every process of a run
+        assert b"sk-xyz123" not in environ and b"LLM_SECRET_KEY" not in environ
+        assert os.readlink(f"/proc/{pid}/cwd").startswith(str(tmp_path)), "it works in the unit's sandbox"
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+    finally:
+        kill(proc)
+    assert sorted(marks.read_text().split()) == sorted(f"u{i}" for i in range(6))  # each unit's command once
+    wait_for(lambda: not starters_of(proc.pid) and not Path(f"/proc/{starter[0]}").exists(), timeout=10)
+
+
+def test_a_killed_fork_is_a_lost_worker_and_its_unit_runs_again_without_repeating_its_effect(tmp_path: Path) -> None:
+    marks = tmp_path / "marks.txt"
+    store = tmp_path / "store"
+    proc = start_keel("run", str(_sleepy(tmp_path, 3, 4.0, marks)), store=store)
+    try:
+        mid = mission_id_of(proc)
+        starter: list[int] = []
+        wait_for(lambda: bool(starter.extend(starters_of(proc.pid)) or starter), timeout=30)
+
+        def a_fork_past_its_command() -> int | None:
+            """A forked worker whose unit's command outcome is journaled (the unit sleeps now)."""
+            forks = {unit_of(pid): pid for pid, parent in workers_of(store).items() if parent == starter[0]}
+            journals = read(store, lambda t: {u: m.journal_entries(t, mid, u) for u in forks})
+            ran = [
+                u for u, entries in journals.items() if any(e.kind == "tool/run" and e.phase == "done" for e in entries)
+            ]
+            return forks[ran[0]] if ran else None
+
+        struck: list[int] = []
+        wait_for(lambda: bool((pid := a_fork_past_its_command()) and not struck.append(pid)), timeout=60)
+        unit = unit_of(struck[0])
+        os.kill(struck[0], signal.SIGKILL)
+        wait_for(lambda: any(unit_of(p) == unit for p in workers_of(store) if p != struck[0]), timeout=60)
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out + err
+    finally:
+        kill(proc)
+    assert sorted(marks.read_text().split()) == ["u0", "u1", "u2"]  # the struck unit's command was not run again
+    assert read(store, lambda t: m.get_mission(t, mid)).state.value == "completed"
+    assert (unit, "succeeded") in unit_events(store, mid)
+
+
+def test_with_the_starter_gone_workers_are_new_interpreters(tmp_path: Path) -> None:
+    marks = tmp_path / "marks.txt"
+    store = tmp_path / "store"
+    proc = start_keel("run", str(_sleepy(tmp_path, 4, 0.5, marks)), store=store)
+    try:
+        mission_id_of(proc)
+        starter: list[int] = []
+        wait_for(lambda: bool(starter.extend(starters_of(proc.pid)) or starter), timeout=30)
+        os.kill(starter[0], signal.SIGKILL)
+        parents: set[int] = set()
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            parents |= set(workers_of(store).values())
+            time.sleep(0.02)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out + err
+    finally:
+        kill(proc)
+    assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
+    assert parents == {proc.pid}, parents  # every worker seen after the strike was the host's own child
