@@ -98,16 +98,16 @@ class WorkerStarter:
 
 _shared: WorkerStarter | None = None
 _shared_lock = threading.Lock()
-_launched = False
+_launched_by = 0  # the pid of the process that started _shared: a fork of it starts its own
 
 
 def warm() -> WorkerStarter | None:
     """This process's starter, started on the first call (a host calls it first thing, so that the starter
     has loaded the worker's code by the time the first unit starts)."""
-    global _shared, _launched
+    global _shared, _launched_by
     with _shared_lock:
-        if not _launched:
-            _launched = True
+        if _launched_by != os.getpid():
+            _launched_by = os.getpid()
             _shared = WorkerStarter.launch()
             if _shared is not None:
                 atexit.register(_shared.close)  # it ends with its socket; reaped here, not left to init
