@@ -25,6 +25,7 @@ from pathlib import Path
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.engine.files import places
+from keel.server.engine.units import workerstarter
 from keel.server.starterlink import fd_limit
 from keel.storage.base import held_in_process
 
@@ -45,6 +46,7 @@ def start_host(store_path: Path, mission_id: str) -> int:
     sys.stderr.flush()
     pid = os.fork()
     if pid:
+        workerstarter.hand_over()  # the host took this process's worker starter, if it had one
         return pid
     _host(store_path, mission_id, log)
     raise AssertionError("unreachable")  # pragma: no cover - _host exits the process
@@ -60,7 +62,9 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        os.closerange(3, fd_limit())
+        keep = workerstarter.adopt()  # the worker starter this process was handed, if any: the host's now
+        for low, high in ((3, keep), (keep + 1, fd_limit())) if keep >= 3 else ((3, fd_limit()),):
+            os.closerange(low, high)
         from keel.server.cli import main  # the command line's verbs import this module: a cycle at the top
 
         argv = control.host_argv(store_path, mission_id)

@@ -34,6 +34,7 @@ from typing import Any
 
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
+from keel.server.engine.units import workerstarter
 from keel.server.hoststart import can_fork, start_host
 from keel.server.starterlink import READY, StarterLink, fd_limit
 
@@ -138,6 +139,7 @@ def _serve(sock: socket.socket) -> None:
         from keel.server.engine import host  # noqa: F401
         from keel.server.lsp import enginecall  # noqa: F401
 
+        workerstarter.warm()  # the next host's worker starter, ready when it is forked
         sock.send(READY)
         retitle(["keel", "host-starter"])  # ps tells it from the server it was forked from
         while True:
@@ -161,7 +163,9 @@ def _serve(sock: socket.socket) -> None:
 def _fork_for(request: dict[str, Any], fds: list[int]) -> int:
     if "host" in request:
         store, mission_id = request["host"]
-        return start_host(Path(store), str(mission_id))
+        pid = start_host(Path(store), str(mission_id))  # which takes this process's worker starter with it
+        workerstarter.warm()  # and one for the next
+        return pid
     argv = request["run"]
     if len(fds) != 3 or argv[:1] != ["-m"] or argv[1:2] == [] or argv[1] not in MAINS:
         raise ValueError(f"not a run this starter does: {argv[:2]} with {len(fds)} descriptors")
@@ -176,6 +180,7 @@ def _run(module: str, args: list[str], fds: list[int]) -> None:
     out, err, status = fds
     code = 1
     try:
+        workerstarter.drop()  # the next host's, not this run's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for what it starts (git, a host's fork)
         retitle(["keel", *args] if module == "keel.server.cli" else ["keel", "engine-call", *args])
         os.dup2(out, 1)

@@ -62,6 +62,17 @@ class StarterLink:
         with self._lock:
             self._close()
 
+    def fileno(self) -> int:
+        return self._sock.fileno() if self._sock is not None else -1
+
+    def detach(self) -> None:
+        """Forget the socket without closing its descriptor (a fork's copy of its parent's link: the descriptor
+        may be closed, or another's, by now)."""
+        with self._lock:
+            if self._sock is not None:
+                self._sock.detach()
+                self._sock = None
+
     def _close(self) -> None:
         if self._sock is not None:
             self._sock.close()

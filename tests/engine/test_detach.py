@@ -152,6 +152,32 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _worker_parents(store: Path) -> set[int]:
+    """The parents of the live unit workers of this store."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            if b"units.subagent" in cmd and str(store).encode() in cmd and _state(int(entry.name)) != "Z":
+                found.add(_parent(int(entry.name)))
+        except OSError:
+            continue
+    return found
+
+
+def _worker_starters(parent: int) -> list[int]:
+    """The live worker starters `parent` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            ours = entry.name.isdigit() and _parent(int(entry.name)) == parent and _state(int(entry.name)) != "Z"
+            if ours and (entry / "cmdline").read_bytes().startswith(b"keel\0worker-starter"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(tmp_path: Path) -> None:
     """A struck mission's host restarted through the starter (as `keel serve` restarts one) is the starter's
     fork, makes each effect once, and the starter leaves with its parent. A starter that is gone is replaced
@@ -165,18 +191,24 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
         starter = int(caller.stdout.readline())
         # it has loaded the host and said so: it is asked from now on (before, a start would not wait for it)
         wait_for(lambda: Path(f"/proc/{starter}/cmdline").read_bytes().split(b"\0")[:2] == STARTER_TITLE, timeout=30)
-        held = _descriptors(starter)  # none of its parent's pipes (here its stdin and stdout), one socket: its own
+        # none of its parent's pipes (here its stdin and stdout); two sockets: its own, and the one to the worker
+        # starter it keeps ready for the next host it forks (units/workerstarter.py)
+        wait_for(lambda: len(_worker_starters(starter)) == 1, timeout=30)
+        spare = _worker_starters(starter)[0]
+        held = _descriptors(starter)
         assert held[0] == held[1] == os.devnull, held
         assert not [f for f in held.values() if f.startswith("pipe:")], held
-        assert len([f for f in held.values() if f.startswith("socket:")]) == 1, held
+        assert len([f for f in held.values() if f.startswith("socket:")]) == 2, held
         caller.stdin.write(mid + "\n")
         caller.stdin.flush()
         host = int(caller.stdout.readline())
         assert _parent(host) == starter
+        wait_for(lambda: _worker_starters(starter) not in ([], [spare]), timeout=30)  # a new one for the next host
         wanted = [b"keel", b"resume", mid.encode()]  # ps shows a host, not the process it was forked from
         wait_for(lambda: Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[:3] == wanted, timeout=10)
         wait_for(lambda: os.getsid(host) == host, timeout=10)  # it leaves the caller's session first thing
         wait_for(lambda: (r := record(store, mid).host) is not None and r.pid == host, timeout=60)
+        wait_for(lambda: spare in _worker_parents(store), timeout=60)  # its units' workers: forks of the one handed
         gate.write_text("go\n")
         wait_for(lambda: record(store, mid).state == MissionState.COMPLETED, timeout=120)
         assert side.read_text().split() == ["one", "two"]

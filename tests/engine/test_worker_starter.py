@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_helpers import kill, mission_id_of, read, start_keel, unit_events, wait_for, write_mission
+from engine_helpers import keel, kill, mission_id_of, read, start_keel, unit_events, wait_for, write_mission
 
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.storage import missions as m
@@ -160,3 +160,28 @@ def test_with_the_starter_gone_workers_are_new_interpreters(tmp_path: Path) -> N
         kill(proc)
     assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
     assert parents == {proc.pid}, parents  # every worker seen after the strike was the host's own child
+
+
+def test_keel_run_detach_returns_at_once_and_its_host_forks_workers_from_the_starter_it_was_handed(
+    tmp_path: Path,
+) -> None:
+    """`keel run --detach` starts a worker starter before it forks the host, and the host takes it over: the
+    command's output pipes must not be held by it (a caller reading them would wait for the whole mission)."""
+    marks = tmp_path / "marks.txt"
+    store = tmp_path / "store"
+    done = keel("run", str(_sleepy(tmp_path, 4, 2.0, marks)), "--detach", store=store, check_rc=0)
+    mid = done.stdout.split()[-1]
+    assert read(store, lambda t: m.get_mission(t, mid)).state.value in ("created", "running")  # before the end
+    wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).host is not None, timeout=60)
+    host = read(store, lambda t: m.get_mission(t, mid)).host.pid
+    parents: set[bytes] = set()
+
+    def forked() -> bool:
+        parents.update(_proc(p, "cmdline") for p in workers_of(store).values())
+        return b"keel\0worker-starter" in b"".join(parents)
+
+    wait_for(forked, timeout=60)
+    wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).state.value == "completed", timeout=120)
+    assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
+    wait_for(lambda: not Path(f"/proc/{host}").exists() or _stat(host)[0] == b"Z", timeout=30)
+    wait_for(lambda: not any(str(store).encode() in _proc(p, "cmdline") for p in workers_of(store)), timeout=30)

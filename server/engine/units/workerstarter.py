@@ -69,8 +69,11 @@ class WorkerStarter:
             proc = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno()), " " * ROOM],
                 pass_fds=[theirs.fileno()],
+                # nothing of the starting process's: `keel run --detach` hands the starter to its host and exits,
+                # and whoever reads that command's output waits for every copy of its pipes to close
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 cwd="/",
                 env={**env, TAG_VAR: " " * TAG_ROOM},
                 start_new_session=True,
@@ -112,6 +115,41 @@ def warm() -> WorkerStarter | None:
             if _shared is not None:
                 atexit.register(_shared.close)  # it ends with its socket; reaped here, not left to init
         return _shared
+
+
+def adopt() -> int:
+    """In a host just forked (hoststart.py): the starter its parent started for it, ready or nearly (a host
+    starter keeps one ready for its next host; `keel resume --detach` starts one before it forks), becomes this
+    process's own. Any other starter it inherited (a grandparent's) is dropped without closing its socket,
+    whose descriptor is the owner's to close. Returns the descriptor the host keeps for it (-1: none)."""
+    global _shared, _launched_by
+    with _shared_lock:
+        if _shared is not None and _launched_by == os.getppid():
+            _launched_by = os.getpid()
+            return _shared._link.fileno()
+    drop()
+    return -1
+
+
+def drop() -> None:
+    """In a forked process that is no host (a host starter's command run): forget an inherited starter without
+    closing its socket, whose descriptor is its owner's."""
+    global _shared, _launched_by
+    with _shared_lock:
+        if _shared is not None and _launched_by != os.getpid():
+            atexit.unregister(_shared.close)
+            _shared._link.detach()
+            _shared, _launched_by = None, 0
+
+
+def hand_over() -> None:
+    """In the parent of a host that adopted this process's starter: it is the host's now."""
+    global _shared, _launched_by
+    with _shared_lock:
+        if _shared is not None:
+            atexit.unregister(_shared.close)
+            _shared._link.close()
+        _shared, _launched_by = None, 0
 
 
 class ForkedProcess:
