@@ -124,16 +124,17 @@ def test_agent_dying_mid_unit_is_started_again_and_replays(tmp_path: Path) -> No
     assert events[-1]["replayed"] == 1
 
 
-def _agent_pids(host_pid: int) -> list[int]:
+def _agent_pids(root: Path) -> list[int]:
+    """The scripted agents working under `root` (the agent itself: its worker's command line names it too)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text()
-                cmd = (entry / "cmdline").read_bytes()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                cwd = os.readlink(entry / "cwd")
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == host_pid and b"keel.agents.scripted" in cmd:
+            if argv[1:3] == [b"-m", b"keel.agents.scripted"] and cwd.startswith(str(root)):
                 pids.append(int(entry.name))
     return pids
 
@@ -156,7 +157,7 @@ def test_sigkill_of_an_agent_restarts_the_unit_from_its_journal(tmp_path: Path) 
     host = start_keel("run", str(write_mission(tmp_path, units)), store=store)
     mission_id_of(host)
     wait_for(lambda: side.exists())
-    pids = _agent_pids(host.pid)
+    pids = _agent_pids(tmp_path)
     assert len(pids) == 1
     os.kill(pids[0], signal.SIGKILL)
     out, _ = host.communicate(timeout=30)

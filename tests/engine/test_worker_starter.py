@@ -84,10 +84,10 @@ def test_workers_are_forks_of_the_hosts_starter_that_show_what_they_are(tmp_path
         wait_for(lambda: bool(starter.extend(starters_of(proc.pid)) or starter), timeout=30)
         forks: dict[int, bytes] = {}
 
-        def a_fork_seen() -> bool:
+        def a_fork_seen() -> bool:  # once it shows its tag: it writes it first thing, after its command line
             for pid, parent in workers_of(store).items():
-                if parent == starter[0]:
-                    forks[pid] = _proc(pid, "environ")
+                if parent == starter[0] and f"{TAG_VAR}=".encode() + b"m" in (environ := _proc(pid, "environ")):
+                    forks[pid] = environ
             return bool(forks)
 
         wait_for(a_fork_seen, timeout=60)

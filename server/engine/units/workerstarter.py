@@ -179,6 +179,7 @@ class ForkedProcess:
             transport.close()
         if text:
             self.returncode = int(text)
+            self._closed()
             return self.returncode
         with contextlib.suppress(OSError):
             pidfd = os.pidfd_open(self.pid)
@@ -192,7 +193,13 @@ class ForkedProcess:
             finally:
                 os.close(pidfd)
         self.returncode = -signal.SIGKILL
+        self._closed()
         return self.returncode
+
+    def _closed(self) -> None:
+        """The worker is gone: the host's end of its stdin goes too (its stdout ends by itself)."""
+        if self.stdin is not None and not self.stdin.is_closing():
+            self.stdin.close()
 
 
 async def start_forked(
