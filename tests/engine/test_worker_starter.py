@@ -15,6 +15,7 @@ from engine_helpers import keel, kill, mission_id_of, read, start_keel, unit_eve
 
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.storage import missions as m
+from tests.hosts import kill_hosts
 
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
@@ -169,19 +170,22 @@ def test_keel_run_detach_returns_at_once_and_its_host_forks_workers_from_the_sta
     command's output pipes must not be held by it (a caller reading them would wait for the whole mission)."""
     marks = tmp_path / "marks.txt"
     store = tmp_path / "store"
-    done = keel("run", str(_sleepy(tmp_path, 4, 2.0, marks)), "--detach", store=store, check_rc=0)
-    mid = done.stdout.split()[-1]
-    assert read(store, lambda t: m.get_mission(t, mid)).state.value in ("created", "running")  # before the end
-    wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).host is not None, timeout=60)
-    host = read(store, lambda t: m.get_mission(t, mid)).host.pid
-    parents: set[bytes] = set()
+    try:
+        done = keel("run", str(_sleepy(tmp_path, 4, 2.0, marks)), "--detach", store=store, check_rc=0)
+        mid = done.stdout.split()[-1]
+        assert read(store, lambda t: m.get_mission(t, mid)).state.value in ("created", "running")  # before the end
+        wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).host is not None, timeout=60)
+        host = read(store, lambda t: m.get_mission(t, mid)).host.pid
+        parents: set[bytes] = set()
 
-    def forked() -> bool:
-        parents.update(_proc(p, "cmdline") for p in workers_of(store).values())
-        return b"keel\0worker-starter" in b"".join(parents)
+        def forked() -> bool:
+            parents.update(_proc(p, "cmdline") for p in workers_of(store).values())
+            return b"keel\0worker-starter" in b"".join(parents)
 
-    wait_for(forked, timeout=60)
-    wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).state.value == "completed", timeout=120)
-    assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
-    wait_for(lambda: not Path(f"/proc/{host}").exists() or _stat(host)[0] == b"Z", timeout=30)
-    wait_for(lambda: not any(str(store).encode() in _proc(p, "cmdline") for p in workers_of(store)), timeout=30)
+        wait_for(forked, timeout=60)
+        wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).state.value == "completed", timeout=120)
+        assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
+        wait_for(lambda: not Path(f"/proc/{host}").exists() or _stat(host)[0] == b"Z", timeout=30)
+        wait_for(lambda: not any(str(store).encode() in _proc(p, "cmdline") for p in workers_of(store)), timeout=30)
+    finally:
+        kill_hosts(store)  # a failed check leaves no host behind (on PostgreSQL it would wait for its server)
