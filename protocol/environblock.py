@@ -14,9 +14,11 @@ elsewhere both do nothing. Depends on the standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from typing import BinaryIO
 
 # a name that looks like a secret's: never handed to agents or commands, never left readable in the block
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -33,23 +35,16 @@ def blank_secrets(also: Collection[str] = ()) -> int:
     whatever they are called) in this process's exec-time environment block; how many were blanked (0 where
     /proc offers no way: another kernel, a process without /proc mounted)."""
     try:
-        start, end = _block()
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            block = mem.read(end - start)
+        with _values() as (values, mem):
             blanked = 0
-            offset = 0
-            for entry in block.split(b"\0"):
-                name, eq, value = entry.partition(b"=")
-                text = name.decode(errors="replace")
-                if eq and value.strip(b"\0") and (is_secret(text) or text in also):
-                    current = os.environ.get(text)
+            for at, name, value in values:
+                if value.strip(b"\0") and (is_secret(name) or name in also):
+                    current = os.environ.get(name)
                     if current is not None:
-                        os.putenv(text, current)  # the C library's environ no longer points into the block
-                    mem.seek(start + offset + len(name) + 1)
+                        os.putenv(name, current)  # the C library's environ no longer points into the block
+                    mem.seek(at)
                     mem.write(b"\0" * len(value))
                     blanked += 1
-                offset += len(entry) + 1
             return blanked
     except (OSError, ValueError, IndexError):
         return 0
@@ -60,23 +55,32 @@ def show_in_block(name: str, value: str) -> bool:
     is, as a process started with it would: a unit's tag). The value it had keeps the room: False when `value`
     does not fit, or `name` is not there."""
     try:
-        start, end = _block()
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            block = mem.read(end - start)
-            prefix, offset = f"{name}=".encode(), 0
-            for entry in block.split(b"\0"):
-                if entry.startswith(prefix):
-                    room, text = len(entry) - len(prefix), value.encode()
-                    if len(text) > room:
-                        return False
-                    mem.seek(start + offset + len(prefix))
-                    mem.write(text + b"\0" * (room - len(text)))
+        with _values() as (values, mem):
+            for at, found, room in values:
+                text = value.encode()
+                if found == name and len(text) <= len(room):
+                    mem.seek(at)
+                    mem.write(text + b"\0" * (len(room) - len(text)))
                     return True
-                offset += len(entry) + 1
             return False
     except (OSError, ValueError, IndexError):
         return False
+
+
+@contextlib.contextmanager
+def _values() -> Iterator[tuple[list[tuple[int, str, bytes]], BinaryIO]]:
+    """The block's `NAME=value` entries as (address of the value, name, value bytes), and /proc/self/mem open
+    for writing over them."""
+    start, end = _block()
+    with open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(start)
+        found, offset = [], start
+        for entry in mem.read(end - start).split(b"\0"):
+            name, eq, value = entry.partition(b"=")
+            if eq:
+                found.append((offset + len(name) + 1, name.decode(errors="replace"), value))
+            offset += len(entry) + 1
+        yield found, mem
 
 
 def _block() -> tuple[int, int]:

@@ -51,6 +51,10 @@ class Child(Protocol):
     async def wait(self) -> int: ...
 
 
+# (command, cwd, environment, stderr descriptor) -> the started process, or None: start it as usual
+Fork = Callable[[tuple[str, ...], Path, dict[str, str], int], Awaitable[Child | None]]
+
+
 class AgentError(KeelError):
     """The agent process misbehaved: garbage on stdout, died, or answered with an error."""
 
@@ -122,12 +126,6 @@ def agent_env(extra: dict[str, str], hide: frozenset[str] = frozenset()) -> dict
     return env
 
 
-def process_env(env: dict[str, str], hide_env: frozenset[str], opens_store: bool) -> dict[str, str]:
-    """The environment a process of `AgentProcess.start` gets (the store's settings for one that `opens_store`)."""
-    full_env = agent_env(env, hide_env)
-    return with_store_env(full_env) if opens_store else full_env
-
-
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session `sid` (its leader's pid): the leader's group, and the other
     groups in the session, such as a worker's agent group. Processes that left with setsid() are out of
@@ -159,7 +157,7 @@ def _session_members(sid: int) -> list[int]:
     return members
 
 
-def open_log(log: Path) -> Any:
+def _open_log(log: Path) -> Any:
     """The agent's stderr file, appended to (a quick local open, done before the agent starts)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     return open(log, "ab")
@@ -207,12 +205,19 @@ class AgentProcess:
         hide_env: frozenset[str] = frozenset(),
         opens_store: bool = False,
         on_notice: Callable[[str, Any], None] | None = None,
+        fork: Fork | None = None,
     ) -> AgentProcess:
         """Start the process; `handler` answers its requests, `on_notice` (if any) hears its notifications,
         each before any frame that came after it is read. A process of keel's that `opens_store` (a unit's
-        subagent) also gets the store's settings, which it keeps from its own agent."""
-        full_env = process_env(env, hide_env, opens_store)
-        with open_log(log) as err:
+        subagent) also gets the store's settings, which it keeps from its own agent. `fork`, when it gives a
+        process, starts it instead of a new interpreter (a unit's worker: units/workerstarter.py)."""
+        full_env = agent_env(env, hide_env)
+        if opens_store:
+            full_env = with_store_env(full_env)
+        with _open_log(log) as err:
+            forked = None if fork is None else await fork(command, cwd, full_env, err.fileno())
+            if forked is not None:
+                return cls(forked, handler, name, log, on_notice)
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *resolve_command(command),

@@ -150,3 +150,37 @@ def files(root: Path) -> dict[str, bytes]:
 
 def sandbox_of(store: Path, mission_id: str) -> Path:
     return Path(record(store, mission_id).sandbox)
+
+
+def proc_file(pid: int, name: str) -> bytes:
+    """/proc/<pid>/<name>, or b"" once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def proc_stat(pid: int) -> list[bytes]:
+    return proc_file(pid, "stat").rpartition(b")")[2].split()  # state, ppid, pgrp, session, ...
+
+
+def workers_of(store: Path) -> dict[int, int]:
+    """The live unit workers of this store: pid -> parent pid (the host, or its worker starter)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmd, stat = proc_file(int(entry.name), "cmdline"), proc_stat(int(entry.name))
+            if b"keel.server.engine.units.subagent" in cmd and str(store).encode() in cmd and stat and stat[0] != b"Z":
+                found[int(entry.name)] = int(stat[1])
+    return found
+
+
+def starters_of(parent: int) -> list[int]:
+    """The live worker starters `parent` started (units/workerstarter.py)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and proc_file(int(entry.name), "cmdline").startswith(b"keel\0worker-starter"):
+            stat = proc_stat(int(entry.name))
+            if stat[:1] != [b"Z"] and stat[1:2] == [str(parent).encode()]:
+                found.append(int(entry.name))
+    return found

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_helpers import files, keel, read, record, wait_for, write_mission
+from engine_helpers import files, keel, read, record, starters_of, wait_for, workers_of, write_mission
 
 from keel.protocol.records import HostInfo
 from keel.protocol.states import MissionState
@@ -152,32 +152,6 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def _worker_parents(store: Path) -> set[int]:
-    """The parents of the live unit workers of this store."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            cmd = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-            if b"units.subagent" in cmd and str(store).encode() in cmd and _state(int(entry.name)) != "Z":
-                found.add(_parent(int(entry.name)))
-        except OSError:
-            continue
-    return found
-
-
-def _worker_starters(parent: int) -> list[int]:
-    """The live worker starters `parent` started."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            ours = entry.name.isdigit() and _parent(int(entry.name)) == parent and _state(int(entry.name)) != "Z"
-            if ours and (entry / "cmdline").read_bytes().startswith(b"keel\0worker-starter"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
 def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(tmp_path: Path) -> None:
     """A struck mission's host restarted through the starter (as `keel serve` restarts one) is the starter's
     fork, makes each effect once, and the starter leaves with its parent. A starter that is gone is replaced
@@ -193,8 +167,8 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
         wait_for(lambda: Path(f"/proc/{starter}/cmdline").read_bytes().split(b"\0")[:2] == STARTER_TITLE, timeout=30)
         # none of its parent's pipes (here its stdin and stdout); two sockets: its own, and the one to the worker
         # starter it keeps ready for the next host it forks (units/workerstarter.py)
-        wait_for(lambda: len(_worker_starters(starter)) == 1, timeout=30)
-        spare = _worker_starters(starter)[0]
+        wait_for(lambda: len(starters_of(starter)) == 1, timeout=30)
+        spare = starters_of(starter)[0]
         held = _descriptors(starter)
         assert held[0] == held[1] == os.devnull, held
         assert not [f for f in held.values() if f.startswith("pipe:")], held
@@ -203,12 +177,13 @@ def test_a_host_starter_forks_hosts_for_a_process_with_threads_and_ends_with_it(
         caller.stdin.flush()
         host = int(caller.stdout.readline())
         assert _parent(host) == starter
-        wait_for(lambda: _worker_starters(starter) not in ([], [spare]), timeout=30)  # a new one for the next host
+        wait_for(lambda: starters_of(starter) not in ([], [spare]), timeout=30)  # a new one for the next host
         wanted = [b"keel", b"resume", mid.encode()]  # ps shows a host, not the process it was forked from
         wait_for(lambda: Path(f"/proc/{host}/cmdline").read_bytes().split(b"\0")[:3] == wanted, timeout=10)
         wait_for(lambda: os.getsid(host) == host, timeout=10)  # it leaves the caller's session first thing
         wait_for(lambda: (r := record(store, mid).host) is not None and r.pid == host, timeout=60)
-        wait_for(lambda: spare in _worker_parents(store), timeout=60)  # its units' workers: forks of the one handed
+        # its units' workers: forks of the starter it was handed
+        wait_for(lambda: spare in set(workers_of(store).values()), timeout=60)
         gate.write_text("go\n")
         wait_for(lambda: record(store, mid).state == MissionState.COMPLETED, timeout=120)
         assert side.read_text().split() == ["one", "two"]

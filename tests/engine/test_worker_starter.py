@@ -11,7 +11,20 @@ import time
 from pathlib import Path
 
 import pytest
-from engine_helpers import keel, kill, mission_id_of, read, start_keel, unit_events, wait_for, write_mission
+from engine_helpers import (
+    keel,
+    kill,
+    mission_id_of,
+    proc_file,
+    proc_stat,
+    read,
+    start_keel,
+    starters_of,
+    unit_events,
+    wait_for,
+    workers_of,
+    write_mission,
+)
 
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.storage import missions as m
@@ -19,44 +32,9 @@ from tests.hosts import kill_hosts
 
 pytestmark = pytest.mark.usefixtures("store_backend")  # each test runs on LMDB and on PostgreSQL
 
-SUBAGENT = b"keel.server.engine.units.subagent"
-
-
-def _proc(pid: int, name: str) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/{name}").read_bytes()
-    except OSError:
-        return b""
-
-
-def _stat(pid: int) -> list[bytes]:
-    return _proc(pid, "stat").rpartition(b")")[2].split()  # state, ppid, pgrp, session, ...
-
-
-def workers_of(store: Path) -> dict[int, int]:
-    """The live unit workers of this store: pid -> parent pid."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            cmd = _proc(int(entry.name), "cmdline")
-            stat = _stat(int(entry.name))
-            if SUBAGENT in cmd and str(store).encode() in cmd and stat and stat[0] != b"Z":
-                found[int(entry.name)] = int(stat[1])
-    return found
-
 
 def unit_of(worker: int) -> str:
-    return _proc(worker, "cmdline").split(b"--unit\0")[-1].split(b"\0")[0].decode()
-
-
-def starters_of(host: int) -> list[int]:
-    return [
-        int(e.name)
-        for e in Path("/proc").iterdir()
-        if e.name.isdigit()
-        and _proc(int(e.name), "cmdline").startswith(b"keel\0worker-starter")
-        and _stat(int(e.name))[1:2] == [str(host).encode()]
-    ]
+    return proc_file(worker, "cmdline").split(b"--unit\0")[-1].split(b"\0")[0].decode()
 
 
 def _sleepy(tmp_path: Path, units: int, seconds: float, marks: Path) -> Path:
@@ -87,16 +65,17 @@ def test_workers_are_forks_of_the_hosts_starter_that_show_what_they_are(tmp_path
 
         def a_fork_seen() -> bool:  # once it shows its tag: it writes it first thing, after its command line
             for pid, parent in workers_of(store).items():
-                if parent == starter[0] and f"{TAG_VAR}=".encode() + b"m" in (environ := _proc(pid, "environ")):
+                if parent == starter[0] and f"{TAG_VAR}=".encode() + b"m" in (environ := proc_file(pid, "environ")):
                     forks[pid] = environ
             return bool(forks)
 
         wait_for(a_fork_seen, timeout=60)
         pid, environ = next(iter(forks.items()))
-        stat = _stat(pid)
+        stat = proc_stat(pid)
         assert int(stat[3]) == pid, "a fork leads its own session (the host kills it with its session)"
-        cmd = _proc(pid, "cmdline").split(b"\0")
-        assert cmd[1:3] == [b"-m", SUBAGENT] and b"--store" in cmd and str(store).encode() in cmd, cmd
+        cmd = proc_file(pid, "cmdline").split(b"\0")
+        assert cmd[1:3] == [b"-m", b"keel.server.engine.units.subagent"], cmd
+        assert b"--store" in cmd and str(store).encode() in cmd, cmd
         tag = [e for e in environ.split(b"\0") if e.startswith(f"{TAG_VAR}=".encode())]
         assert tag and tag[0].endswith(b"/"), environ  # its run's tag, as runtree finds every process of a run
         assert b"sk-xyz123" not in environ and b"LLM_SECRET_KEY" not in environ
@@ -179,13 +158,13 @@ def test_keel_run_detach_returns_at_once_and_its_host_forks_workers_from_the_sta
         parents: set[bytes] = set()
 
         def forked() -> bool:
-            parents.update(_proc(p, "cmdline") for p in workers_of(store).values())
+            parents.update(proc_file(p, "cmdline") for p in workers_of(store).values())
             return b"keel\0worker-starter" in b"".join(parents)
 
         wait_for(forked, timeout=60)
         wait_for(lambda: read(store, lambda t: m.get_mission(t, mid)).state.value == "completed", timeout=120)
         assert sorted(marks.read_text().split()) == ["u0", "u1", "u2", "u3"]
-        wait_for(lambda: not Path(f"/proc/{host}").exists() or _stat(host)[0] == b"Z", timeout=30)
-        wait_for(lambda: not any(str(store).encode() in _proc(p, "cmdline") for p in workers_of(store)), timeout=30)
+        wait_for(lambda: not Path(f"/proc/{host}").exists() or proc_stat(host)[0] == b"Z", timeout=30)
+        wait_for(lambda: not any(str(store).encode() in proc_file(p, "cmdline") for p in workers_of(store)), timeout=30)
     finally:
         kill_hosts(store)  # a failed check leaves no host behind (on PostgreSQL it would wait for its server)

@@ -19,10 +19,9 @@ from typing import Any
 import msgspec
 
 from keel.protocol import agent as ap
-from keel.protocol.framing import STREAM_LIMIT
 from keel.protocol.records import JournalEntry
 from keel.protocol.spec import UnitSpec
-from keel.server.engine.agentproc import AgentError, AgentProcess, Handler, open_log, process_env, resolve_command
+from keel.server.engine.agentproc import AgentError, AgentProcess, Handler, resolve_command
 from keel.server.engine.files import places
 from keel.server.engine.interface import Host
 from keel.server.engine.step.effects import effect_outcome
@@ -62,43 +61,19 @@ class WorkerProcess:
             "--",
             *resolve_command(host.spec.agent),
         )
-        env = {**host.spec.env, TAG_VAR: self.tree.tag}
-        log = places.agent_log_path(host.store_path, host.mission_id, self.unit.id)
-        self.proc = await self._forked(args, sandbox, env, log, handler, on_notice, hide_env)
-        if self.proc is None:  # no starter, or not ready yet: a new interpreter
-            self.proc = await AgentProcess.start(
-                (sys.executable, "-m", "keel.server.engine.units.subagent", *args),
-                cwd=sandbox,
-                env=env,
-                handler=handler,
-                name=self.unit.id,
-                hide_env=hide_env,
-                opens_store=True,
-                log=log,
-                on_notice=on_notice,
-            )
+        self.proc = await AgentProcess.start(
+            (sys.executable, "-m", "keel.server.engine.units.subagent", *args),
+            cwd=sandbox,
+            env={**host.spec.env, TAG_VAR: self.tree.tag},
+            handler=handler,
+            name=self.unit.id,
+            hide_env=hide_env,
+            opens_store=True,
+            log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
+            on_notice=on_notice,
+            fork=workerstarter.fork_worker,  # a fork of this host process's worker starter, once it is ready
+        )
         return self.proc
-
-    async def _forked(
-        self,
-        args: tuple[str, ...],
-        sandbox: Path,
-        env: dict[str, str],
-        log: Path,
-        handler: Handler,
-        on_notice: Callable[[str, Any], None],
-        hide_env: frozenset[str],
-    ) -> AgentProcess | None:
-        """The worker as a fork of this host process's worker starter (workerstarter.py), when it has one ready."""
-        starter = workerstarter.warm()
-        if starter is None:
-            return None
-        with open_log(log) as err:
-            full_env = process_env(env, hide_env, opens_store=True)
-            forked = await workerstarter.start_forked(starter, args, sandbox, full_env, err.fileno(), STREAM_LIMIT)
-        if forked is None:
-            return None
-        return AgentProcess(forked, handler, self.unit.id, log, on_notice)
 
     async def initialize(self, proc: AgentProcess, sandbox: Path) -> ap.InitializeResult:
         host = self.host

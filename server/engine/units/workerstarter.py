@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from keel.protocol.environblock import blank_secrets, retitle, show_in_block
+from keel.protocol.framing import STREAM_LIMIT
 from keel.server.engine.units import subagent
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.server.starterlink import READY, StarterLink, fd_limit
@@ -202,11 +203,13 @@ class ForkedProcess:
             self.stdin.close()
 
 
-async def start_forked(
-    starter: WorkerStarter, argv: Sequence[str], cwd: Path, env: dict[str, str], stderr: int, limit: int
-) -> ForkedProcess | None:
-    """A worker forked by `starter` with pipes for its stdin and stdout; None when it cannot (the caller starts a
-    new interpreter)."""
+async def fork_worker(command: tuple[str, ...], cwd: Path, env: dict[str, str], stderr: int) -> ForkedProcess | None:
+    """`python -m keel.server.engine.units.subagent ARGS` as a fork of this process's starter, with pipes for its
+    stdin and stdout (an `agentproc.Fork`); None when it cannot (the caller starts a new interpreter)."""
+    starter = warm()
+    if starter is None or command[1:3] != ("-m", MODULE):
+        return None
+    argv = command[3:]
     to_worker, from_worker, status = os.pipe(), os.pipe(), os.pipe()
     theirs = [to_worker[0], from_worker[1], stderr, status[1]]
     try:
@@ -219,7 +222,7 @@ async def start_forked(
             os.close(fd)
         return None
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=limit)
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_worker[0], "rb", 0))
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(to_worker[1], "wb", 0)
