@@ -14,7 +14,7 @@ from typing import Any
 from keel.protocol import __version__
 from keel.protocol.environblock import blank_secrets
 from keel.protocol.errors import KeelError
-from keel.server.commands import VERBS, help_of, module_of
+from keel.server.commands import VERBS, help_of, hosts, module_of
 from keel.server.exits import Exit, exit_for
 
 
@@ -77,6 +77,10 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     blank_secrets()  # the commands and agents this process starts cannot read them from its /proc environ
     argv = sys.argv[1:] if argv is None else list(argv)
+    if hosts(argv):  # its worker starter loads the units' worker code meanwhile (recovery by hand waits for it)
+        from keel.server.engine.units import workerstarter
+
+        workerstarter.warm()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):

@@ -15,17 +15,18 @@ starts the host as a new interpreter instead.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
+from typing import NoReturn
 
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.engine.files import places
 from keel.server.engine.units import workerstarter
+from keel.server.forkend import run_and_exit
 from keel.server.starterlink import fd_limit
 from keel.storage.base import held_in_process
 
@@ -49,12 +50,10 @@ def start_host(store_path: Path, mission_id: str) -> int:
         workerstarter.hand_over()  # the host took this process's worker starter, if it had one
         return pid
     _host(store_path, mission_id, log)
-    raise AssertionError("unreachable")  # pragma: no cover - _host exits the process
 
 
-def _host(store_path: Path, mission_id: str, log: Path) -> None:
-    code = 1
-    try:
+def _host(store_path: Path, mission_id: str, log: Path) -> NoReturn:
+    def host() -> int:
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a host starter ignores it (hoststarter.py); a host waits
         null = os.open(os.devnull, os.O_RDONLY)
@@ -71,15 +70,6 @@ def _host(store_path: Path, mission_id: str, log: Path) -> None:
         # ps shows the host as `keel resume ID ...` (as far as the command line it was forked with is long), not
         # the command or server it was forked from: a `pkill -f "keel serve"` must not reach the hosts
         retitle(["keel", *argv])
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # the host's own errors are handled in main; this is the fork's set-up failing
-        import traceback
+        return main(argv)  # the host's own errors are handled there; run_and_exit reports the set-up's
 
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        os._exit(code)
+    run_and_exit(host)

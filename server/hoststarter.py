@@ -30,11 +30,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from keel.protocol.environblock import retitle
 from keel.server.engine import control
 from keel.server.engine.units import workerstarter
+from keel.server.forkend import run_and_exit
 from keel.server.hoststart import can_fork, start_host
 from keel.server.starterlink import READY, StarterLink, fd_limit
 
@@ -175,11 +176,11 @@ def _fork_for(request: dict[str, Any], fds: list[int]) -> int:
     return pid
 
 
-def _run(module: str, args: list[str], fds: list[int]) -> None:
+def _run(module: str, args: list[str], fds: list[int]) -> NoReturn:
     """The forked run: the module's `main(args)` with the given stdout and stderr; its exit code written last."""
     out, err, status = fds
-    code = 1
-    try:
+
+    def run() -> int:
         workerstarter.drop()  # the next host's, not this run's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for what it starts (git, a host's fork)
         retitle(["keel", *args] if module == "keel.server.cli" else ["keel", "engine-call", *args])
@@ -190,17 +191,9 @@ def _run(module: str, args: list[str], fds: list[int]) -> None:
         from keel.server import cli
         from keel.server.lsp import enginecall
 
-        code = cli.main(args) if module == "keel.server.cli" else enginecall.main(args)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
-        import traceback
+        return cli.main(args) if module == "keel.server.cli" else enginecall.main(args)
 
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()
-        with contextlib.suppress(OSError):
-            os.write(status, str(code).encode())
-        os._exit(code)
+    def report(code: int) -> None:
+        os.write(status, str(code).encode())
+
+    run_and_exit(run, last=report)

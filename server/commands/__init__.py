@@ -18,13 +18,16 @@ from keel.protocol.lean import import_msgspec
 class Verb(NamedTuple):
     module: str  # under keel.server.commands
     help: str
+    # runs a mission's host in this process or a fork of it, unless given one of these options: the command line
+    # starts the units' worker starter before anything else (units/workerstarter.py)
+    hosts_unless: frozenset[str] | None = None
 
 
 VERBS: dict[str, Verb] = {
-    "run": Verb("run", "start a mission from a mission file"),
-    "resume": Verb("run", "continue a paused or interrupted mission"),
+    "run": Verb("run", "start a mission from a mission file", frozenset({"--queue"})),
+    "resume": Verb("run", "continue a paused or interrupted mission", frozenset()),
     "pause": Verb("pause", "pause a running mission at a consistent point"),
-    "answer": Verb("pause", "answer the question a mission waits on"),
+    "answer": Verb("pause", "answer the question a mission waits on", frozenset({"--no-resume"})),
     "missions": Verb("missions", "list missions"),
     "status": Verb("inspect", "show one mission, or all"),
     "points": Verb("points", "list a mission's restore points"),
@@ -50,6 +53,14 @@ VERBS: dict[str, Verb] = {
     "init": Verb("init", "write a starter .keel/config.toml and mission.toml"),
     "agents": Verb("agents", "list the outside ACP agents (Claude Code, Gemini CLI, Codex) installed here"),
 }
+
+
+def hosts(argv: list[str]) -> bool:
+    """Whether the command `argv` (its verb first) may run a mission's host here or in a fork of this process."""
+    verb = VERBS.get(argv[0]) if argv else None
+    if verb is None or verb.hosts_unless is None:
+        return False
+    return not (verb.hosts_unless | {"-h", "--help"}).intersection(argv)
 
 
 def help_of(verb: str) -> str:

@@ -16,7 +16,6 @@ from keel.server.commands import help_of
 from keel.server.commands.common import open_store, store_path
 from keel.server.engine import control
 from keel.server.engine.step.progress import Progress
-from keel.server.engine.units import workerstarter
 from keel.server.exits import Exit
 from keel.server.hoststart import start_host
 from keel.storage import Store
@@ -61,8 +60,6 @@ def exit_for_state(state: MissionState) -> int:
 
 def run_mission(args: argparse.Namespace) -> int:
     path = store_path(args)
-    if not args.queue:
-        workerstarter.warm()  # loading the units' worker code meanwhile, for the host (here, or a fork of this)
     prepare_keel_dir(path)
     with Store.open(path) as store:
         if args.queue:
@@ -80,7 +77,6 @@ def run_mission(args: argparse.Namespace) -> int:
 
 def resume_mission(args: argparse.Namespace) -> int:
     path = store_path(args)
-    workerstarter.warm()  # as in run_mission: recovery by hand waits for the first worker
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
         if not args.detach:

@@ -34,7 +34,7 @@ Handler = Callable[[str, Any], Awaitable[Any]]
 
 
 class Child(Protocol):
-    """What the connection uses of its process: asyncio's, or a worker forked by a starter (workerstarter.py)."""
+    """What the connection uses of its process: asyncio's, or a worker forked by a starter (units/forkedworker.py)."""
 
     @property
     def pid(self) -> int: ...
@@ -210,7 +210,7 @@ class AgentProcess:
         """Start the process; `handler` answers its requests, `on_notice` (if any) hears its notifications,
         each before any frame that came after it is read. A process of keel's that `opens_store` (a unit's
         subagent) also gets the store's settings, which it keeps from its own agent. `fork`, when it gives a
-        process, starts it instead of a new interpreter (a unit's worker: units/workerstarter.py)."""
+        process, starts it instead of a new interpreter (a unit's worker: units/forkedworker.py)."""
         full_env = agent_env(env, hide_env)
         if opens_store:
             full_env = with_store_env(full_env)

@@ -39,13 +39,18 @@ from types import ModuleType
 
 from keel.protocol.environblock import blank_secrets, without_store_env
 from keel.protocol.lean import import_msgspec
-from keel.server.engine.units import runtree
+from keel.server.engine.units import agentfork, runtree
 
 
-def start_agent(command: list[str], sandbox: Path) -> subprocess.Popen[bytes]:
+def start_agent(command: list[str], sandbox: Path) -> agentfork.AgentChild:
     """The unit's agent, working in its sandbox. It gets nothing from the host until this worker holds
     the lease (workerloop.Worker.run), so it starts before the rest of the worker is loaded and while the
-    store opens; a worker that does not get the lease stops it."""
+    store opens; a worker that does not get the lease stops it. One of keel's own agents is a fork of this
+    worker (units/agentfork.py), anything else a new process."""
+    env = without_store_env(os.environ)  # the store's settings are this process's, never its agent's
+    forked = agentfork.start(command, sandbox, env)
+    if forked is not None:
+        return forked
     # Its own process group, inside this worker's session: _stop_agent kills the group (the agent and
     # whatever it started), and a host that kills this worker kills the session, agent included.
     return subprocess.Popen(
@@ -53,7 +58,7 @@ def start_agent(command: list[str], sandbox: Path) -> subprocess.Popen[bytes]:
         cwd=str(sandbox),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=without_store_env(os.environ),  # the store's settings are this process's, never its agent's
+        env=env,
         bufsize=0,  # stdin unbuffered: each frame is one write; stdout is read buffered (_from_agent)
         process_group=0,
     )

@@ -27,6 +27,7 @@ from keel.server.engine.files.merge import clear_stale_locks, commit_unit
 from keel.server.engine.files.trees import Snapshotter
 from keel.server.engine.step.replay import REPLAYED, WorkerReplay, is_replay_notice
 from keel.server.engine.units import runtree
+from keel.server.engine.units.agentfork import AgentChild
 from keel.storage import Store, Txn, leases
 from keel.storage import missions as m
 
@@ -40,7 +41,7 @@ _READ_BUFFER = 64 * 1024
 
 
 class Worker:
-    def __init__(self, store: Store, args: argparse.Namespace, agent: subprocess.Popen[bytes]) -> None:
+    def __init__(self, store: Store, args: argparse.Namespace, agent: AgentChild) -> None:
         self.store = store
         self.mission: str = args.mission
         self.unit: str = args.unit
@@ -271,13 +272,13 @@ class Worker:
             sys.stderr.flush()
 
 
-def kill_group(agent: subprocess.Popen[bytes]) -> None:
+def kill_group(agent: AgentChild) -> None:
     """SIGKILL the agent's process group: the agent and whatever it started."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(agent.pid, signal.SIGKILL)
 
 
-def serve(args: argparse.Namespace, agent: subprocess.Popen[bytes]) -> int:
+def serve(args: argparse.Namespace, agent: AgentChild) -> int:
     """The worker's life once its agent is started: the sandbox's stale git locks cleared (nothing has reached
     the agent yet, so nothing runs git there), the store opened, the lease taken, the loops run."""
     clear_stale_locks(Path(args.sandbox))  # a worker killed in `git commit` here left its index.lock

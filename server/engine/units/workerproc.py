@@ -26,7 +26,7 @@ from keel.server.engine.files import places
 from keel.server.engine.interface import Host
 from keel.server.engine.step.effects import effect_outcome
 from keel.server.engine.step.replay import replay_notice
-from keel.server.engine.units import workerstarter
+from keel.server.engine.units import forkedworker
 from keel.server.engine.units.runtree import TAG_VAR, RunTree, unit_key
 
 INIT_TIMEOUT_S = 60  # an agent that does not answer `initialize` within this is not one
@@ -71,7 +71,7 @@ class WorkerProcess:
             opens_store=True,
             log=places.agent_log_path(host.store_path, host.mission_id, self.unit.id),
             on_notice=on_notice,
-            fork=workerstarter.fork_worker,  # a fork of this host process's worker starter, once it is ready
+            fork=forkedworker.fork_worker,  # a fork of this host process's worker starter, once it is ready
         )
         return self.proc
 
