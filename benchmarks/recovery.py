@@ -3,9 +3,10 @@
     python benchmarks/recovery.py [--runs 5] [--history 1,2000] [--agent plain,saving] [--by serve,hand]
 
 For each history length (journal entries the unit has made before the kill) and agent, interleaved run by run:
-  - under `keel serve`: a real language server (pygls client over stdio) supervising the mission; the host's
-    process group is SIGKILLed mid-mission and the time runs until the store holds the first journal entry
-    the restarted host made (a replayed entry does not count: it is not new work);
+  - under `keel serve`: a real language server (pygls client over stdio), up and ready (its host starter and
+    that starter's spare worker starter have said so), supervising the mission; the host's process group is
+    SIGKILLed mid-mission, once the server watches its exit (holds a pidfd of it), and the time runs until the
+    store holds the first journal entry the restarted host made (a replayed entry is not new work);
   - by hand: the same kill with no server, then `keel resume ID --detach` at once, as a person would.
 The agent is the scripted one, journaling `now` and `random` steps back to back (nothing it does between
 them takes time of its own, so a replay costs only keel's answers from the journal). The "plain" agent
@@ -106,6 +107,37 @@ def gone(pid: int) -> bool:
     return True
 
 
+def children(pid: int, title: bytes) -> list[int]:
+    """The children of `pid` whose command line starts with `title` (a keel starter retitles itself once ready)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_bytes().rpartition(b")")[2].split()[1])
+                if ppid == pid and (entry / "cmdline").read_bytes().startswith(title):
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def pidfds(pid: int) -> set[int]:
+    """The processes `pid` holds a pidfd of (/proc/PID/fdinfo shows a pidfd's process as `Pid:`)."""
+    found = set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            found |= {int(line.split()[1]) for line in info.read_text().splitlines() if line.startswith("Pid:")}
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def warmed(server: int) -> bool:
+    """The server's host starter is ready, with a worker starter ready for its next host: a server that has been
+    up for a moment, as one that recovers a mission hours into it has."""
+    return any(children(starter, b"keel\0worker-starter") for starter in children(server, b"keel\0host-starter"))
+
+
 def start_mission(root: Path, store: Path, name: str, agent: str, history: int) -> str:
     path = root / f"{name}.toml"
     path.write_text(mission_toml(name, [{"id": "u", "steps": steps(agent, history)}]))
@@ -118,8 +150,17 @@ def start_mission(root: Path, store: Path, name: str, agent: str, history: int) 
     return out.split()[-1]
 
 
-def kill_and_time(store: Path, mission_id: str, history: int, resume: bool) -> float:
-    before = wait_until(lambda: (seen := look(store, mission_id)).seq >= history and seen.host_pid and seen)
+def kill_and_time(store: Path, mission_id: str, history: int, resume: bool, server: int = 0) -> float:
+    """`server`: the strike waits until that language server watches the host's exit (holds a pidfd of it), as a
+    server does of a host it has watched for longer than a moment."""
+    before = wait_until(
+        lambda: (
+            (seen := look(store, mission_id)).seq >= history
+            and seen.host_pid
+            and (not server or seen.host_pid in pidfds(server))
+            and seen
+        )
+    )
     pid = before.host_pid
     assert before.state == MissionState.RUNNING and before.seq < history + TAIL, f"not mid-mission: {before}"
     assert not gone(pid), f"host {pid} was not running"
@@ -161,8 +202,10 @@ async def serve_run(root: Path, store: Path, agent: str, history: int) -> float:
     )
     client.initialized(types.InitializedParams())
     try:
+        assert client._server is not None
+        await asyncio.to_thread(wait_until, lambda: warmed(client._server.pid), 30.0)
         mission_id = start_mission(root, store, f"serve{history}", agent, history)
-        return await asyncio.to_thread(kill_and_time, store, mission_id, history, False)
+        return await asyncio.to_thread(kill_and_time, store, mission_id, history, False, client._server.pid)
     finally:
         kill_hosts(store)
         await client.shutdown_async(None)
