@@ -107,24 +107,28 @@ def make_here(
 
 def problem(store: Store, mission_id: str, held: UnitLease, mission_sandbox: Path) -> str:
     """Why the unit cannot go on in the sandbox its lease names ("" when it can): it names none, the folder
-    is not here, or its files no longer match the snapshot recorded with the lane's last journal entry (not
-    checked while an effect of the lane is in doubt: its command may have changed them)."""
+    is not here, or its files no longer match the snapshot recorded with the lane's last journal entry (unless
+    an effect of the lane is in doubt: its command may have changed them). The lane is read for an effect in
+    doubt only when the files do not match: a sandbox as recorded costs what the sandbox costs, not the history."""
     place = held.place
     path = Path(place.sandbox)
     if not place.sandbox:
         return held.why or "it has no sandbox"
     if not path.exists():
         return f"its sandbox {place.sandbox} is missing"
+    if not place.tree:
+        return ""
+    try:
+        base = store.read(lambda t: snapshot_base(t.get_blob, place.tree))
+        found = trees.digest_as_recorded(path, place.tree, base, mission_sandbox)
+    except trees.SandboxUnreadableError as exc:
+        why = exc.message
+    else:
+        if found == place.tree:
+            return ""
+        why = (
+            f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
+            f"entry (recorded {place.tree[:12]}, found {found[:12]})"
+        )
     in_doubt = store.read(lambda t: any(e.phase == "intent" for e in m.journal_scan(t, mission_id, held.lane)))
-    if place.tree and not in_doubt:
-        try:
-            base = store.read(lambda t: snapshot_base(t.get_blob, place.tree))
-            found = trees.digest_as_recorded(path, place.tree, base, mission_sandbox)
-        except trees.SandboxUnreadableError as exc:
-            return exc.message
-        if found != place.tree:
-            return (
-                f"its sandbox {path} no longer matches the tree digest recorded with its last journal "
-                f"entry (recorded {place.tree[:12]}, found {found[:12]})"
-            )
-    return ""
+    return "" if in_doubt else why
