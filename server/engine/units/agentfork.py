@@ -71,11 +71,6 @@ class ForkedAgent:
         self._pidfd = os.pidfd_open(pid)
         self._lock = threading.Lock()
 
-    def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
-            self._reap()
-        return self.returncode
-
     def wait(self, timeout: float | None = None) -> int:
         """Its exit code (negative: the signal that ended it); subprocess.TimeoutExpired after `timeout`."""
         if self.returncode is None:
