@@ -48,7 +48,8 @@ def test_an_answer_that_finds_the_asking_host_still_stopping_is_taken_up(tmp_pat
 
 @pytest.mark.parametrize("how", ["foreground", "detach"])
 def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path, how: str) -> None:
-    steps = [{"sleep": 0.2}] * 10 + [{"tool": "write_file", "args": {"path": "done.txt", "content": "done\n"}}]
+    gate = tmp_path / "gate"  # the unit works until the test opens it: the pause always finds it running
+    steps = [{"wait_file": str(gate)}, {"tool": "write_file", "args": {"path": "done.txt", "content": "done\n"}}]
     store, marker = tmp_path / "store", tmp_path / "stopping.pid"
     host = start_keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])), store=store, env={
         "KEEL_FAULT_HOST_EXIT": f"{marker}:3"
@@ -58,6 +59,7 @@ def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path,
     wait_for(lambda: marker.exists(), timeout=60)  # paused, and the host still holds the lock a while
     assert record(store, mid).state == MissionState.PAUSED
     assert HostLock(places.lock_path(store, mid), mid).held_elsewhere(), "the pausing host let go of its lock"
+    gate.write_text("go\n")
     if how == "foreground":
         keel("resume", mid, store=store, timeout=120, check_rc=0)
     else:
