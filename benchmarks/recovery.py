@@ -46,7 +46,7 @@ from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.hosts import kill_hosts
+from tests.hosts import children, kill_hosts, pidfds
 from tests.lsp.conftest import mission_toml
 
 TAIL = 5_000  # journaled steps past the kill: the unit is mid-way when it is struck
@@ -105,31 +105,6 @@ def gone(pid: int) -> bool:
         except OSError:
             continue
     return True
-
-
-def children(pid: int, title: bytes) -> list[int]:
-    """The children of `pid` whose command line starts with `title` (a keel starter retitles itself once ready)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_bytes().rpartition(b")")[2].split()[1])
-                if ppid == pid and (entry / "cmdline").read_bytes().startswith(title):
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
-def pidfds(pid: int) -> set[int]:
-    """The processes `pid` holds a pidfd of (/proc/PID/fdinfo shows a pidfd's process as `Pid:`)."""
-    found = set()
-    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            found |= {int(line.split()[1]) for line in info.read_text().splitlines() if line.startswith("Pid:")}
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
 
 
 def warmed(server: int) -> bool:

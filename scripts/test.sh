@@ -11,7 +11,7 @@ bash scripts/setup.sh
 source .venv/bin/activate
 echo "== acp agents (installing in the background)"
 bash scripts/acp-agents.sh >/dev/null & agents=$!
-echo "== ruff"; ruff check . && ruff format --check .
+echo "== ruff"; ruff check .; ruff format --check .  # two commands: a failure in an && list does not end the script
 echo "== mypy"; mkdir -p .venv/mypy-path/keel && for p in protocol storage server agents; do ln -sfn "$PWD/$p" .venv/mypy-path/keel/$p; done; MYPYPATH=.venv/mypy-path mypy -p keel
 wait "$tools" || { echo "test: installing the Debian packages or the editor tools failed" >&2; exit 1; }
 wait "$agents" || { echo "test: installing the ACP agents failed" >&2; exit 1; }

@@ -18,7 +18,7 @@ def run_and_exit(part: Callable[[], int | None], last: Callable[[int], None] | N
     try:
         code = part() or 0
     except SystemExit as exc:
-        code = exit_code(exc.code)
+        code = _exit_code(exc.code)
     except BaseException:
         import traceback
 
@@ -33,7 +33,7 @@ def run_and_exit(part: Callable[[], int | None], last: Callable[[int], None] | N
         os._exit(code)
 
 
-def exit_code(code: object) -> int:
+def _exit_code(code: object) -> int:
     """What an interpreter exits with for `sys.exit(code)`: None is 0, a number itself, anything else printed and 1."""
     if code is None:
         return 0

@@ -1,4 +1,5 @@
-"""Stopping the detached mission hosts a test started: the editor tests' shared clean-up."""
+"""Stopping the detached mission hosts a test started (the editor tests' shared clean-up), and what /proc shows of
+keel's processes: a process's live children by title, the processes it watches through pidfds."""
 
 from __future__ import annotations
 
@@ -22,3 +23,29 @@ def kill_hosts(store_path: Path) -> None:
         if record.host is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.host.pid, signal.SIGKILL)
+
+
+def children(pid: int, title: bytes) -> list[int]:
+    """The live children of `pid` whose command line starts with `title` (a keel starter shows `keel\0host-starter`
+    or `keel\0worker-starter` once it is ready)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_bytes().rpartition(b")")[2].split()  # state, ppid, ...
+                if stat[0] != b"Z" and int(stat[1]) == pid and (entry / "cmdline").read_bytes().startswith(title):
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def pidfds(pid: int) -> set[int]:
+    """The processes `pid` holds a pidfd of (/proc/PID/fdinfo shows a pidfd's process as `Pid:`)."""
+    found = set()
+    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            found |= {int(line.split()[1]) for line in info.read_text().splitlines() if line.startswith("Pid:")}
+        except (OSError, IndexError, ValueError):
+            continue
+    return found

@@ -15,6 +15,7 @@ from typing import Any
 from keel.protocol.records import MissionRecord
 from keel.storage import Store, Txn
 from keel.storage import missions as m
+from tests.hosts import children
 
 AGENT = "python -m keel.agents.scripted"
 
@@ -177,10 +178,4 @@ def workers_of(store: Path) -> dict[int, int]:
 
 def starters_of(parent: int) -> list[int]:
     """The live worker starters `parent` started (units/workerstarter.py)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and proc_file(int(entry.name), "cmdline").startswith(b"keel\0worker-starter"):
-            stat = proc_stat(int(entry.name))
-            if stat[:1] != [b"Z"] and stat[1:2] == [str(parent).encode()]:
-                found.append(int(entry.name))
-    return found
+    return children(parent, b"keel\0worker-starter")

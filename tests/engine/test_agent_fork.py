@@ -27,9 +27,10 @@ def _agents_of(store: Path) -> dict[int, int]:
     workers = workers_of(store)
     found = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := proc_stat(int(entry.name))) and int(stat[1]) in workers:
-            if proc_file(int(entry.name), "cmdline").rstrip(b"\0").split(b"\0") == AGENT and stat[0] != b"Z":
-                found[int(entry.name)] = int(stat[1])
+        if not entry.name.isdigit() or not (stat := proc_stat(int(entry.name))) or int(stat[1]) not in workers:
+            continue
+        if proc_file(int(entry.name), "cmdline").rstrip(b"\0").split(b"\0") == AGENT and stat[0] != b"Z":
+            found[int(entry.name)] = int(stat[1])
     return found
 
 

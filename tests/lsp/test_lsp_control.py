@@ -16,6 +16,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from tests.hosts import children, pidfds
 from tests.lsp.conftest import OPTIONS, SERVER, Env, capabilities, edit_elsewhere, watch
 from tests.lsp.conftest import until as _until
 
@@ -177,8 +178,9 @@ async def test_a_host_whose_exit_was_seen_is_restarted_without_a_grace_period(
         running = await env.wait_for(lambda c: c["id"] == mid and c["state"] == "running" and c.get("host"))
         pid = running["host"]["pid"]
         server = patient._server.pid  # type: ignore[union-attr]
-        await _until(lambda: pid in _pidfds(server), within=30)  # struck once the server watches its exit
-        await _until(lambda: _ready_starter(server), within=30)  # and its host starter has loaded the host
+        await _until(lambda: pid in pidfds(server), within=30)  # struck once the server watches its exit
+        # and its host starter has loaded the host (it then shows its own command line)
+        await _until(lambda: bool(children(server, b"keel\0host-starter")), within=30)
         os.killpg(pid, signal.SIGKILL)
         restarted = await env.wait_for(
             lambda c: c["id"] == mid and c.get("host", {}).get("pid") not in (None, pid) and c["host"]["alive"],
@@ -189,30 +191,6 @@ async def test_a_host_whose_exit_was_seen_is_restarted_without_a_grace_period(
         assert parent != server and _parent_of(parent) == server, (server, parent)
     finally:
         env.kill_hosts()
-
-
-def _pidfds(pid: int) -> set[int]:
-    """The processes `pid` holds a pidfd of (/proc/PID/fdinfo shows a pidfd's process as `Pid:`)."""
-    found = set()
-    for info in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            lines = info.read_text().splitlines()
-        except OSError:
-            continue
-        found |= {int(line.split()[1]) for line in lines if line.startswith("Pid:")}
-    return found
-
-
-def _ready_starter(server: int) -> bool:
-    """Whether the server's host starter has loaded the host (it then shows its own command line)."""
-    for entry in Path("/proc").iterdir():
-        try:
-            title = (entry / "cmdline").read_bytes().split(b"\0")[:2] if entry.name.isdigit() else []
-            if title == [b"keel", b"host-starter"] and _parent_of(int(entry.name)) == server:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def _parent_of(pid: int) -> int:
