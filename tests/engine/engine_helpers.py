@@ -173,7 +173,8 @@ def workers_of(store: Path) -> dict[int, int]:
             cmd, stat = proc_file(int(entry.name), "cmdline"), proc_stat(int(entry.name))
             if b"keel.server.engine.units.subagent" in cmd and str(store).encode() in cmd and stat and stat[0] != b"Z":
                 found[int(entry.name)] = int(stat[1])
-    return found
+    # a worker's agent, forked a moment ago, shows its worker's command line until it writes its own
+    return {pid: parent for pid, parent in found.items() if parent not in found}
 
 
 def starters_of(parent: int) -> list[int]:
