@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from keel.protocol.environblock import retitle
+from keel.server import background
 from keel.server.engine import control
 from keel.server.engine.files import places
 from keel.server.engine.units import workerstarter
@@ -55,6 +56,7 @@ def start_host(store_path: Path, mission_id: str) -> int:
 def _host(store_path: Path, mission_id: str, log: Path) -> NoReturn:
     def host() -> int:
         os.setsid()
+        background.lower()  # a detached host is background work (background.py)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a host starter ignores it (hoststarter.py); a host waits
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -28,6 +28,7 @@ from keel.protocol.agent import AGENT_ERROR
 from keel.protocol.environblock import SECRET_NAME, STORE_ENV_VAR, is_secret
 from keel.protocol.errors import ErrorCode, KeelError, ProtocolError
 from keel.protocol.framing import STREAM_LIMIT, frame, read_frame_async
+from keel.server import background
 from keel.storage.location import store_env, with_store_env
 
 Handler = Callable[[str, Any], Awaitable[Any]]
@@ -231,6 +232,7 @@ class AgentProcess:
                 )
             except OSError as exc:
                 raise AgentError(f"cannot start agent {' '.join(command)!r}: {exc.strerror}") from None
+            background.lower(proc.pid)  # a unit's worker, in a session of its own (background.py)
         return cls(proc, handler, name, log, on_notice)
 
     def _set_state(self, new: ProcState) -> None:

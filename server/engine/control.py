@@ -19,6 +19,7 @@ from keel.protocol.errors import ErrorCode, InvalidTransitionError, KeelError, N
 from keel.protocol.missionfile import load_mission_file
 from keel.protocol.records import Control, MissionRecord
 from keel.protocol.states import TERMINAL_MISSION_STATES, MissionState, PauseReason, can
+from keel.server import background
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock, host_alive, lease_holder_dead
 from keel.server.engine.units.unitgc import remove_mission_sandbox
@@ -83,6 +84,7 @@ def spawn_host(store_path: Path, mission_id: str) -> int:
             start_new_session=True,
             close_fds=True,
         )
+    background.lower(proc.pid)  # a detached host is background work (background.py)
     return proc.pid
 
 

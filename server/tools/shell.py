@@ -35,6 +35,7 @@ from typing import Any
 from keel.protocol.agent import ToolRunResult
 from keel.protocol.diskspace import command_failed_for_space, disk_full, free_or_none
 from keel.protocol.tools import SPECS
+from keel.server import background
 from keel.server.processes import kill_group
 from keel.server.tools.base import Reconciled, ToolClass, ToolContext, ToolError, arg, failure
 from keel.server.tools.paths import relative, resolve
@@ -166,6 +167,7 @@ class Run:
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
+        background.lower(proc.pid)  # a command a unit runs is background work, in a session of its own (background.py)
         out, err = _Tail(OUTPUT_TAIL_BYTES), _Tail(OUTPUT_TAIL_BYTES)
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(out.drain(proc.stdout), err.drain(proc.stderr))

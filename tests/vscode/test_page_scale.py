@@ -163,6 +163,7 @@ def test_mission_page_at_scale(code_server, drive, vsix: Path, tmp_path: Path) -
         "medianUpdateMs": statistics.median(ms),
         "maxUpdateMs": max(ms),
         "lagS": lag,
+        "askingClick": seen["askingClick"],  # "opened", or what the window showed when its first click did not
     }
     (ARTIFACTS / "page-scale-timings.json").write_text(json.dumps(report, indent=2))
     (ARTIFACTS / "page-scale-updates.json").write_text(json.dumps(updates))  # beside page-scale-store.json

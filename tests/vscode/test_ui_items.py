@@ -128,13 +128,19 @@ def run_scene(
     out = drive(config, timeout=840, script=script)
     (ARTIFACTS / f"items-{scene}.json").write_text(json.dumps(out, indent=2))
     assert out["ok"], (
-        f"{out.get('error')}\n{json.dumps(out.get('seen'), indent=1)[:4000]}\n"
+        f"{out.get('error')}\n{brief(out.get('seen') or {})}\n"
         + "\n".join(out.get("console", [])[-30:])
         + server.log_tail()
     )
     for shot in out["shots"]:
         assert Path(shot).stat().st_size > 10_000, shot
     return dict(out["seen"])
+
+
+def brief(seen: dict[str, Any]) -> str:
+    """What a scene saw, every key in view: each value cut to a few hundred characters (the whole of it is in
+    test-artifacts/vscode/items-SCENE.json)."""
+    return "\n".join(f"{key}: {json.dumps(value)[:300]}" for key, value in seen.items())
 
 
 @contextlib.contextmanager

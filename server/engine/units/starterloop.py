@@ -17,6 +17,7 @@ import sys
 from typing import Any, NoReturn
 
 from keel.protocol.environblock import blank_secrets, retitle, show_in_block
+from keel.server import background
 from keel.server.engine.units import agentfork, subagent
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.server.engine.units.workerstarter import MODULE
@@ -90,6 +91,7 @@ def _worker(argv: list[str], cwd: str, env: dict[str, str], fds: list[int]) -> N
 
     def worker() -> int:
         os.setsid()
+        background.follow()  # its session's scheduling group at the nice the starter has (background.py)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         os.closerange(3, fd_limit())

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from keel.server import background
 from keel.server.engine.units.runtree import TAG_VAR
 from keel.server.starterlink import StarterLink
 
@@ -79,6 +80,7 @@ class WorkerStarter:
             return None
         finally:
             theirs.close()
+        background.lower(proc.pid)  # its workers are forks of it: they inherit its nice (background.py)
         return cls(proc, ours)
 
     def request(self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: Sequence[int]) -> int | None:
