@@ -124,10 +124,12 @@ export async function pick(text, timeout = 60_000) {
 export async function paletteWithPicks(title, ...choices) {
   await palette(title);
   const shown = [];
+  seen.picking = { title, shown }; // what each pick showed so far, for a scene that fails at one
   for (const choice of choices) {
     shown.push(await quickPick());
     await pick(choice);
   }
+  delete seen.picking;
   return shown;
 }
 
