@@ -4,6 +4,7 @@ effects still happen once each, and that an environment a fork could not honour 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -34,6 +35,16 @@ def _agents_of(store: Path) -> dict[int, int]:
     return found
 
 
+def _held(pid: int) -> set[str]:
+    """What the process holds open. It is running: a file it opens for a moment (a module it imports) may be
+    closed between the listing and the look."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return held
+
+
 def _forked(pid: int) -> bool:
     """A fork shows its command line over the argument block it was forked with (its worker's, kept long for
     titles): NULs pad it. A new interpreter's block is its own command line exactly."""
@@ -55,7 +66,7 @@ def test_a_keel_agent_is_a_fork_of_its_worker_that_is_what_a_new_interpreter_wou
         assert int(stat[2]) == pid, "its own process group: the worker kills the agent and what it started by it"
         assert stat[3] == worker_stat[3], "in its worker's session, as the worker's new process would be"
         assert os.readlink(f"/proc/{pid}/cwd") == os.readlink(f"/proc/{worker}/cwd"), "it works in the sandbox"
-        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd") if fd.isdigit()}
+        held = _held(pid)
         assert not [h for h in held if str(store) in h or h.endswith(".mdb")], held  # nothing of the store
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
