@@ -303,4 +303,25 @@ async function firstRunScene() {
   await shot("vscode-first-run-fixed");
 }
 
-await runDriver({ main: mainScene, firstRun: firstRunScene, firstRunVenv: firstRunVenvScene });
+/** keel is installed nowhere the extension looks: Install keel (the toast's button) makes keel's own
+ * environment from the wheel the VSIX carries, in a terminal, and keel then starts from it. */
+async function firstRunInstallScene() {
+  await openKeel();
+  const told = await toast("not installed", 60_000);
+  seen.installButtons = (await told.locator(".monaco-button").allInnerTexts()).map(squash);
+  await told.locator(".monaco-button", { hasText: "Install keel" }).first().click();
+  seen.installTerminal = await waitUntil("the install terminal", async () => {
+    const tabs = (await page.locator(".terminal-tabs-entry, .single-terminal-tab, .tabs-list .monaco-list-row")
+      .allInnerTexts()).map(squash);
+    return tabs.some((t) => t.includes("keel install")) ? tabs : undefined;
+  }, 60_000).catch(() => []);
+  seen.installedWelcome = await waitUntil("keel running from its own environment", async () => {
+    const text = squash(await pane("Missions").innerText());
+    return /No missions/.test(text) ? text : "";
+  }, 400_000);
+  await shot("vscode-first-run-installed", false);
+}
+
+await runDriver({
+  main: mainScene, firstRun: firstRunScene, firstRunVenv: firstRunVenvScene, firstRunInstall: firstRunInstallScene,
+});

@@ -256,6 +256,26 @@ def test_first_run_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> 
     assert json.loads((ws / ".vscode" / "settings.json").read_text())["keel.python"] == sys.executable
 
 
+def test_install_keel_in_vscode(code_server, drive, vsix: Path, tmp_path: Path) -> None:
+    """Item 9: on a machine where keel is installed nowhere, the toast's Install keel makes keel's own environment
+    (the extension's global storage) from the wheel the VSIX carries, points keel.python at it, and keel starts
+    from there: the Missions view's welcome is the running one."""
+    bare = tmp_path / "bare-python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    ws = workspace(tmp_path / "ws", python=str(bare / "bin" / "python"))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    seen = run_scene(code_server, drive, vsix, ws, "firstRunInstall", {})
+    assert "Install keel" in seen["installButtons"], seen["installButtons"]
+    assert any("keel install" in t for t in seen["installTerminal"]), seen["installTerminal"]  # run in a terminal
+    assert "No missions" in seen["installedWelcome"]
+    chosen = Path(json.loads((ws / ".vscode" / "settings.json").read_text())["keel.python"])
+    assert chosen.parent.parent.name == "python-env" and "globalStorage" in chosen.parts, chosen
+    where = subprocess.run(
+        [chosen, "-c", "import keel.server; print(keel.server.__file__)"], capture_output=True, text=True, check=True
+    )
+    assert Path(where.stdout.strip()).is_relative_to(chosen.parent.parent)  # the wheel's copy, not this checkout
+
+
 def test_first_run_offers_the_workspace_venv(code_server, drive, vsix: Path, tmp_path: Path) -> None:
     """No keel.python setting and no keel for python3 on PATH (VS Code started from the desktop), but the
     workspace's .venv has keel: the toast offers "Use .venv"; then Start Mission in a workspace with no
