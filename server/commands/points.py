@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from keel.protocol.states import MissionState, can
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
 from keel.server.engine.restore import restore_files, restore_txn
 from keel.server.exits import Exit
+from keel.storage import Store
 from keel.storage import missions as m
 
 
@@ -50,14 +52,31 @@ def run_points(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+ENDING_WAIT_S = 30.0  # how long a host that has stopped its mission is given to exit
+
+
 @contextlib.contextmanager
-def mission_lock(path: Path, mission_id: str, what: str) -> Iterator[None]:
-    """Hold the mission's host lock for the operation: no host can start while files are rewritten."""
+def mission_lock(store: Store, path: Path, mission_id: str, what: str) -> Iterator[None]:
+    """Hold the mission's host lock for the operation: no host can start while files are rewritten. A host that
+    has stopped its mission (paused, or finished it) still holds the lock while it writes its last checkpoint
+    and exits: it is waited for, up to ENDING_WAIT_S; a host still at work is an error that says what to do."""
     lock = HostLock(places.lock_path(path, mission_id), mission_id)
-    try:
-        lock.acquire()
-    except HostBusyError:
-        raise HostBusyError(f"mission {mission_id} is running; pause it before {what}") from None
+    deadline = time.monotonic() + ENDING_WAIT_S
+    while True:
+        try:
+            lock.acquire()
+            break
+        except HostBusyError:
+            state = store.read(lambda t: m.get_mission(t, mission_id)).state
+            ending = state == MissionState.PAUSED or can(state).terminal
+            if not ending:
+                raise HostBusyError(f"mission {mission_id} is {state.value}; pause it before {what}") from None
+            if time.monotonic() > deadline:
+                raise HostBusyError(
+                    f"mission {mission_id} is {state.value}, but its host has not exited after {ENDING_WAIT_S:.0f} s;"
+                    f" try {what} again once it has"
+                ) from None
+            time.sleep(0.05)
     try:
         yield
     finally:
@@ -67,7 +86,7 @@ def mission_lock(path: Path, mission_id: str, what: str) -> Iterator[None]:
 def run_restore(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-        with mission_lock(store_path(args), mission_id, "a restore"):
+        with mission_lock(store, store_path(args), mission_id, "a restore"):
             if args.files:
                 point = restore_files(store, store_path(args), mission_id, args.point)
             else:

@@ -46,7 +46,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def run_fork(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-        with mission_lock(store_path(args), mission_id, "a fork"):
+        with mission_lock(store, store_path(args), mission_id, "a fork"):
             record = fork(store, store_path(args), mission_id, args.point, args.name)
     if args.json:
         print_json(
@@ -93,7 +93,7 @@ def run_diff(args: argparse.Namespace) -> int:
 def run_apply(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         mission_id = store.read(lambda t: m.resolve_mission_id(t, args.id))
-        with mission_lock(store_path(args), mission_id, "applying its result"):
+        with mission_lock(store, store_path(args), mission_id, "applying its result"):
             report = apply_result(store, store_path(args), mission_id, branch=args.branch)
     if args.json:
         print_json(report)
