@@ -9,9 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from keel.protocol.states import MissionState, can
+from keel.protocol.states import can
 from keel.server.commands import help_of
 from keel.server.commands.common import open_store, print_json, store_path
+from keel.server.engine import control
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError, HostLock
 from keel.server.engine.restore import restore_files, restore_txn
@@ -52,31 +53,19 @@ def run_points(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-ENDING_WAIT_S = 30.0  # how long a host that has stopped its mission is given to exit
-
-
 @contextlib.contextmanager
 def mission_lock(store: Store, path: Path, mission_id: str, what: str) -> Iterator[None]:
     """Hold the mission's host lock for the operation: no host can start while files are rewritten. A host that
-    has stopped its mission (paused, or finished it) still holds the lock while it writes its last checkpoint
-    and exits: it is waited for, up to ENDING_WAIT_S; a host still at work is an error that says what to do."""
+    has stopped its mission (paused it, finished it) still holds the lock while it writes its last checkpoint
+    and exits: it is waited for (control.wait_for_stopping_host); a host at work is an error that says so."""
+    control.wait_for_stopping_host(store, path, mission_id)
     lock = HostLock(places.lock_path(path, mission_id), mission_id)
-    deadline = time.monotonic() + ENDING_WAIT_S
-    while True:
-        try:
-            lock.acquire()
-            break
-        except HostBusyError:
-            state = store.read(lambda t: m.get_mission(t, mission_id)).state
-            ending = state == MissionState.PAUSED or can(state).terminal
-            if not ending:
-                raise HostBusyError(f"mission {mission_id} is {state.value}; pause it before {what}") from None
-            if time.monotonic() > deadline:
-                raise HostBusyError(
-                    f"mission {mission_id} is {state.value}, but its host has not exited after {ENDING_WAIT_S:.0f} s;"
-                    f" try {what} again once it has"
-                ) from None
-            time.sleep(0.05)
+    try:
+        lock.acquire()
+    except HostBusyError:
+        state = store.read(lambda t: m.get_mission(t, mission_id)).state
+        then = f"pause it before {what}" if can(state).pause else f"its host has not exited; try {what} again"
+        raise HostBusyError(f"mission {mission_id} is {state.value}; {then}") from None
     try:
         yield
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from keel.server.commands.points import ENDING_WAIT_S
+from keel.server.engine.control import STOPPING_WAIT_S
 from keel.server.engine.files import places
 from keel.server.engine.hostlock import HostBusyError
 from keel.server.exits import exit_for
@@ -65,7 +65,7 @@ def test_a_restore_of_a_mission_whose_host_is_at_work_is_an_error_at_once(tmp_pa
         wait_for(lambda: record(store, mid).state.value == "running" and bool(points(store, mid)), timeout=60)
         began = time.monotonic()
         refused = ok(keel("restore", mid, points(store, mid)[0]["id"], store=store), rc=exit_for(HostBusyError("")))
-        assert time.monotonic() - began < ENDING_WAIT_S / 2, "a host at work is not waited for"
+        assert time.monotonic() - began < STOPPING_WAIT_S / 2, "a host at work is not waited for"
         assert f"mission {mid} is running; pause it before a restore" in refused.stderr
     finally:
         kill_hosts(store)
