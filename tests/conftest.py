@@ -16,6 +16,7 @@ costly (computed once, not once per worker). The groups are named before xdist r
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,12 @@ import pytest
 from tests.pgserver import PgServer, pg_missing
 
 TESTS = Path(__file__).resolve().parent
+
+# keel's processes run at normal priority in the tests (server/background.py lowers them by default). A CI
+# machine's two cores are kept busy by the run itself: four workers, PostgreSQL, code-server and Chromium, all
+# at normal priority. Background keel processes there got a tenth of their share or less, and tests waiting on
+# them ran out of time. The tests that check the priority set KEEL_NICE themselves (tests/engine/test_background.py).
+os.environ.setdefault("KEEL_NICE", "0")
 FAST_FOLDERS = {"protocol", "storage", "tools", "providers"}
 FAST_MODULES = {"test_layering.py", "test_gitrun.py", "test_payload_declarations.py", "test_tiers.py"}
 GROUPS = {  # a module's entry before its folder's

@@ -15,6 +15,7 @@ from keel.server import background
 
 BASE = os.getpriority(os.PRIO_PROCESS, 0)  # what this test runs at: keel never raises a priority
 AUTOGROUPS = background.autogroup_nice() is not None
+LEVEL = background.DEFAULT_NICE  # set explicitly: the test run's own default is 0 (tests/conftest.py)
 
 
 def _mission(tmp_path: Path) -> Path:
@@ -54,12 +55,13 @@ def _a_worker(store: Path) -> int:
 
 def test_a_detached_host_its_worker_and_its_command_run_in_the_background(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    mission = keel("run", str(_mission(tmp_path)), "--detach", store=store, check_rc=0).stdout.split()[-1]
+    ran = keel("run", str(_mission(tmp_path)), "--detach", store=store, env={"KEEL_NICE": "10"}, check_rc=0)
+    mission = ran.stdout.split()[-1]
     wait_for(lambda: record(store, mission).host is not None, timeout=60)
     host = record(store, mission).host
     assert host is not None
     worker = _a_worker(store)
-    level = max(BASE, background.DEFAULT_NICE)
+    level = max(BASE, LEVEL)
     assert (_nice(host.pid), _nice(worker)) == (level, level)
     nice, group = _command(tmp_path)
     assert nice == level
@@ -70,11 +72,11 @@ def test_a_detached_host_its_worker_and_its_command_run_in_the_background(tmp_pa
 
 def test_a_foreground_run_keeps_its_priority_and_its_units_work_in_the_background(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    proc = start_keel("run", str(_mission(tmp_path)), store=store)
+    proc = start_keel("run", str(_mission(tmp_path)), store=store, env={"KEEL_NICE": "10"})
     try:
         mission_id_of(proc)
         worker = _a_worker(store)
-        level = max(BASE, background.DEFAULT_NICE)
+        level = max(BASE, LEVEL)
         assert (_nice(proc.pid), _nice(worker)) == (BASE, level)
         assert _command(tmp_path)[0] == level
         if AUTOGROUPS:
