@@ -53,20 +53,26 @@ def _a_worker(store: Path) -> int:
     return next(iter(workers))
 
 
-def test_a_detached_host_its_worker_and_its_command_run_in_the_background(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    ran = keel("run", str(_mission(tmp_path)), "--detach", store=store, env={"KEEL_NICE": "10"}, check_rc=0)
+def _detached(tmp_path: Path, store: Path, nice: str) -> tuple[str, int]:
+    """The mission `keel run --detach` started with KEEL_NICE=`nice`, and its host's pid once it has one."""
+    ran = keel("run", str(_mission(tmp_path)), "--detach", store=store, env={"KEEL_NICE": nice}, check_rc=0)
     mission = ran.stdout.split()[-1]
     wait_for(lambda: record(store, mission).host is not None, timeout=60)
     host = record(store, mission).host
     assert host is not None
+    return mission, host.pid
+
+
+def test_a_detached_host_its_worker_and_its_command_run_in_the_background(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    mission, host = _detached(tmp_path, store, "10")
     worker = _a_worker(store)
     level = max(BASE, LEVEL)
-    assert (_nice(host.pid), _nice(worker)) == (level, level)
+    assert (_nice(host), _nice(worker)) == (level, level)
     nice, group = _command(tmp_path)
     assert nice == level
     if AUTOGROUPS:  # each is the first of a session of its own: its scheduling group is lowered, not only it
-        assert (_group(host.pid), _group(worker), group) == (level, level, level)
+        assert (_group(host), _group(worker), group) == (level, level, level)
     wait_for(lambda: record(store, mission).state.value == "completed", timeout=120)
 
 
@@ -89,16 +95,12 @@ def test_a_foreground_run_keeps_its_priority_and_its_units_work_in_the_backgroun
 
 def test_keel_nice_0_leaves_everything_at_normal_priority(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    out = keel("run", str(_mission(tmp_path)), "--detach", store=store, env={"KEEL_NICE": "0"}, check_rc=0)
-    mission = out.stdout.split()[-1]
-    wait_for(lambda: record(store, mission).host is not None, timeout=60)
-    host = record(store, mission).host
-    assert host is not None
-    assert (_nice(host.pid), _nice(_a_worker(store))) == (BASE, BASE)
+    mission, host = _detached(tmp_path, store, "0")
+    assert (_nice(host), _nice(_a_worker(store))) == (BASE, BASE)
     nice, group = _command(tmp_path)
     assert nice == BASE
     if AUTOGROUPS:
-        assert (_group(host.pid), group) == (0, 0)
+        assert (_group(host), group) == (0, 0)
     wait_for(lambda: record(store, mission).state.value == "completed", timeout=120)
 
 
