@@ -20,9 +20,9 @@ from pathlib import Path
 import msgspec
 
 from keel.protocol.records import Placement, UnitLease, is_tree_ref
-from keel.protocol.states import LeaseState
 from keel.server.engine.files import merge, places, trees
 from keel.server.engine.files.gitbase import for_workspace
+from keel.server.engine.files.sandbox import SandboxError
 from keel.server.engine.restore import blob_reader
 from keel.storage import Store
 from keel.storage import missions as m
@@ -49,14 +49,35 @@ def home(store_path: Path, mission_id: str, lane: str) -> tuple[Path, str]:
 
 
 def reuse(store_path: Path, mission_id: str, lane: str, lease: UnitLease | None) -> PreparedSandbox | None:
-    """The sandbox the lane already has, when its lease is unfinished and the folder is here; else None."""
+    """The sandbox the lane already has, when the folder is here; else None. A lane whose run completed
+    keeps its sandbox too: it holds that run's files (and, in git, their commit), which a replay of its
+    journal answers without making them again."""
     path, branch = home(store_path, mission_id, lane)
     was = lease.place if lease else Placement()
-    if not (lease and lease.lane == lane and lease.state != LeaseState.DONE and path.exists() and was.made()):
+    if not (lease and lease.lane == lane and path.exists() and was.made()):
         return None
     # no recorded tree (a person vouched for an effect): the sandbox as it is is the reference
     base = "" if was.is_copy() else was.base
     return PreparedSandbox(str(path), branch, base, was.tree or trees.tree_digest(path), copied=was.is_copy())
+
+
+def has_steps(lane: str, lease: UnitLease | None) -> bool:
+    """The lane's journal already holds steps: their file changes are in its own sandbox, and a replay
+    answers them without making them again, so a sandbox made afresh from the mission branch would
+    silently lack them."""
+    return lease is not None and lease.lane == lane and lease.place.last_checkpoint > 0
+
+
+def remade(store: Store, store_path: Path, mission_id: str, lease: UnitLease) -> PreparedSandbox:
+    """The sandbox of a lane that has steps but whose folder is not here, made again from the snapshots its
+    lease names (`make_here`); SandboxError when they are not kept: the unit cannot go on as it was."""
+    here = make_here(store, store_path, mission_id, lease)
+    if not here.place.is_copy():
+        raise SandboxError(
+            f"its journal lane {lease.lane} holds {lease.place.last_checkpoint} step(s), but their sandbox "
+            f"{lease.place.sandbox or '(none)'} is not here and no snapshot of its files is kept"
+        )
+    return PreparedSandbox(here.place.sandbox, "", "", here.place.tree, copied=True)
 
 
 def branch_off(mission_sandbox: Path, store_path: Path, mission_id: str, lane: str) -> str:

@@ -85,12 +85,17 @@ class Registry:
 
     # -- starting a worker --------------------------------------------------------------------------
     async def prepare(self, uid: str) -> PreparedSandbox:
-        """The unit's sandbox: the one its lane already has, or a fresh one from the mission branch."""
+        """The unit's sandbox: the one its lane already has (made again from its snapshots when the lane has
+        steps and the folder is not here), or a fresh one from the mission branch."""
         unit_lane, store_path = self.lane_of(uid), self.host.store_path
         lease = await asyncio.to_thread(self._lease, uid)
         kept = await asyncio.to_thread(placement.reuse, store_path, self.mission_id, unit_lane, lease)
         if kept is not None:
             return kept
+        if placement.has_steps(unit_lane, lease):
+            assert lease is not None
+            async with self.git_lock:
+                return await asyncio.to_thread(placement.remade, self.host.store, store_path, self.mission_id, lease)
         async with self.git_lock:
             base = await asyncio.to_thread(
                 placement.branch_off, self.host.sandbox, store_path, self.mission_id, unit_lane
@@ -223,7 +228,9 @@ class Registry:
         journal holds an effect: that is a question to the person (`reexecute`)."""
         finished = []
         await asyncio.to_thread(kill_tagged, OWNER_VAR, command_owner(self.mission_id))
-        for held in await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id)):
+        held_all = await asyncio.to_thread(self.host.store.read, lambda t: leases.list_leases(t, self.mission_id))
+        faultpoints.pause_here("RECOVER_LEASES")  # crash tests: the leases read, an earlier host's runs not yet stopped
+        for held in held_all:
             decision = await self._decide(held)
             if decision == Recovery.BRING_HERE:
                 held = await self.bring_here(held, fence=False)
@@ -232,6 +239,15 @@ class Registry:
                 continue
             await asyncio.to_thread(terminate, held, self.mission_id)
             await asyncio.to_thread(end_runs, unit_key(self.host.store_path, self.mission_id, held.unit))
+            # what its run recorded until it was stopped counts (a completion it wrote meanwhile, say):
+            # decided on the lease as it is now that nothing of an earlier host writes it any more
+            now = await asyncio.to_thread(self._lease, held.unit)
+            if now is None or now.lane != held.lane:
+                continue
+            if now != held:
+                held, decision = now, await self._decide(now)
+                if decision in (Recovery.LEAVE, Recovery.FOLLOW, Recovery.BRING_HERE):
+                    continue
             if held.place.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
                 await asyncio.to_thread(trees.remove_temps, Path(held.place.sandbox))  # a killed write's
