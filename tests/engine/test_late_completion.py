@@ -32,7 +32,7 @@ from keel.server.engine.files.sandbox import SandboxError
 from keel.server.engine.units import placement
 from keel.storage import Store, leases
 from keel.storage import missions as m
-from tests.bundles.kit import git
+from tests.bundles.kit import git, git_workspace
 
 pytestmark = pytest.mark.usefixtures("store_backend")
 
@@ -52,16 +52,6 @@ def _units(gate: Path) -> list[dict[str, object]]:
         },
         {"id": "d", "after": ["c"], "params": {"steps": [{"tool": "read_file", "args": {"path": "c.py"}}]}},
     ]
-
-
-def _workspace(folder: Path) -> Path:
-    ws = folder / "ws"
-    ws.mkdir(parents=True)
-    (ws / "README.md").write_text("hello\n")
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "add", "-A")
-    git(ws, "commit", "-q", "-m", "base")
-    return ws
 
 
 def _lease(store: Path, mid: str) -> leases.UnitLease:
@@ -90,7 +80,8 @@ def _complete_late(store: Path, mid: str, held: leases.UnitLease) -> None:
 
 
 def test_a_completion_recorded_while_the_new_host_recovers_is_taken_over(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path)
+    ws = tmp_path / "ws"
+    git_workspace(ws)
     store, gate, mark = tmp_path / "store", tmp_path / GATE, tmp_path / "recover.mark"
     host = start_keel("run", str(write_mission(tmp_path, _units(gate))), store=store)
     mid = mission_id_of(host)
@@ -122,7 +113,7 @@ def test_a_completion_recorded_while_the_new_host_recovers_is_taken_over(tmp_pat
 def test_a_lane_with_steps_never_gets_a_fresh_sandbox(tmp_path: Path) -> None:
     """Wherever a unit is started again on a lane whose journal holds steps, its sandbox is its own: the one
     it completed in, or, when that folder is gone, one made again from its snapshots; never a fresh one."""
-    _workspace(tmp_path)
+    git_workspace(tmp_path / "ws")
     store, gate = tmp_path / "store", tmp_path / GATE
     gate.write_text("go\n")
     keel("run", str(write_mission(tmp_path, _units(gate))), store=store, timeout=180, check_rc=0)
