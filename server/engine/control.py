@@ -110,12 +110,15 @@ def queue_mission(store: Store, mission_file: Path) -> MissionRecord:
 def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     """Record a pause; a running host acknowledges it (state pausing) within ~50 ms and stops at a
     consistent point. A mission whose host is gone is marked paused directly (an offline one too: it
-    must then never be resumed by a prober); a host waiting out a network loss sees the control itself."""
+    must then never be resumed by a prober); a host waiting out a network loss sees the control itself.
+    A mission just created is left to the host its `keel run` is starting: marked paused before that host
+    looked, it would be taken for one a person resumed, and run; its host pauses it first thing instead
+    (so does any host that next starts it, should that `keel run` have died first)."""
 
     def txn_fn(txn: Txn) -> MissionRecord:
         seq = m.add_control(txn, mission_id, Control(action="pause", at=time.time(), source=source))
         record = m.get_mission(txn, mission_id)
-        if can(record.state).pause and not host_alive(record):
+        if can(record.state).pause and record.state != MissionState.CREATED and not host_alive(record):
             record = m.set_mission_state(
                 txn, mission_id, MissionState.PAUSED, pause_reason=PauseReason.OPERATOR, control_seen=seq, host=None
             )
@@ -124,17 +127,23 @@ def request_pause(store: Store, mission_id: str, source: str) -> MissionRecord:
     return store.write(txn_fn)
 
 
-def request_cancel(store: Store, mission_id: str, source: str) -> MissionRecord:
+def request_cancel(store: Store, mission_id: str, source: str, *, store_path: Path | None = None) -> MissionRecord:
     """Record a cancel: a running host stops its units at a consistent point and ends the mission
     `cancelled`; a mission whose host is gone (paused, waiting for input, offline, not started) is
-    cancelled here. A finished mission cannot be cancelled (InvalidTransitionError says why)."""
+    cancelled here. A finished mission cannot be cancelled (InvalidTransitionError says why). With
+    `store_path`, a host of this machine on its way out (it paused, or began to, a moment ago) is waited
+    out first: it acts on no control any more, so the cancel would wait for the next resume."""
+    left = False  # its host, in a state it leaves from, let go of the mission's lock: it reads no control
+    if store_path is not None and store.read(lambda t: m.get_mission(t, mission_id)).state in _LEAVING:
+        wait_for_stopping_host(store, store_path, mission_id)
+        left = not HostLock(places.lock_path(store_path, mission_id), mission_id).held_elsewhere()
 
     def txn_fn(txn: Txn) -> MissionRecord:
         record = m.get_mission(txn, mission_id)
         if not can(record.state).cancel:
             raise InvalidTransitionError(f"mission {mission_id} is {record.state.value}; there is nothing to cancel")
         seq = m.add_control(txn, mission_id, Control(action="cancel", at=time.time(), source=source))
-        if host_alive(record):
+        if host_alive(record) and not (left and record.state in _LEAVING):
             return record
         return m.set_mission_state(
             txn, mission_id, MissionState.CANCELLED, control_seen=seq, host=None, question=None, pause_reason=None
@@ -189,6 +198,8 @@ def pause_all(store: Store, source: str) -> list[str]:
 
 
 STOPPING_WAIT_S = 30.0
+# a host still alive in these states is stopping: it ends without reading another control
+_LEAVING = frozenset({MissionState.PAUSING, MissionState.PAUSED, MissionState.WAITING_INPUT})
 
 
 def _stopping(txn: Txn, record: MissionRecord) -> bool:

@@ -5,6 +5,8 @@ given then waits for it too, so its last writes never bring the mission back."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,10 @@ def test_an_answer_that_finds_the_asking_host_still_stopping_is_taken_up(tmp_pat
     assert files(Path(record(store, mid).sandbox)).get("shipped.txt") == b"yes\n"
 
 
-@pytest.mark.parametrize("how", ["foreground", "detach"])
-def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path, how: str) -> None:
-    gate = tmp_path / "gate"  # the unit works until the test opens it: the pause always finds it running
+def _paused_host_leaving(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, str, Path]:
+    """A mission paused while its unit worked (it waits at a gate until the test opens it), whose host still
+    holds the mission's lock for 3 s: (that host, the store, the mission id, the gate)."""
+    gate = tmp_path / "gate"
     steps = [{"wait_file": str(gate)}, {"tool": "write_file", "args": {"path": "done.txt", "content": "done\n"}}]
     store, marker = tmp_path / "store", tmp_path / "stopping.pid"
     host = start_keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])), store=store, env={
@@ -59,6 +62,12 @@ def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path,
     wait_for(lambda: marker.exists(), timeout=60)  # paused, and the host still holds the lock a while
     assert record(store, mid).state == MissionState.PAUSED
     assert HostLock(places.lock_path(store, mid), mid).held_elsewhere(), "the pausing host let go of its lock"
+    return host, store, mid, gate
+
+
+@pytest.mark.parametrize("how", ["foreground", "detach"])
+def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path, how: str) -> None:
+    host, store, mid, gate = _paused_host_leaving(tmp_path)
     gate.write_text("go\n")
     if how == "foreground":
         keel("resume", mid, store=store, timeout=120, check_rc=0)
@@ -68,6 +77,23 @@ def test_a_resume_right_after_a_pause_waits_for_the_host_to_stop(tmp_path: Path,
     host.communicate(timeout=60)
     assert record(store, mid).state == MissionState.COMPLETED
     assert files(Path(record(store, mid).sandbox)).get("done.txt") == b"done\n"
+
+
+def test_a_cancel_right_after_a_pause_waits_for_the_host_to_stop_and_cancels(tmp_path: Path) -> None:
+    """The host has paused and holds the lock a while longer: it reads no control any more. `keel cancel`
+    waits for it to let go and cancels, instead of leaving the cancel queued for a resume while saying
+    `paused`; `keel delete` then forgets the mission."""
+    host, store, mid, _ = _paused_host_leaving(tmp_path)
+    assert host.poll() is None
+    cancelled = keel("cancel", mid, "--json", store=store, check_rc=0)
+    assert json.loads(cancelled.stdout) == {"mission": mid, "state": "cancelled"}
+    assert not HostLock(places.lock_path(store, mid), mid).held_elsewhere(), "cancelled while its host still ran"
+    assert host.wait(timeout=60) == 3  # the host's own end: paused
+    assert record(store, mid).state == MissionState.CANCELLED
+    resumed = keel("resume", mid, store=store)
+    assert resumed.returncode == 4 and "units_run=0 state=cancelled" in resumed.stdout  # nothing runs again
+    assert keel("delete", mid, store=store, check_rc=0).stdout.strip() == f"mission {mid}: deleted"
+    assert json.loads(keel("missions", "--json", store=store, check_rc=0).stdout) == []
 
 
 def test_a_mission_deleted_while_its_cancelled_host_finishes_stays_deleted(tmp_path: Path) -> None:
@@ -91,3 +117,25 @@ def test_a_mission_deleted_while_its_cancelled_host_finishes_stays_deleted(tmp_p
     with Store.open(store, create=False) as s:
         assert [r.id for r in s.read(m.list_missions)] == []
         assert s.read(lambda t: (m.head_checkpoint(t, mid), hostlease.get(t, mid))) == (None, None)
+
+
+def test_a_pause_before_the_first_host_looked_is_honoured(tmp_path: Path) -> None:
+    """`keel run` creates the mission, then starts its host; a pause in between is left to that host, which
+    pauses first thing and runs nothing. Marked paused at once, it was taken for a mission a person had
+    resumed, and ran."""
+    gate = tmp_path / "gate"
+    steps = [{"wait_file": str(gate)}, {"tool": "write_file", "args": {"path": "done.txt", "content": "done\n"}}]
+    store = tmp_path / "store"
+    mission = write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])
+    with Store.open(store) as s:
+        mid = control.create_mission(s, mission).id  # what `keel run` does before its host starts
+        paused = control.request_pause(s, mid, "test")
+        assert paused.state == MissionState.CREATED  # left to the host that is starting
+    host = keel("resume", mid, "--json", store=store, timeout=120)  # the host `keel run` starts
+    assert host.returncode == 3, host.stderr
+    assert record(store, mid).state == MissionState.PAUSED
+    with Store.open(store, create=False) as s:
+        assert s.read(lambda t: m.journal_lanes(t, mid)) == []  # no unit ran
+    gate.write_text("go\n")
+    keel("resume", mid, store=store, timeout=120, check_rc=0)  # a person's resume runs it
+    assert files(Path(record(store, mid).sandbox)).get("done.txt") == b"done\n"

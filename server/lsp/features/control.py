@@ -72,7 +72,8 @@ def register(server: KeelServer) -> None:
     @server.command(CANCEL)
     @handler(server, CANCEL)
     async def cancel(ls: KeelServer, *args: Any) -> Any:
-        return await _record_control(ls, _one_id(CANCEL, args), engine.request_cancel, CANCELLABLE)
+        cancel = functools.partial(engine.request_cancel, store_path=ls.store_path)
+        return await _record_control(ls, _one_id(CANCEL, args), cancel, CANCELLABLE)
 
     @server.command(DELETE)
     @handler(server, DELETE)
