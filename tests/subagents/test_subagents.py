@@ -62,19 +62,21 @@ def _stop_outside_a_commit(store: Path, pid: int) -> None:
     raise AssertionError("the worker always held the write lock")
 
 
+def _slow(gate: Path) -> dict[str, Any]:
+    """A unit that writes slow.txt, journals a step, and works until `gate` exists (its worker is stopped
+    before it ends)."""
+    steps = [
+        {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
+        {"now": True},
+        {"wait_file": str(gate)},
+    ]
+    return {"id": "slow", "params": {"steps": steps}}
+
+
 def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     units = [
-        {
-            "id": "slow",
-            "params": {
-                "steps": [
-                    {"tool": "write_file", "args": {"path": "slow.txt", "content": "slow\n"}},
-                    {"now": True},
-                    {"wait_file": str(gate)},  # the agent's work: the worker is stopped before it ends
-                ]
-            },
-        },
+        _slow(gate),
         {"id": "long", "params": {"steps": [{"sleep": 8.0}]}},
     ]
     store = tmp_path / "store"
@@ -107,6 +109,51 @@ def test_a_zombie_workers_late_completion_is_rejected(tmp_path: Path) -> None:
     assert final is not None and (final.epoch, final.pid, final.state) == (winner.epoch, winner.pid, "done")
     assert unit_events(store, mid).count(("slow", "succeeded")) == 1
     assert record(store, mid).state == MissionState.COMPLETED
+
+
+def test_a_zombie_that_completes_before_the_next_start_is_taken_over_not_run_again(tmp_path: Path) -> None:
+    """A fenced worker may still record its unit's completion until a new epoch is granted. When it does,
+    while the host is about to start the unit again (held at the fault point `UNIT_START`), the host takes
+    the completion over as a recovering host does: the unit's files are merged from its own sandbox and its
+    agent is not started again (no new epoch)."""
+    gate, mark = tmp_path / "gate", tmp_path / "unit-start.mark"
+    units = [
+        _slow(gate),
+        {"id": "after", "after": ["slow"], "params": {"steps": [{"tool": "read_file", "args": {"path": "slow.txt"}}]}},
+    ]
+    store = tmp_path / "store"
+    env = {**FAST_LEASES, "KEEL_FAULT_UNIT_START": f"{mark}:hold"}
+    host = start_keel("run", str(write_mission(tmp_path, units)), store=store, env=env)
+    zombie = None
+    try:
+        mid = mission_id_of(host)
+        wait_for(mark.exists, timeout=120)  # slow's first start
+        mark.unlink()
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.pid > 0 and x.place.last_checkpoint >= 2)
+        zombie = lease(store, mid, "slow")
+        assert zombie is not None
+        _stop_outside_a_commit(store, zombie.pid)
+        gate.touch()
+        wait_for(mark.exists, timeout=120)  # taken over: slow is about to start again
+        held = lease(store, mid, "slow")
+        assert held is not None and (held.epoch, held.state) == (zombie.epoch, "expired"), held
+        os.kill(zombie.pid, signal.SIGCONT)  # its agent answered unit/run meanwhile: it completes
+        wait_for(lambda: (x := lease(store, mid, "slow")) is not None and x.state == "done", timeout=60)
+        mark.unlink()
+        wait_for(mark.exists, timeout=120)  # `after` starts
+        mark.unlink()
+        out, err = host.communicate(timeout=120)
+        assert host.returncode == 0, f"{out}\n{err}"
+    finally:
+        kill(host)
+        if zombie is not None and alive(zombie.pid):
+            os.kill(zombie.pid, signal.SIGKILL)
+    final = lease(store, mid, "slow")
+    assert final is not None and (final.epoch, final.state) == (zombie.epoch, "done"), "slow was started again"
+    assert unit_events(store, mid).count(("slow", "succeeded")) == 1
+    assert unit_events(store, mid).count(("after", "succeeded")) == 1
+    assert record(store, mid).state == MissionState.COMPLETED
+    assert files(Path(record(store, mid).sandbox)).get("slow.txt") == b"slow\n"
 
 
 def test_parent_death_stops_subagents_within_two_seconds_and_resume_finishes(tmp_path: Path) -> None:

@@ -84,6 +84,16 @@ class Registry:
         return self.host.store.read(lambda t: leases.get(t, self.mission_id, uid))
 
     # -- starting a worker --------------------------------------------------------------------------
+    async def completed(self, uid: str) -> UnitLease | None:
+        """The unit's lease when a run of its lane recorded the unit's completion and its files are at hand
+        (a worker fenced by a take-over may still finish before a new epoch is granted): the unit is then
+        taken over as finished, as a recovering host takes one, and its agent is not started again."""
+        faultpoints.pause_here("UNIT_START")  # crash tests: a unit about to start, its lease not yet read
+        held = await asyncio.to_thread(self._lease, uid)
+        if held is None or held.state != LeaseState.DONE or await self._decide(held) != Recovery.FINISHED:
+            return None
+        return held
+
     async def prepare(self, uid: str) -> PreparedSandbox:
         """The unit's sandbox: the one its lane already has (made again from its snapshots when the lane has
         steps and the folder is not here), or a fresh one from the mission branch."""

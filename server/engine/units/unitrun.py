@@ -72,6 +72,7 @@ class UnitPlaces(Protocol):
     @property
     def ttl(self) -> float: ...
 
+    async def completed(self, uid: str) -> UnitLease | None: ...
     async def prepare(self, uid: str) -> PreparedSandbox: ...
     async def grant(self, uid: str, where: PreparedSandbox) -> UnitLease: ...
 
@@ -130,6 +131,8 @@ class UnitSession:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def run(self) -> Outcome:
+        if (done := await self.registry.completed(self.unit.id)) is not None:
+            return Outcome(K.SUCCEEDED, result=done.place.result)
         try:
             placement = await self.registry.prepare(self.unit.id)
             self.journal.use_sandbox(Path(placement.sandbox), placement.files)

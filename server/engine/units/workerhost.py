@@ -66,6 +66,10 @@ class WorkerPlaces:
         self.ttl = ttl
         self._first = True
 
+    async def completed(self, uid: str) -> UnitLease | None:
+        """None: a claim is a new epoch, which nothing has completed yet."""
+        return None
+
     async def prepare(self, uid: str) -> PreparedSandbox:
         held = self.lease
         place = held.place
