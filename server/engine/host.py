@@ -239,6 +239,7 @@ class MissionHost:
         finally:
             beating.cancel()
             await self.registry.close()
+            faultpoints.pause_here("HOST_RELEASE")  # tests: stopped, still named by the mission's record
             with contextlib.suppress(Exception):
                 await self.writer.commit(self._release)
             await asyncio.to_thread(self.writer.close)

@@ -48,14 +48,15 @@ def test_an_answer_that_finds_the_asking_host_still_stopping_is_taken_up(tmp_pat
     assert files(Path(record(store, mid).sandbox)).get("shipped.txt") == b"yes\n"
 
 
-def _paused_host_leaving(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, str, Path]:
+def _paused_host_leaving(tmp_path: Path, fault: str = "HOST_EXIT") -> tuple[subprocess.Popen[str], Path, str, Path]:
     """A mission paused while its unit worked (it waits at a gate until the test opens it), whose host still
-    holds the mission's lock for 3 s: (that host, the store, the mission id, the gate)."""
+    holds the mission's lock for 3 s at fault point `fault` (HOST_RELEASE: still named by the mission's record
+    too): (that host, the store, the mission id, the gate)."""
     gate = tmp_path / "gate"
     steps = [{"wait_file": str(gate)}, {"tool": "write_file", "args": {"path": "done.txt", "content": "done\n"}}]
     store, marker = tmp_path / "store", tmp_path / "stopping.pid"
     host = start_keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])), store=store, env={
-        "KEEL_FAULT_HOST_EXIT": f"{marker}:3"
+        f"KEEL_FAULT_{fault}": f"{marker}:3"
     })  # fmt: skip
     mid = mission_id_of(host)
     keel("pause", mid, "--wait", "60", store=store, check_rc=0)
@@ -83,7 +84,7 @@ def test_a_cancel_right_after_a_pause_waits_for_the_host_to_stop_and_cancels(tmp
     """The host has paused and holds the lock a while longer: it reads no control any more. `keel cancel`
     waits for it to let go and cancels, instead of leaving the cancel queued for a resume while saying
     `paused`; `keel delete` then forgets the mission."""
-    host, store, mid, _ = _paused_host_leaving(tmp_path)
+    host, store, mid, _ = _paused_host_leaving(tmp_path, "HOST_RELEASE")
     assert host.poll() is None
     cancelled = keel("cancel", mid, "--json", store=store, check_rc=0)
     assert json.loads(cancelled.stdout) == {"mission": mid, "state": "cancelled"}

@@ -61,11 +61,11 @@ def reuse(store_path: Path, mission_id: str, lane: str, lease: UnitLease | None)
     return PreparedSandbox(str(path), branch, base, was.tree or trees.tree_digest(path), copied=was.is_copy())
 
 
-def has_steps(lane: str, lease: UnitLease | None) -> bool:
+def has_steps(lane: str, lease: UnitLease) -> bool:
     """The lane's journal already holds steps: their file changes are in its own sandbox, and a replay
     answers them without making them again, so a sandbox made afresh from the mission branch would
     silently lack them."""
-    return lease is not None and lease.lane == lane and lease.place.last_checkpoint > 0
+    return lease.lane == lane and lease.place.last_checkpoint > 0
 
 
 def remade(store: Store, store_path: Path, mission_id: str, lease: UnitLease) -> PreparedSandbox:

@@ -102,8 +102,7 @@ class Registry:
         kept = await asyncio.to_thread(placement.reuse, store_path, self.mission_id, unit_lane, lease)
         if kept is not None:
             return kept
-        if placement.has_steps(unit_lane, lease):
-            assert lease is not None
+        if lease is not None and placement.has_steps(unit_lane, lease):
             async with self.git_lock:
                 return await asyncio.to_thread(placement.remade, self.host.store, store_path, self.mission_id, lease)
         async with self.git_lock:
@@ -254,10 +253,9 @@ class Registry:
             now = await asyncio.to_thread(self._lease, held.unit)
             if now is None or now.lane != held.lane:
                 continue
-            if now != held:
-                held, decision = now, await self._decide(now)
-                if decision in (Recovery.LEAVE, Recovery.FOLLOW, Recovery.BRING_HERE):
-                    continue
+            held, decision = now, await self._decide(now)
+            if decision in (Recovery.LEAVE, Recovery.FOLLOW, Recovery.BRING_HERE):
+                continue
             if held.place.sandbox:
                 await asyncio.to_thread(merge.clear_stale_locks, Path(held.place.sandbox))
                 await asyncio.to_thread(trees.remove_temps, Path(held.place.sandbox))  # a killed write's
