@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 import httpx
+import msgspec
 
 from keel.protocol.agent import ForwardApi, ModelForwardParams, ModelForwardResult, Usage
 from keel.server.providers.anthropic import API_VERSION, messages_url
@@ -73,7 +74,8 @@ async def forward(
 ) -> ModelForwardResult:
     address, body = target(provider, url, request)
     try:
-        async with client.stream("POST", address, headers=headers(request.api, key), json=body) as response:
+        content = msgspec.json.encode(body)  # a conversation's whole history: a few times faster than json
+        async with client.stream("POST", address, headers=headers(request.api, key), content=content) as response:
             raw = await response.aread()
             if response.status_code >= 400:
                 raise http_failure(address, response, raw)
