@@ -265,7 +265,7 @@ def test_folder_arrow_checker_catches_a_wrong_arrow() -> None:
 
 # the decisions: pure functions of plain records, each with a table test. What they may import: the
 # protocol, one another, and standard modules that neither wait nor read a disk, a store or a clock.
-DECISIONS = ("step/core.py", "step/effects.py", "units/ending.py", "units/unitrecovery.py")
+DECISIONS = ("step/core.py", "step/effects.py", "step/lookback.py", "units/ending.py", "units/unitrecovery.py")
 PURE_STDLIB = {"__future__", "collections", "dataclasses", "enum", "hashlib", "json", "os", "re", "typing"}
 
 

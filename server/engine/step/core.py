@@ -12,7 +12,9 @@ fingerprint (fail: nondeterminism), a done one (answer from it), an intent (run 
 settles the intent, `effects.decide` with what the sandbox shows). The worker holds only leading done
 entries without an error, so where the rule says anything but "answer" it hands over to the host. An
 appending agent's effect is judged over its whole journal (`effects.decide`), and a model request it
-already paid for is answered from that entry; anything else it sends runs as the next entry.
+already paid for is answered from that entry; anything else it sends runs as the next entry. What those
+rules read of the whole journal is what `lookback.Lookback.page` gives for the request, which is what the
+host feeds in (tests/engine/test_lookback_table.py).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def by_position(recorded: Recorded | None, fingerprint: str) -> Act:
 
 def next_step(journal: Mapping[int, JournalEntry], request: Request, appending: bool) -> Next:
     """What to do with `request`, given the unit's journal as this run holds it (a numbering agent's: at
-    least the entry at `request.seq`; an appending agent's: all of it)."""
+    least the entry at `request.seq`; an appending agent's: all of it, or its page for the request)."""
     if not appending:
         entry = journal.get(request.seq)
         act = by_position(entry, request.fingerprint)
@@ -113,14 +115,22 @@ def forwarded(journal: Iterable[JournalEntry], request: Request) -> JournalEntry
     conversation), if the unit paid for it already: in this run or an earlier one, in any of the outside
     agent's sessions (Gemini CLI starts a new one on every run, and asks what the last one asked)."""
     for entry in journal:
-        result = entry.result if isinstance(entry.result, dict) else {}
         if (
-            entry.kind == "model/forward"
-            and entry.phase == "done"
-            and not entry.error
-            and entry.fingerprint == request.fingerprint
-            and result.get("body")
-            and result.get("ordinal") == request.ordinal
+            entry.fingerprint == request.fingerprint
+            and paid_for(entry)
+            and entry.result.get("ordinal") == request.ordinal
         ):
             return entry
     return None
+
+
+def paid_for(entry: JournalEntry) -> bool:
+    """Whether the entry is a model request's answer, paid for and whole (one a repeat may be answered from)."""
+    result = entry.result
+    return (
+        entry.kind == "model/forward"
+        and entry.phase == "done"
+        and not entry.error
+        and isinstance(result, dict)
+        and bool(result.get("body"))
+    )

@@ -121,7 +121,12 @@ def _judge(entry: JournalEntry, later: list[JournalEntry], effect: Effect, files
 
 def _files_changed(entries: Iterable[JournalEntry]) -> bool:
     """Whether any of these (later) entries is a completed effect that changed the sandbox's files."""
-    return any(e.effect is not None and e.phase == "done" and e.effect.after != e.effect.before for e in entries)
+    return any(changed_files(e) for e in entries)
+
+
+def changed_files(entry: JournalEntry) -> bool:
+    """Whether the entry is a completed effect that changed the sandbox's files."""
+    return entry.effect is not None and entry.phase == "done" and entry.effect.after != entry.effect.before
 
 
 def effect_of(method: str, params: Any, sandbox: str) -> Effect | None:

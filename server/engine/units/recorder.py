@@ -4,8 +4,9 @@
 files, the snapshot of the files it changed, and any extra) before the agent sees the answer; an effect's
 intent renews the lease it starts under, and `hold_lease` lets the effect start only while that lease is
 surely still this process's. The recorder holds the lane's entries a page ahead of a numbering agent (and
-all of an appending agent's), the unit's quiet mark (its last moment with no change in flight, which a
-checkpoint takes) and the lock a change of its files holds while it is made and recorded.
+an index of an appending agent's: `step/lookback.py`), the unit's quiet mark (its last moment with no
+change in flight, which a checkpoint takes) and the lock a change of its files holds while it is made and
+recorded.
 Depends on storage, protocol and the engine's interface, checkpoint, files and step modules.
 """
 
@@ -26,6 +27,8 @@ from keel.server.engine.checkpoint import QuietMark
 from keel.server.engine.files.digest import files_digest
 from keel.server.engine.files.trees import Scan, Snapshotter
 from keel.server.engine.interface import Host, Step, StepResult, answer
+from keel.server.engine.step.core import Request
+from keel.server.engine.step.lookback import Lookback
 from keel.storage import DB, Txn, leases
 from keel.storage import missions as m
 from keel.storage.keys import unit_prefix
@@ -43,6 +46,7 @@ class Recorder:
         self.epoch = 0  # the lease epoch of the current worker: fences this run's journal writes
         self.appending = False  # the agent journals by appending (InitializeResult.journal)
         self.entries: dict[int, JournalEntry] = {}
+        self.lookback = Lookback()  # an appending agent's history, as its requests are judged against it
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
         self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
         self.executed = 0
@@ -83,7 +87,7 @@ class Recorder:
 
         self.top, saved = await asyncio.to_thread(self.host.store.read, opening)
         self.saved_at = saved.seq if saved is not None else 0
-        self.entries, self.loaded = {}, 0
+        self.entries, self.loaded, self.lookback = {}, 0, Lookback()
         return saved
 
     async def start_at(self, after: int) -> None:
@@ -93,15 +97,33 @@ class Recorder:
         if after < self.top:
             await self.page_in(after + 1)
 
-    async def load_all(self) -> None:
-        """An appending agent looks back over its whole history: the rest of the lane is read."""
-        if self.loaded < self.top:
-            mission_id, unit_lane, after = self.host.mission_id, self.lane, self.loaded
-            rest = await asyncio.to_thread(
-                self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=after)
-            )
-            self.entries.update((e.seq, e) for e in rest)
-            self.loaded = self.top
+    async def load_all(self) -> list[JournalEntry]:
+        """An appending agent looks back over its whole history: the rest of the lane is read once, into
+        its `Lookback` (and its intents, which their outcomes settle); the entries read are returned."""
+        if self.loaded >= self.top:
+            return []
+        mission_id, unit_lane, after = self.host.mission_id, self.lane, self.loaded
+        rest = await asyncio.to_thread(
+            self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=after)
+        )
+        for entry in rest:
+            self.keep(entry)
+        self.loaded = self.top
+        return rest
+
+    async def page(self, request: Request) -> dict[int, JournalEntry]:
+        """What the step core reads of an appending agent's whole journal for `request` (step/lookback.py):
+        a model request's earlier answers are read back from the store, the rest is at hand."""
+        seqs = self.lookback.forwards(request.fingerprint) if request.method == "model/forward" else []
+        forwards: list[JournalEntry] = []
+        if seqs:
+            mission_id, unit_lane = self.host.mission_id, self.lane
+
+            def read(t: Txn) -> list[JournalEntry]:
+                return [e for seq in seqs if (e := m.journal_get(t, mission_id, unit_lane, seq)) is not None]
+
+            forwards = await asyncio.to_thread(self.host.store.read, read)
+        return self.lookback.page(request, forwards)
 
     async def page_in(self, seq: int) -> None:
         """Read the lane's next entries from `seq` on: a replay holds a page ahead of the agent, never the
@@ -128,9 +150,11 @@ class Recorder:
     def keep(self, entry: JournalEntry) -> None:
         """Hold an entry in memory only while this run may still look it up: an agent numbering its requests
         never asks for a number again (a restarted one has the lane read anew), so only an intent waits
-        for its outcome; an appending agent's run looks back over its whole history. A long unit's host
-        then holds what is ahead of the agent, never everything behind it."""
-        if self.appending or entry.phase == "intent":
+        for its outcome; an appending agent's run looks back over its whole history, through its
+        `Lookback`. A long unit's host then holds what is ahead of the agent, never everything behind it."""
+        if self.appending:
+            self.lookback.add(entry)
+        if entry.phase == "intent":
             self.entries[entry.seq] = entry
         else:
             self.entries.pop(entry.seq, None)

@@ -49,7 +49,7 @@ from keel.server.engine.units.handlers import HANDLERS, WAITS_FOR_A_PERSON, Hand
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.recorder import PAGE, Recorder
 from keel.server.engine.units.workerloop import EXIT_NO_STORE
-from keel.server.engine.units.workerproc import WorkerProcess, saved_state
+from keel.server.engine.units.workerproc import WorkerProcess, history_lines, saved_state
 from keel.server.tools import TOOLS
 
 __all__ = ["HANDLERS", "MAX_AGENT_STARTS", "PAGE", "WAITS_FOR_A_PERSON", "Outcome", "UnitPlaces", "UnitSession"]
@@ -200,8 +200,9 @@ class UnitSession:
         journal.appending = hello.journal == "append"
         # a resuming agent carries on from its saved state: what it did before that save is not replayed
         self.resumed_at = saved.seq if saved is not None and hello.resumes and not journal.appending else 0
+        history: tuple[str, ...] = ()
         if journal.appending:  # it looks back over its whole history, and carries on after its last entry
-            await journal.load_all()
+            history = history_lines(await journal.load_all())
             self.seq = journal.top
             self.asked = {}
         else:
@@ -209,7 +210,6 @@ class UnitSession:
             await journal.start_at(self.resumed_at)
             if journal.entries:  # the worker answers what it can of the replay (replay.py)
                 await worker.hand_replay(proc, list(journal.entries.values()), self.resumed_at, self._numbered)
-        history = list(journal.entries.values()) if journal.appending else []
         try:
             result = await worker.run_unit(proc, start, saved_state(saved), journal.top, history, self.resumed_at)
         except TimeoutError:
@@ -301,7 +301,9 @@ class UnitSession:
             refusal=self._refusal(effect),
             ordinal=params.get("ordinal") if isinstance(params, dict) else None,
         )
-        todo = next_step(journal.entries, request, journal.appending)
+        todo = next_step(
+            await journal.page(request) if journal.appending else journal.entries, request, journal.appending
+        )
         if todo.act is Act.FAIL and todo.entry is not None:
             self._nondeterminism(seq, todo.entry, method)
         self.seq = max(self.seq, todo.seq)  # an effect in doubt is settled at its intent's number

@@ -100,11 +100,12 @@ class WorkerProcess:
         attempt: int,
         state: Any,
         top: int,
-        history: Iterable[JournalEntry],
+        history: tuple[str, ...],
         resumed_at: int = 0,
     ) -> Any:
         """Send `unit/run` and wait for its answer, within the unit's timeout_s (TimeoutError past it);
-        `resumed_at`: the entry a resuming agent's `state` was saved at."""
+        `history`: an appending agent's journal in words (`history_lines`); `resumed_at`: the entry a
+        resuming agent's `state` was saved at."""
         host = self.host
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
         await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
@@ -115,7 +116,7 @@ class WorkerProcess:
             replaying=top > resumed_at,
             resumed_at=resumed_at,
             home=str(home),
-            history=tuple(history_line(e) for e in sorted(history, key=lambda e: e.seq)),
+            history=history,
             tools=tuple(host.spec.permissions.tools),
         )
         return await asyncio.wait_for(proc.request("unit/run", params), timeout=self.unit.timeout_s)
@@ -148,6 +149,11 @@ class WorkerProcess:
 def saved_state(saved: JournalEntry | None) -> Any:
     """The agent state the newest `state/save` entry holds, for `unit/run`."""
     return saved.result.get("state") if saved is not None and isinstance(saved.result, dict) else None
+
+
+def history_lines(entries: Iterable[JournalEntry]) -> tuple[str, ...]:
+    """An appending agent's journal in words, oldest first (what `unit/run` hands it as `history`)."""
+    return tuple(history_line(e) for e in sorted(entries, key=lambda e: e.seq))
 
 
 def history_line(entry: JournalEntry) -> str:
