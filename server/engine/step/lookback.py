@@ -5,7 +5,8 @@ judges each effect it asks for over its whole journal (`effects.decide`) and ans
 already paid for from that entry (`core.forwarded`). Of a whole journal those two rules read only
 - for an effect: the newest entry of the same effect (its key), and whether a completed effect changed
   the files after it, which the newest such change says;
-- for a model request: the entries that answered the same normalised request (its fingerprint).
+- for a model request: the first entry that answered the same normalised request (its fingerprint) at
+  the same place in its conversation (its ordinal).
 `Lookback` keeps exactly that as the lane is read and recorded, so a request costs a few dictionary
 lookups, not a walk of a history that grows all mission long, and the host holds no model answers: a
 paid request is kept as its entry's number, read back only when the same request comes again.
@@ -16,6 +17,7 @@ paid request is kept as its entry's number, read back only when the same request
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from keel.protocol.records import JournalEntry
 from keel.server.engine.step.core import Request, paid_for
@@ -24,7 +26,7 @@ from keel.server.engine.step.effects import changed_files
 
 class Lookback:
     def __init__(self) -> None:
-        self._forwards: dict[str, list[int]] = {}  # fingerprint -> numbers of entries that answered it
+        self._forwards: dict[str, list[tuple[int, Any]]] = {}  # fingerprint -> (number, ordinal) of its answers
         self._effects: dict[str, JournalEntry] = {}  # effect key -> its newest entry
         self._changes: dict[int, JournalEntry] = {}  # completed effects that changed the files, by number
         self._newest_change = 0
@@ -33,10 +35,10 @@ class Lookback:
         """Take in an entry as it is read or recorded. An entry written again at its number is the same
         effect in another state (its intent's outcome, a person's answer), which replaces it here too."""
         if paid_for(entry):
-            seqs = self._forwards.setdefault(entry.fingerprint, [])
-            if entry.seq not in seqs:
-                seqs.append(entry.seq)
-                seqs.sort()
+            answers = [a for a in self._forwards.get(entry.fingerprint, ()) if a[0] != entry.seq]
+            answers.append((entry.seq, entry.result.get("ordinal")))
+            answers.sort(key=lambda a: a[0])
+            self._forwards[entry.fingerprint] = answers
         mark = entry.effect
         if mark is None:
             return
@@ -49,13 +51,15 @@ class Lookback:
         elif self._changes.pop(entry.seq, None) is not None and entry.seq == self._newest_change:
             self._newest_change = max(self._changes, default=0)
 
-    def forwards(self, fingerprint: str) -> list[int]:
-        """The numbers of the entries that answered a model request with this fingerprint, oldest first."""
-        return list(self._forwards.get(fingerprint, ()))
+    def forwards(self, request: Request) -> list[int]:
+        """The number of the first entry that answered this very model request (its fingerprint, its place
+        in its conversation), if one did: the one entry `page` needs read back."""
+        first = (seq for seq, ordinal in self._forwards.get(request.fingerprint, ()) if ordinal == request.ordinal)
+        return [seq] if (seq := next(first, None)) is not None else []
 
     def page(self, request: Request, forwards: Sequence[JournalEntry] = ()) -> dict[int, JournalEntry]:
         """The entries `core.next_step` reads of the whole journal for `request`; `forwards`: the entries
-        `forwards(request.fingerprint)` numbers, read back by the caller."""
+        `forwards(request)` numbers, read back by the caller."""
         page: dict[int, JournalEntry] = {}
         if request.effect is not None:
             newest = self._effects.get(request.effect.key)

@@ -114,7 +114,7 @@ class Recorder:
     async def page(self, request: Request) -> dict[int, JournalEntry]:
         """What the step core reads of an appending agent's whole journal for `request` (step/lookback.py):
         a model request's earlier answers are read back from the store, the rest is at hand."""
-        seqs = self.lookback.forwards(request.fingerprint) if request.method == "model/forward" else []
+        seqs = self.lookback.forwards(request) if request.method == "model/forward" else []
         forwards: list[JournalEntry] = []
         if seqs:
             mission_id, unit_lane = self.host.mission_id, self.lane
