@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,19 +97,25 @@ class Recorder:
         if after < self.top:
             await self.page_in(after + 1)
 
-    async def load_all(self) -> list[JournalEntry]:
-        """An appending agent looks back over its whole history: the rest of the lane is read once, into
-        its `Lookback` (and its intents, which their outcomes settle); the entries read are returned."""
-        if self.loaded >= self.top:
-            return []
-        mission_id, unit_lane, after = self.host.mission_id, self.lane, self.loaded
-        rest = await asyncio.to_thread(
-            self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=after)
+    async def load_all(self, words: Callable[[JournalEntry], str]) -> tuple[str, ...]:
+        """An appending agent looks back over its whole history: the rest of the lane is read once, a page
+        at a time, into its `Lookback` (and its intents, which their outcomes settle); what is returned is
+        each entry read in `words`, oldest first. Only a page of entries is held at any moment."""
+        said = []
+        while self.loaded < self.top:
+            upto = min(self.top, self.loaded + PAGE)
+            for entry in await self._read(self.loaded + 1, upto):
+                self.keep(entry)
+                said.append(words(entry))
+            self.loaded = upto
+        return tuple(said)
+
+    async def _read(self, seq: int, upto: int) -> list[JournalEntry]:
+        """The lane's entries `seq`..`upto` as the store holds them."""
+        mission_id, unit_lane = self.host.mission_id, self.lane
+        return await asyncio.to_thread(
+            self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=seq - 1, upto=upto)
         )
-        for entry in rest:
-            self.keep(entry)
-        self.loaded = self.top
-        return rest
 
     async def page(self, request: Request) -> dict[int, JournalEntry]:
         """What the step core reads of an appending agent's whole journal for `request` (step/lookback.py):
@@ -132,11 +138,7 @@ class Recorder:
             if seq <= self.loaded:
                 return
             upto = min(self.top, seq + PAGE - 1)
-            mission_id, unit_lane = self.host.mission_id, self.lane
-            page = await asyncio.to_thread(
-                self.host.store.read, lambda t: m.journal_entries(t, mission_id, unit_lane, after=seq - 1, upto=upto)
-            )
-            self.entries.update((e.seq, e) for e in page)
+            self.entries.update((e.seq, e) for e in await self._read(seq, upto))
             self.loaded = upto
 
     async def read_back(self, seq: int) -> JournalEntry | None:

@@ -49,7 +49,7 @@ from keel.server.engine.units.handlers import HANDLERS, WAITS_FOR_A_PERSON, Hand
 from keel.server.engine.units.placement import PreparedSandbox
 from keel.server.engine.units.recorder import PAGE, Recorder
 from keel.server.engine.units.workerloop import EXIT_NO_STORE
-from keel.server.engine.units.workerproc import WorkerProcess, history_lines, saved_state
+from keel.server.engine.units.workerproc import WorkerProcess, history_line, saved_state
 from keel.server.tools import TOOLS
 
 __all__ = ["HANDLERS", "MAX_AGENT_STARTS", "PAGE", "WAITS_FOR_A_PERSON", "Outcome", "UnitPlaces", "UnitSession"]
@@ -202,7 +202,7 @@ class UnitSession:
         self.resumed_at = saved.seq if saved is not None and hello.resumes and not journal.appending else 0
         history: tuple[str, ...] = ()
         if journal.appending:  # it looks back over its whole history, and carries on after its last entry
-            history = history_lines(await journal.load_all())
+            history = await journal.load_all(history_line)
             self.seq = journal.top
             self.asked = {}
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ class WorkerProcess:
         resumed_at: int = 0,
     ) -> Any:
         """Send `unit/run` and wait for its answer, within the unit's timeout_s (TimeoutError past it);
-        `history`: an appending agent's journal in words (`history_lines`); `resumed_at`: the entry a
+        `history`: an appending agent's journal in words (`history_line`), oldest first; `resumed_at`: the entry a
         resuming agent's `state` was saved at."""
         host = self.host
         home = places.unit_home_path(host.store_path, host.mission_id, self.lane)
@@ -149,11 +149,6 @@ class WorkerProcess:
 def saved_state(saved: JournalEntry | None) -> Any:
     """The agent state the newest `state/save` entry holds, for `unit/run`."""
     return saved.result.get("state") if saved is not None and isinstance(saved.result, dict) else None
-
-
-def history_lines(entries: Iterable[JournalEntry]) -> tuple[str, ...]:
-    """An appending agent's journal in words, oldest first (what `unit/run` hands it as `history`)."""
-    return tuple(history_line(e) for e in sorted(entries, key=lambda e: e.seq))
 
 
 def history_line(entry: JournalEntry) -> str:
