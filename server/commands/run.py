@@ -94,8 +94,10 @@ def _foreground(path: Path, mission_id: str, progress: Progress, store: Store, w
     from keel.server.engine.host import run_host_blocking
 
     state = run_host_blocking(path, mission_id, progress, store, wait_online)
-    record = store.read(lambda t: m.get_mission(t, mission_id))
-    if record.question is not None and state == MissionState.WAITING_INPUT:
+    record = store.read(lambda t: m.find_mission(t, mission_id))
+    if record is None:  # deleted once its host let go (a cancelled mission, at once): the host's end stands
+        progress.line(f"mission {mission_id} ended {state.value} and was deleted since")
+    elif record.question is not None and state == MissionState.WAITING_INPUT:
         progress.line(
             f"mission {mission_id} waits for an answer: {record.question.text}\n"
             f"  answer with: keel answer {mission_id} TEXT"

@@ -611,6 +611,7 @@ def run_host_blocking(
     finally:
         faultpoints.pause_here("HOST_EXIT")  # tests: a host that has stopped but still holds the lock
         lock.release()
+        faultpoints.pause_here("HOST_LET_GO")  # tests: the lock released, the process not yet done with the mission
         if store is not None and ended == S.WAITING_INPUT:
             _hand_on(store, store_path, mission_id)
         if own and store is not None:

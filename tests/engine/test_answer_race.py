@@ -101,9 +101,9 @@ def test_a_mission_deleted_while_its_cancelled_host_finishes_stays_deleted(tmp_p
     """A person cancels, sees `cancelled`, deletes at once: the host still has its last checkpoint and its
     lease to write. The delete waits for it, so none of the mission's records come back afterwards."""
     steps = [{"sleep": 0.2}] * 50
-    store, marker = tmp_path / "store", tmp_path / "cancelled.pid"
+    store, marker, let_go = tmp_path / "store", tmp_path / "cancelled.pid", tmp_path / "let-go.pid"
     host = start_keel("run", str(write_mission(tmp_path, [{"id": "a", "params": {"steps": steps}}])), store=store, env={
-        "KEEL_FAULT_HOST_CANCELLED": f"{marker}:3"
+        "KEEL_FAULT_HOST_CANCELLED": f"{marker}:3", "KEEL_FAULT_HOST_LET_GO": f"{let_go}:hold"
     })  # fmt: skip
     mid = mission_id_of(host)
     wait_for(lambda: record(store, mid).state == MissionState.RUNNING and record(store, mid).host is not None)
@@ -113,8 +113,11 @@ def test_a_mission_deleted_while_its_cancelled_host_finishes_stays_deleted(tmp_p
         assert s.read(lambda t: m.get_mission(t, mid)).state == MissionState.CANCELLED
         assert HostLock(places.lock_path(store, mid), mid).held_elsewhere(), "the cancelled host already let go"
         control.delete_mission(s, store, mid)
-    _, err = host.communicate(timeout=60)
+    assert let_go.exists(), "the delete returned before the host let go of the mission"
+    let_go.unlink()  # `keel run` reports its mission's end now, after the delete
+    out, err = host.communicate(timeout=60)
     assert host.returncode == 4, err  # `keel run`'s exit for a cancelled mission: it wrote its last records
+    assert f"mission {mid} ended cancelled and was deleted since" in out + err
     with Store.open(store, create=False) as s:
         assert [r.id for r in s.read(m.list_missions)] == []
         assert s.read(lambda t: (m.head_checkpoint(t, mid), hostlease.get(t, mid))) == (None, None)
