@@ -48,7 +48,7 @@ class Recorder:
         self.entries: dict[int, JournalEntry] = {}
         self.lookback = Lookback()  # an appending agent's history, as its requests are judged against it
         self.top = 0  # the highest seq recorded for this unit (an appending agent's high-water mark)
-        self.loaded = 0  # entries 1..loaded of the lane were read into `entries` (the rest when asked for)
+        self.loaded = 0  # entries 1..loaded were read (into `entries`; an appending agent's into `lookback`)
         self.executed = 0
         self.saved_at = -1  # the lane's newest done `state/save` entry, once `open` found it (0: none)
         self.tree = Snapshotter()  # the sandbox's snapshots, kept with the entries that changed its files
