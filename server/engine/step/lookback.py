@@ -10,13 +10,12 @@ already paid for from that entry (`core.forwarded`). Of a whole journal those tw
 `Lookback` keeps exactly that as the lane is read and recorded, so a request costs a few dictionary
 lookups, not a walk of a history that grows all mission long, and the host holds no model answers: a
 paid request is kept as its entry's number, read back only when the same request comes again.
-`page(request, forwards)` gives the core the entries it would have found in the whole journal;
+`page(request, answer)` gives the core the entries it would have found in the whole journal;
 `tests/engine/test_lookback_table.py` checks it decides as the whole journal does. Pure: reads nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from keel.protocol.records import JournalEntry
@@ -51,15 +50,15 @@ class Lookback:
         elif self._changes.pop(entry.seq, None) is not None and entry.seq == self._newest_change:
             self._newest_change = max(self._changes, default=0)
 
-    def forwards(self, request: Request) -> list[int]:
+    def answered(self, request: Request) -> int | None:
         """The number of the first entry that answered this very model request (its fingerprint, its place
         in its conversation), if one did: the one entry `page` needs read back."""
-        first = (seq for seq, ordinal in self._forwards.get(request.fingerprint, ()) if ordinal == request.ordinal)
-        return [seq] if (seq := next(first, None)) is not None else []
+        answers = self._forwards.get(request.fingerprint, ())
+        return next((seq for seq, ordinal in answers if ordinal == request.ordinal), None)
 
-    def page(self, request: Request, forwards: Sequence[JournalEntry] = ()) -> dict[int, JournalEntry]:
-        """The entries `core.next_step` reads of the whole journal for `request`; `forwards`: the entries
-        `forwards(request)` numbers, read back by the caller."""
+    def page(self, request: Request, answer: JournalEntry | None = None) -> dict[int, JournalEntry]:
+        """The entries `core.next_step` reads of the whole journal for `request`; `answer`: the entry
+        `answered(request)` numbers, read back by the caller."""
         page: dict[int, JournalEntry] = {}
         if request.effect is not None:
             newest = self._effects.get(request.effect.key)
@@ -68,6 +67,6 @@ class Lookback:
                 change = self._changes.get(self._newest_change)
                 if change is not None and change.seq > newest.seq:
                     page[change.seq] = change
-        elif request.method == "model/forward":
-            page.update((entry.seq, entry) for entry in sorted(forwards, key=lambda e: e.seq))
+        elif request.method == "model/forward" and answer is not None:
+            page[answer.seq] = answer
         return page

@@ -119,17 +119,13 @@ class Recorder:
 
     async def page(self, request: Request) -> dict[int, JournalEntry]:
         """What the step core reads of an appending agent's whole journal for `request` (step/lookback.py):
-        a model request's earlier answers are read back from the store, the rest is at hand."""
-        seqs = self.lookback.forwards(request) if request.method == "model/forward" else []
-        forwards: list[JournalEntry] = []
-        if seqs:
-            mission_id, unit_lane = self.host.mission_id, self.lane
-
-            def read(t: Txn) -> list[JournalEntry]:
-                return [e for seq in seqs if (e := m.journal_get(t, mission_id, unit_lane, seq)) is not None]
-
-            forwards = await asyncio.to_thread(self.host.store.read, read)
-        return self.lookback.page(request, forwards)
+        a model request's earlier answer is read back from the store (not kept), the rest is at hand."""
+        seq = self.lookback.answered(request) if request.method == "model/forward" else None
+        if seq is None:
+            return self.lookback.page(request)
+        mission_id, unit_lane = self.host.mission_id, self.lane
+        answer = await asyncio.to_thread(self.host.store.read, lambda t: m.journal_get(t, mission_id, unit_lane, seq))
+        return self.lookback.page(request, answer)
 
     async def page_in(self, seq: int) -> None:
         """Read the lane's next entries from `seq` on: a replay holds a page ahead of the agent, never the
