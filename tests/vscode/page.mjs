@@ -182,7 +182,8 @@ async function forkNamed() {
   const name = config.missions.rewind;
   const open = async () => {
     // p3 (u2 done): after the restore, "restored to p2" also names p2
-    await paletteWithPicks("Fork Mission from Point", name, "p3");
+    // by its label, first in the row: another point's row may name p3 too, or a longer id start with it
+    await paletteWithPicks("Fork Mission from Point", name, /^\s*p3(?![0-9])/);
     const input = page.locator(".quick-input-widget input").first();
     await input.waitFor({ state: "visible", timeout: 60_000 });
     await sleep(300);
